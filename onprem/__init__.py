@@ -1,0 +1,1 @@
+"""On-prem GPU pools: inventory, allocation and executors, offered like a cloud."""

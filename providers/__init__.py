@@ -1,0 +1,1 @@
+"""Provider and ObjectStore interfaces, the error taxonomy and the cloud adapters."""

@@ -31,6 +31,7 @@ _LAMBDA = "Lambda GPU benchmarks, PyTorch mixed-precision training (lambdalabs.c
 _SPEC = "vendor datasheet dense BF16/FP16 tensor TFLOPS and memory bandwidth, vs A100"
 
 GPU_MODELS: tuple[GpuModel, ...] = (
+    GpuModel("GB200", "nvidia", 186, 5.5, _MLPERF, ()),
     GpuModel("B200", "nvidia", 180, 5.0, _MLPERF, ("b200-180gb",)),
     GpuModel("B300", "nvidia", 270, 6.5, _SPEC, ("b300-288gb",)),
     GpuModel("H200", "nvidia", 141, 2.8, _MLPERF, ("h200-141gb",)),
@@ -99,7 +100,9 @@ def parse_gpu_request(text: str, known: list[str] | None = None) -> tuple[str, f
         try:
             count = float(count_text)
         except ValueError:
-            raise UnknownGpu(f"bad GPU count in {text!r}: expected NAME:COUNT, e.g. A100:8") from None
+            raise UnknownGpu(
+                f"bad GPU count in {text!r}: expected NAME:COUNT, e.g. A100:8"
+            ) from None
         if count <= 0:
             raise UnknownGpu(f"GPU count must be positive in {text!r}")
     return canonical_gpu(name, known), count

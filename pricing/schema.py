@@ -8,8 +8,9 @@ vectorised queries serves them all. A price that is not known is missing
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:  # pandas is imported lazily: `broker --help` must not load it
     import pandas as pd
@@ -105,10 +106,19 @@ def conform(frame: pd.DataFrame) -> pd.DataFrame:
             out[name] = column.astype("string").fillna("")
         else:
             out[name] = pd.to_numeric(column, errors="raise").astype("float64")
-    bad = sorted(set(out["cloud"].unique()) - set(CLOUDS))
-    if bad:
-        raise SchemaError(f"unknown cloud(s) in offers table: {', '.join(bad)}")
-    for price in ("price_on_demand", "price_spot"):
-        if (out[price] <= 0).any():
-            raise SchemaError(f"{price} must be positive or missing, never 0")
+    check_values(out["cloud"].unique(), out["price_on_demand"], out["price_spot"])
     return out
+
+
+def check_values(clouds: Iterable[str], price_on_demand: Any, price_spot: Any) -> None:
+    """Raise SchemaError for a cloud we do not know or a price that is 0 or negative.
+
+    Prices are arrays (NaN = not sold); a comparison with NaN is False, so
+    missing prices pass and only real non-positive numbers are caught.
+    """
+    bad = sorted(set(clouds) - set(CLOUDS))
+    if bad:
+        raise SchemaError(f"unknown cloud(s) in offers table: {', '.join(map(str, bad))}")
+    for name, prices in (("price_on_demand", price_on_demand), ("price_spot", price_spot)):
+        if (prices <= 0).any():
+            raise SchemaError(f"{name} must be positive or missing, never 0")

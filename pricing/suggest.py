@@ -1,20 +1,44 @@
-""""Did you mean" hints for unknown names (GPUs, regions, fields, clouds)."""
+""" "Did you mean" hints for unknown names (GPUs, regions, fields, clouds)."""
 
 from __future__ import annotations
 
 from collections.abc import Iterable
 
 
-def did_you_mean(name: str, choices: Iterable[str], limit: int = 3) -> list[str]:
-    """Closest known names to `name`, case-insensitively, best first."""
-    from difflib import get_close_matches
+def _edit_distance(a: str, b: str) -> int:
+    """Edit distance counting insert, delete, substitute and swap of neighbours as one."""
+    rows = [list(range(len(b) + 1))]
+    for i in range(1, len(a) + 1):
+        row = [i]
+        for j in range(1, len(b) + 1):
+            cost = min(
+                rows[i - 1][j] + 1, row[j - 1] + 1, rows[i - 1][j - 1] + (a[i - 1] != b[j - 1])
+            )
+            if i > 1 and j > 1 and a[i - 1] == b[j - 2] and a[i - 2] == b[j - 1]:
+                cost = min(cost, rows[i - 2][j - 2] + 1)
+            row.append(cost)
+        rows.append(row)
+    return rows[-1][-1]
 
+
+def did_you_mean(name: str, choices: Iterable[str], limit: int = 3) -> list[str]:
+    """Closest known names to `name`, case-insensitively, best first.
+
+    Ranked by edit distance, then by length difference (a mistyped letter is
+    likelier than a missing one), then alphabetically; names sharing the typed
+    prefix count as close too.
+    """
+    wanted = name.strip().lower()
     by_lower: dict[str, str] = {}
     for choice in choices:
         by_lower.setdefault(choice.lower(), choice)
-    matches = get_close_matches(name.lower(), list(by_lower), n=limit, cutoff=0.5)
-    prefix = [c for low, c in by_lower.items() if low.startswith(name.lower()) and c not in matches]
-    return [by_lower[m] for m in matches] + prefix[: max(0, limit - len(matches))]
+    budget = max(2, len(wanted) // 3)
+    scored = []
+    for low, original in by_lower.items():
+        distance = _edit_distance(wanted, low)
+        if distance <= budget or (len(wanted) >= 2 and low.startswith(wanted)):
+            scored.append((distance, abs(len(low) - len(wanted)), low, original))
+    return [original for *_, original in sorted(scored)[:limit]]
 
 
 def hint(name: str, choices: Iterable[str]) -> str:

@@ -1,0 +1,5 @@
+"""`python -m broker` runs the CLI."""
+
+from broker.cli.main import main
+
+main()

@@ -1,0 +1,176 @@
+"""`broker offers`: what GPUs can I get, where, and at what price?"""
+
+from __future__ import annotations
+
+from datetime import date
+from pathlib import Path
+
+import typer
+
+from broker.cli.exits import BAD_INPUT, fail
+from broker.cli.options import (
+    CatalogOption,
+    OutputOption,
+    OverlaysOption,
+    PoolsOption,
+    catalog_banner,
+    offers_in_force,
+    split_list,
+)
+from broker.cli.render import Column, Output, number, render, usd
+
+OFFER_COLUMNS = (
+    Column("cloud", "cloud"),
+    Column("region", "region"),
+    Column("country", "country"),
+    Column("zone", "zone"),
+    Column("instance_type", "instance type"),
+    Column("accelerator", "GPU"),
+    Column("accelerator_count", "#", number, numeric=True),
+    Column("accelerator_memory_gib", "GiB/GPU", number, numeric=True),
+    Column("vcpus", "vCPU", number, numeric=True),
+    Column("memory_gib", "mem GiB", number, numeric=True),
+    Column("interconnect", "interconnect"),
+    Column("price_on_demand", "on-demand $/h", usd, numeric=True),
+    Column("price_spot", "spot $/h", usd, numeric=True),
+    Column("market", "market"),
+    Column("price", "price $/h", usd, numeric=True),
+    Column("price_per_gpu", "$/GPU-h", usd, numeric=True),
+    Column("capacity", "capacity", number, numeric=True),
+    Column("as_of", "as of"),
+    Column("stale", "stale"),
+    Column("source", "source"),
+)
+TABLE_HIDDEN = {
+    "source",
+    "stale",
+    "country",
+}  # shown in json/csv; the table flags staleness on as_of
+
+
+def offers(
+    gpu: str = typer.Option(None, "--gpu", help="GPU and minimum count, e.g. A100:8 or H100."),
+    exact: bool = typer.Option(False, "--exact", help="Match the GPU count exactly."),
+    cloud: list[str] = typer.Option(
+        None, "--cloud", help="aws, gcp, azure, onprem (repeat or comma)."
+    ),
+    region: list[str] = typer.Option(None, "--region", help="Region or glob, e.g. 'us-*'."),
+    country: list[str] = typer.Option(None, "--country", help="ISO country code, e.g. DE."),
+    spot: bool = typer.Option(
+        None,
+        "--spot/--on-demand",
+        help="Only spot, or only on-demand [default: both].",
+        show_default=False,
+    ),
+    max_price: float = typer.Option(None, "--max-price", help="Max USD/hour per instance."),
+    min_gpu_memory: float = typer.Option(None, "--min-gpu-memory", help="Min GiB per GPU."),
+    sort: str = typer.Option("price", "--sort", help="price | price-per-gpu."),
+    limit: int = typer.Option(30, "--limit", help="Rows to show (0 = all)."),
+    summary: bool = typer.Option(
+        False, "--summary", help="One row per GPU model: cheapest $/GPU-hour per cloud and market."
+    ),
+    output: Output = OutputOption,
+    catalog: Path = CatalogOption,
+    pools: Path = PoolsOption,
+    overlays: Path = OverlaysOption,
+) -> None:
+    """List GPU offers across clouds and on-prem pools, cheapest first."""
+    from broker.config import resolve
+    from pricing.gpus import UnknownGpu, parse_gpu_request
+    from pricing.query import OfferQuery, QueryError
+
+    if sort not in ("price", "price-per-gpu"):
+        fail(f"--sort must be price or price-per-gpu, not {sort!r}", BAD_INPUT)
+    view = offers_in_force(catalog, pools, overlays)
+    today = date.today()
+    freshness = int(resolve("freshness_days").value)
+    banner = catalog_banner(view, today, freshness)
+    if summary:
+        return _summary(view, output, banner)
+    gpu_name, count = None, None
+    if gpu:
+        try:
+            gpu_name, count = parse_gpu_request(gpu, known=view.index.gpus())
+        except UnknownGpu as exc:
+            fail(str(exc), BAD_INPUT)
+        count = count if ":" in gpu else None
+    market = "any" if spot is None else ("spot" if spot else "on-demand")
+    query = OfferQuery(
+        gpu=gpu_name,
+        gpu_count=count,
+        exact=exact,
+        clouds=split_list(cloud),
+        regions=split_list(region),
+        countries=split_list(country),
+        market=market,
+        max_price=max_price,
+        min_gpu_memory=min_gpu_memory,
+        sort=sort,  # type: ignore[arg-type]
+        limit=limit or None,
+    )
+    try:
+        selection = view.index.query(query)
+    except QueryError as exc:
+        fail(str(exc), BAD_INPUT)
+    rows = selection.records()
+    for row in rows:
+        row["stale"] = _age(row["as_of"], today) > freshness
+        if row["stale"] and output in (Output.table, Output.markdown):
+            row["as_of"] = f"{row['as_of']} (stale)"
+    columns = OFFER_COLUMNS
+    if output in (Output.table, Output.markdown):
+        # Humans get a narrower table: no provenance columns, no column that is all blank.
+        blank = {
+            key
+            for key in ("zone", "capacity", "interconnect")
+            if all(_blank(row[key]) for row in rows)
+        }
+        columns = tuple(c for c in OFFER_COLUMNS if c.key not in TABLE_HIDDEN | blank)
+    notes = [] if rows else ["No offer matches; relax a filter (see `broker offers --help`)."]
+    render(
+        rows,
+        columns,
+        output,
+        title=banner,
+        notes=notes,
+        json_key="offers",
+        meta={
+            "catalog": str(view.catalog.path),
+            "origin": view.catalog.origin,
+            "as_of": view.catalog.as_of_range()[0],
+            "freshness_days": freshness,
+        },
+    )
+
+
+def _blank(value) -> bool:
+    return value == "" or value is None or value != value  # NaN is not equal to itself
+
+
+def _age(as_of: str, today: date) -> int:
+    try:
+        return (today - date.fromisoformat(str(as_of)[:10])).days
+    except ValueError:
+        return 10**6  # an undated price is as stale as it gets
+
+
+def _summary(view, output: Output, banner: str) -> None:
+    from pricing.summary import cheapest_by_gpu
+
+    table = cheapest_by_gpu(view.index.offers.to_frame())
+    columns = [
+        Column("accelerator", "GPU"),
+        Column("accelerator_memory_gib", "GiB", number, numeric=True),
+    ]
+    for name in table.columns[1:]:
+        if name != "accelerator_memory_gib":
+            cloud, _, market = name.partition("_")
+            columns.append(Column(name, f"{cloud} {market.replace('_', '-')}", usd, numeric=True))
+    render(
+        table.to_dict("records"),
+        columns,
+        output,
+        title=f"{banner}; USD per GPU-hour",
+        json_key="gpus",
+        meta={"catalog": str(view.catalog.path), "unit": "USD per GPU-hour"},
+    )

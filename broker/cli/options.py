@@ -1,0 +1,91 @@
+"""Options shared by several commands, declared once, and how they load the offers."""
+
+from __future__ import annotations
+
+from datetime import date
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import typer
+
+from broker.cli.exits import BAD_INPUT, fail
+from broker.cli.render import Output
+
+if TYPE_CHECKING:
+    from broker.offers import OffersInForce
+
+CatalogOption = typer.Option(
+    None,
+    "--catalog",
+    help="Offers catalog CSV to use instead of the user or bundled one [env: BROKER_CATALOG].",
+    show_default=False,
+)
+PoolsOption = typer.Option(
+    None,
+    "--pools",
+    help="On-prem pool inventory YAML [env: BROKER_POOLS; default: "
+    "~/.config/broker/pools.yaml when present].",
+    show_default=False,
+)
+OverlaysOption = typer.Option(
+    None,
+    "--overlays",
+    help="Negotiated price overlays YAML [env: BROKER_OVERLAYS; default: "
+    "~/.config/broker/overlays.yaml when present].",
+    show_default=False,
+)
+OutputOption = typer.Option(Output.table, "--output", "-o", help="Output format.")
+
+
+def split_list(values: list[str] | None) -> tuple[str, ...]:
+    """Accept both repeated flags and comma-separated values: `--cloud aws,gcp --cloud azure`."""
+    return tuple(
+        item.strip() for value in values or () for item in value.split(",") if item.strip()
+    )
+
+
+def offers_in_force(
+    catalog: Path | None, pools: Path | None, overlays: Path | None
+) -> OffersInForce:
+    """Resolve the three sources by the config precedence and load them; bad input exits 2."""
+    from broker.config import ConfigError, resolve_path
+    from broker.offers import load_offers
+    from pricing.schema import SchemaError
+    from pricing.yamlfile import UserInputError
+
+    try:
+        catalog_path = resolve_path("catalog", catalog)
+        pools_path = resolve_path("pools", pools, default_file="pools.yaml")
+        overlays_path = resolve_path("overlays", overlays, default_file="overlays.yaml")
+        for label, path in (
+            ("catalog", catalog_path),
+            ("pools", pools_path),
+            ("overlays", overlays_path),
+        ):
+            if path is not None and not path.is_file():
+                fail(f"{label} file not found: {path}", BAD_INPUT)
+        return load_offers(catalog_path, pools_path, overlays_path)
+    except (SchemaError, UserInputError, ConfigError) as exc:
+        fail(str(exc), BAD_INPUT)
+
+
+def catalog_banner(view: OffersInForce, today: date, freshness_days: int) -> str:
+    """One line saying which catalog is in use and how old its prices are."""
+    catalog = view.catalog
+    label = {"bundled": "bundled snapshot", "user": "user catalog", "file": "catalog"}[
+        catalog.origin
+    ]
+    oldest, newest = catalog.as_of_range()
+    age = catalog.age_days(today)
+    when = f"prices as of {oldest}" + (f"..{newest}" if newest != oldest else "")
+    stale = (
+        f" (oldest {age} days old, over {freshness_days})"
+        if age and age > freshness_days
+        else (f" ({age} days old)" if age is not None else "")
+    )
+    extras = "".join(
+        f" + {name} {path}"
+        for name, path in (("pools", view.pools_path), ("overlays", view.overlays_path))
+        if path
+    )
+    return f"{label} {catalog.path}: {when}{stale}{extras}"

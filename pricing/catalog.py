@@ -1,0 +1,180 @@
+"""Loading and saving offer catalogs.
+
+Which catalog is in force, in order: an explicit path (`--catalog`,
+`BROKER_CATALOG`), else the user catalog (written by `broker pricing import`
+or `refresh`) when it exists, else the snapshot bundled in this package.
+
+A catalog is a CSV (the source of truth, readable and diffable). Reading one
+compiles it to an `OfferTable` and caches that under the user cache directory,
+keyed by the file's path, size and modification time, so later commands load
+numpy arrays instead of parsing text (and need no pandas at all).
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from datetime import date
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from pricing.schema import COLUMN_NAMES, FLOAT_COLUMNS, STRING_COLUMNS, SchemaError, conform
+from pricing.table import TABLE_FORMAT, OfferTable
+
+if TYPE_CHECKING:
+    import pandas as pd
+
+BUNDLED_CATALOG = Path(__file__).parent / "data" / "offers.csv"
+
+
+@dataclass(frozen=True)
+class Catalog:
+    """An offers table and where it came from."""
+
+    offers: OfferTable
+    origin: str  # "bundled", "user" or "file"
+    path: Path
+
+    def as_of_range(self) -> tuple[str, str]:
+        """Oldest and newest as-of dates in the table ("" when empty)."""
+        used = set(self.offers.codes["as_of"].tolist())
+        dates = [d for i, d in enumerate(self.offers.categories["as_of"]) if i in used and d]
+        return (min(dates), max(dates)) if dates else ("", "")
+
+    def age_days(self, today: date) -> int | None:
+        """Age in days of the oldest price, or None when no row has a date."""
+        oldest, _ = self.as_of_range()
+        return (today - date.fromisoformat(oldest[:10])).days if oldest else None
+
+
+def user_data_dir() -> Path:
+    """Where broker keeps user data (XDG data home)."""
+    base = os.environ.get("XDG_DATA_HOME") or str(Path.home() / ".local" / "share")
+    return Path(base) / "broker"
+
+
+def user_cache_dir() -> Path:
+    """Where broker keeps derived files it can rebuild (XDG cache home)."""
+    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
+    return Path(base) / "broker"
+
+
+def user_catalog_path() -> Path:
+    """The user catalog, which takes precedence over the bundled one while it exists."""
+    return user_data_dir() / "offers.csv"
+
+
+def read_offers_csv(path: Path) -> pd.DataFrame:
+    """Read an offers CSV written by `write_offers_csv` (or by hand) and check its schema."""
+    import pandas as pd
+
+    dtypes = {name: "string" for name in STRING_COLUMNS} | {n: "float64" for n in FLOAT_COLUMNS}
+    try:
+        frame = pd.read_csv(
+            path,
+            dtype=dtypes,
+            keep_default_na=False,
+            na_values={name: [""] for name in FLOAT_COLUMNS},
+        )
+    except (ValueError, pd.errors.ParserError) as exc:
+        raise SchemaError(f"{path}: not an offers catalog: {exc}") from None
+    try:
+        return conform(frame)
+    except SchemaError as exc:
+        raise SchemaError(f"{path}: {exc}") from None
+
+
+def write_offers_csv(offers: pd.DataFrame | OfferTable, path: Path) -> None:
+    """Write atomically: a crash leaves the old file or the new one, never half of one."""
+    if isinstance(offers, OfferTable):
+        offers = offers.to_frame()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    try:
+        conform(offers).to_csv(tmp, index=False, float_format="%.10g")
+        os.replace(tmp, path)
+    finally:
+        tmp.unlink(missing_ok=True)
+
+
+SMALL_CSV_BYTES = 2_000_000  # below this, the csv module parses faster than pandas imports
+
+
+def read_offer_table(path: Path) -> OfferTable:
+    """The catalog at `path` as an OfferTable, from the compiled cache when it is current."""
+    cache = _cache_path(path)
+    if cache is not None and cache.is_file():
+        try:
+            table = OfferTable.load(cache)
+        except (OSError, ValueError, KeyError):
+            table = None
+        if table is not None:
+            return table
+    if path.stat().st_size < SMALL_CSV_BYTES:
+        table = _read_small_csv(path)
+    else:
+        table = OfferTable.from_frame(read_offers_csv(path))
+    if cache is not None:
+        try:
+            cache.parent.mkdir(parents=True, exist_ok=True)
+            table.save(cache)
+        except OSError:
+            pass  # a read-only cache costs speed, never correctness
+    return table
+
+
+def _cache_path(path: Path) -> Path | None:
+    import hashlib
+
+    try:
+        stat = path.stat()
+    except OSError:
+        return None
+    key = f"{TABLE_FORMAT}:{path.resolve()}:{stat.st_size}:{stat.st_mtime_ns}"
+    digest = hashlib.sha1(key.encode()).hexdigest()[:20]
+    return user_cache_dir() / "catalogs" / f"{digest}.npz"
+
+
+def _read_small_csv(path: Path) -> OfferTable:
+    """Parse a small catalog with the csv module (no pandas import), checking every cell."""
+    import csv
+
+    with path.open(newline="") as handle:
+        reader = csv.reader(handle)
+        header = next(reader, [])
+        missing = [name for name in COLUMN_NAMES if name not in header]
+        if missing:
+            raise SchemaError(f"{path}: offers table lacks columns: {', '.join(missing)}")
+        where = [header.index(name) for name in COLUMN_NAMES]
+        columns: dict[str, list] = {name: [] for name in COLUMN_NAMES}
+        numeric = [name in FLOAT_COLUMNS for name in COLUMN_NAMES]
+        for line, row in enumerate(reader, start=2):
+            if not row:
+                continue
+            if len(row) != len(header):
+                raise SchemaError(f"{path}:{line}: expected {len(header)} fields, got {len(row)}")
+            for name, index, is_number in zip(COLUMN_NAMES, where, numeric, strict=True):
+                cell = row[index]
+                if is_number:
+                    try:
+                        columns[name].append(float(cell) if cell else float("nan"))
+                    except ValueError:
+                        raise SchemaError(
+                            f"{path}:{line}: {name}: not a number: {cell!r}"
+                        ) from None
+                else:
+                    columns[name].append(cell)
+    try:
+        return OfferTable.from_columns(columns)
+    except SchemaError as exc:
+        raise SchemaError(f"{path}: {exc}") from None
+
+
+def load_catalog(path: Path | None = None) -> Catalog:
+    """Load the catalog in force (see module docstring)."""
+    if path is None:
+        user = user_catalog_path()
+        path, origin = (user, "user") if user.exists() else (BUNDLED_CATALOG, "bundled")
+    else:
+        origin = "file"
+    return Catalog(read_offer_table(path), origin, path)

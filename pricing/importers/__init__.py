@@ -1,0 +1,1 @@
+"""Importers of price catalogs in other tools' formats (SkyPilot CSVs) into the offers table."""

@@ -1,0 +1,226 @@
+"""Vectorised queries over an offers table.
+
+`OfferIndex` is built once per catalog from its `OfferTable`: numpy arrays of
+the numbers, integer codes of the text columns, and the rows of each GPU
+model, so that one query costs a few array operations on the rows of the asked
+GPU instead of a scan of string columns. Every filter is a plain function of
+the query, which keeps `broker offers` and the planner on one path.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, replace
+from fnmatch import fnmatchcase
+from typing import TYPE_CHECKING, Any, Literal
+
+from pricing.gpus import canonical_gpu
+from pricing.regions import REGION_COUNTRY
+from pricing.schema import CLOUDS
+from pricing.suggest import hint
+from pricing.table import OfferTable
+
+if TYPE_CHECKING:
+    import numpy as np
+
+Market = Literal["any", "spot", "on-demand"]
+SortKey = Literal["price", "price-per-gpu"]
+
+
+class QueryError(ValueError):
+    """A query names something the catalog does not know (with a did-you-mean)."""
+
+
+@dataclass(frozen=True)
+class OfferQuery:
+    """What a user asks of the catalog. Counts are "at least" unless `exact`."""
+
+    gpu: str | None = None
+    gpu_count: float | None = None
+    exact: bool = False
+    clouds: tuple[str, ...] = ()
+    regions: tuple[str, ...] = ()  # globs such as "us-*"
+    countries: tuple[str, ...] = ()
+    market: Market = "any"
+    max_price: float | None = None  # USD/hour for the instance, in the chosen market
+    min_gpu_memory: float | None = None  # GiB per GPU
+    sort: SortKey = "price"
+    limit: int | None = None
+
+
+@dataclass(frozen=True)
+class OfferSelection:
+    """The answer to a query: chosen rows in order, with the price used for each."""
+
+    offers: OfferTable  # the selected rows, sorted
+    country: np.ndarray
+    market: np.ndarray  # "spot" or "on-demand": the market `price` is for
+    price: np.ndarray  # USD/hour for the instance
+    price_per_gpu: np.ndarray
+
+    def __len__(self) -> int:
+        return len(self.price)
+
+    def records(self) -> list[dict[str, Any]]:
+        """Rows as dicts: every offers column plus country, market, price, price_per_gpu."""
+        rows = self.offers.records()
+        extra = zip(
+            self.country.tolist(),
+            self.market.tolist(),
+            self.price.tolist(),
+            self.price_per_gpu.tolist(),
+            strict=True,
+        )
+        for row, (country, market, price, per_gpu) in zip(rows, extra, strict=True):
+            row.update(country=country, market=market, price=price, price_per_gpu=per_gpu)
+        return rows
+
+
+@dataclass
+class OfferIndex:
+    """Arrays over one offers table, built once, queried many times."""
+
+    offers: OfferTable
+    extra_countries: dict[tuple[str, str], str] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        import numpy as np
+
+        table = self.offers
+        self._cloud_codes, self._clouds = table.codes["cloud"], table.categories["cloud"]
+        self._region_codes, self._regions = table.codes["region"], table.categories["region"]
+        gpu_codes, gpus = table.codes["accelerator"], table.categories["accelerator"]
+        self._gpus = gpus
+        self._count = table.numbers["accelerator_count"]
+        self._gpu_mem = table.numbers["accelerator_memory_gib"]
+        self._od = table.numbers["price_on_demand"]
+        self._spot = table.numbers["price_spot"]
+        # Country per (cloud, region) pair, looked up once per distinct pair.
+        countries = self.extra_countries | REGION_COUNTRY
+        n_regions = max(len(self._regions), 1)
+        pair = self._cloud_codes.astype(np.int64) * n_regions + self._region_codes
+        distinct, inverse = np.unique(pair, return_inverse=True)
+        names = [
+            countries.get((self._clouds[p // n_regions], self._regions[p % n_regions]), "")
+            for p in distinct.tolist()
+        ]
+        self._country_names = np.array(sorted(set(names)) or [""], dtype=object)
+        name_code = {name: i for i, name in enumerate(self._country_names)}
+        self._country_codes = np.array([name_code[n] for n in names], np.int32)[inverse]
+        order = np.argsort(gpu_codes, kind="stable")
+        bounds = np.searchsorted(gpu_codes[order], np.arange(len(gpus) + 1))
+        self._rows_of_gpu = {name: order[bounds[i] : bounds[i + 1]] for i, name in enumerate(gpus)}
+        self._all_rows = np.arange(len(table))
+        self._masks: dict[tuple, np.ndarray] = {}  # per-category masks, cached per filter
+
+    # Names the catalog knows, for validation and hints.
+    def gpus(self) -> list[str]:
+        return [g for g in self._gpus if g]
+
+    def regions(self) -> list[str]:
+        return list(self._regions)
+
+    def countries(self) -> list[str]:
+        return [c for c in self._country_names if c]
+
+    def validate(self, query: OfferQuery) -> OfferQuery:
+        """Canonicalise names; raise QueryError for unknown GPU, cloud or region."""
+        gpu = query.gpu
+        if gpu is not None:
+            try:
+                gpu = canonical_gpu(gpu, known=self.gpus())
+            except ValueError as exc:
+                raise QueryError(str(exc)) from None
+        for cloud in query.clouds:
+            if cloud not in CLOUDS:
+                raise QueryError(f"unknown cloud {cloud!r}{hint(cloud, CLOUDS)}")
+        for pattern in query.regions:
+            if not self._category_mask("region", (pattern,)).any():
+                raise QueryError(
+                    f"no region in the catalog matches {pattern!r}{hint(pattern, self.regions())}"
+                )
+        countries = tuple(c.upper() for c in query.countries)
+        for country in countries:
+            if country not in self.countries():
+                raise QueryError(
+                    f"no offer in the catalog is in country {country!r}"
+                    f"{hint(country, self.countries())}"
+                )
+        return replace(query, gpu=gpu, countries=countries)
+
+    def rows(self, query: OfferQuery) -> np.ndarray:
+        """Positions of the offers that satisfy `query` (validated), unsorted."""
+        import numpy as np
+
+        rows = self._rows_of_gpu.get(query.gpu, self._all_rows[:0]) if query.gpu else self._all_rows
+        mask = np.ones(len(rows), dtype=bool)
+        if query.gpu_count is not None:
+            count = self._count[rows]
+            mask &= (count == query.gpu_count) if query.exact else (count >= query.gpu_count)
+        if query.clouds:
+            mask &= self._category_mask("cloud", query.clouds)[self._cloud_codes[rows]]
+        if query.regions:
+            mask &= self._category_mask("region", query.regions)[self._region_codes[rows]]
+        if query.countries:
+            mask &= self._category_mask("country", query.countries)[self._country_codes[rows]]
+        if query.min_gpu_memory is not None:
+            mask &= self._gpu_mem[rows] >= query.min_gpu_memory
+        price = self.price(rows, query.market)
+        mask &= ~np.isnan(price)
+        if query.max_price is not None:
+            mask &= price <= query.max_price
+        return rows[mask]
+
+    def _category_mask(self, column: str, wanted: tuple[str, ...]) -> np.ndarray:
+        """Boolean per category code of `column`: does that value pass the filter?"""
+        import numpy as np
+
+        key = (column, wanted)
+        if key not in self._masks:
+            categories = {
+                "cloud": self._clouds,
+                "region": self._regions,
+                "country": self._country_names,
+            }[column]
+            if column == "region":
+                keep = [any(fnmatchcase(r, p) for p in wanted) for r in categories]
+            else:
+                keep = [c in wanted for c in categories]
+            self._masks[key] = np.array(keep, dtype=bool)
+        return self._masks[key]
+
+    def price(self, rows: np.ndarray, market: Market) -> np.ndarray:
+        """Hourly price of each row in `market` ("any": the cheaper known one)."""
+        import numpy as np
+
+        if market == "spot":
+            return self._spot[rows]
+        if market == "on-demand":
+            return self._od[rows]
+        return np.fmin(self._od[rows], self._spot[rows])
+
+    def query(self, query: OfferQuery) -> OfferSelection:
+        """Matching offers with `price`, `market` and `price_per_gpu`, sorted, limited."""
+        import numpy as np
+
+        query = self.validate(query)
+        rows = self.rows(query)
+        price = self.price(rows, query.market)
+        if query.market == "any":
+            market = np.where(self._spot[rows] == price, "spot", "on-demand")
+        else:
+            market = np.full(len(rows), query.market)
+        count = self._count[rows]
+        per_gpu = np.divide(price, count, out=np.full(len(rows), np.nan), where=count > 0)
+        key = per_gpu if query.sort == "price-per-gpu" else price
+        # Stable ordering: key, then price, then table position.
+        order = np.lexsort((rows, price, np.nan_to_num(key, nan=np.inf)))
+        if query.limit is not None:
+            order = order[: query.limit]
+        picked = rows[order]
+        return OfferSelection(
+            offers=self.offers.take(picked),
+            country=self._country_names[self._country_codes[picked]],
+            market=market[order],
+            price=price[order],
+            price_per_gpu=per_gpu[order],
+        )

@@ -1,0 +1,179 @@
+"""`OfferTable`: the offers table as numpy columns, the form every query runs on.
+
+Why not only a DataFrame: importing pandas costs ~0.6 s on our machines, more
+than the whole budget of `broker offers` or `broker plan`. So the query and
+planning paths run on numpy arrays: numbers as float64, text as integer codes
+into a small array of distinct values (what pandas calls a categorical). A
+DataFrame is one call away (`to_frame`, `from_frame`) for the importers and
+reports that want pandas, and a compiled table is cached next to the user's
+other caches so that a catalog CSV is parsed once (see pricing.catalog).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from pricing.schema import COLUMN_NAMES, FLOAT_COLUMNS, STRING_COLUMNS, check_values
+
+if TYPE_CHECKING:
+    import numpy as np
+    import pandas as pd
+
+TABLE_FORMAT = 1  # bump when the cached layout changes
+
+
+@dataclass(frozen=True)
+class OfferTable:
+    """Offers as columns: `numbers[name]` (float64), `codes[name]` into `categories[name]`."""
+
+    numbers: Mapping[str, np.ndarray]
+    codes: Mapping[str, np.ndarray]
+    categories: Mapping[str, np.ndarray]
+
+    def __len__(self) -> int:
+        return len(self.numbers["price_on_demand"])
+
+    def text(self, name: str) -> np.ndarray:
+        """A text column decoded to an object array of str."""
+        return self.categories[name][self.codes[name]]
+
+    def column(self, name: str) -> np.ndarray:
+        """Any column by name: numbers as float64, text as str objects."""
+        return self.numbers[name] if name in self.numbers else self.text(name)
+
+    def take(self, rows: np.ndarray) -> OfferTable:
+        """The rows at `rows`, in that order."""
+        return OfferTable(
+            {n: v[rows] for n, v in self.numbers.items()},
+            {n: c[rows] for n, c in self.codes.items()},
+            self.categories,
+        )
+
+    def records(self) -> list[dict[str, Any]]:
+        """Rows as dicts (NaN stays NaN), for rendering."""
+        columns = {name: self.column(name).tolist() for name in COLUMN_NAMES}
+        return [
+            dict(zip(columns, values, strict=True))
+            for values in zip(*columns.values(), strict=True)
+        ]
+
+    # --- conversions -------------------------------------------------------------------
+
+    @classmethod
+    def from_columns(cls, columns: Mapping[str, Sequence[Any]]) -> OfferTable:
+        """Build from plain columns (lists or arrays) and check the values."""
+        import numpy as np
+
+        missing = [name for name in COLUMN_NAMES if name not in columns]
+        if missing:
+            from pricing.schema import SchemaError
+
+            raise SchemaError(f"offers table lacks columns: {', '.join(missing)}")
+        numbers = {n: np.asarray(columns[n], dtype=np.float64) for n in FLOAT_COLUMNS}
+        codes, categories = {}, {}
+        for name in STRING_COLUMNS:
+            values = ["" if v is None or v != v else str(v) for v in columns[name]]
+            categories[name], codes[name] = _factorize(values)
+        table = cls(numbers, codes, categories)
+        table.check()
+        return table
+
+    @classmethod
+    def from_frame(cls, frame: pd.DataFrame) -> OfferTable:
+        """Build from a DataFrame with the offers schema (see pricing.schema.conform)."""
+        import numpy as np
+        import pandas as pd
+
+        from pricing.schema import conform
+
+        frame = conform(frame)
+        numbers = {n: frame[n].to_numpy(dtype=np.float64) for n in FLOAT_COLUMNS}
+        codes, categories = {}, {}
+        for name in STRING_COLUMNS:
+            code, uniques = pd.factorize(frame[name], sort=True)
+            codes[name] = code.astype(np.int32)
+            categories[name] = np.asarray(uniques, dtype=object)
+        return cls(numbers, codes, categories)
+
+    def to_frame(self) -> pd.DataFrame:
+        """The table as a DataFrame with the schema's dtypes."""
+        import pandas as pd
+
+        frame = pd.DataFrame({name: self.column(name) for name in COLUMN_NAMES})
+        for name in STRING_COLUMNS:
+            frame[name] = frame[name].astype("string")
+        return frame
+
+    def check(self) -> None:
+        """Raise SchemaError for an unknown cloud or a price that is 0 or negative."""
+        clouds = self.categories["cloud"][sorted(set(self.codes["cloud"].tolist()))]
+        check_values(clouds, self.numbers["price_on_demand"], self.numbers["price_spot"])
+
+    # --- persistence (the compiled-catalog cache) ---------------------------------------
+
+    def save(self, path: Path) -> None:
+        """Write as one .npz (no pickles), atomically."""
+        import os
+
+        import numpy as np
+
+        arrays: dict[str, np.ndarray] = {"format": np.array([TABLE_FORMAT])}
+        for name, values in self.numbers.items():
+            arrays[f"n:{name}"] = values
+        for name in STRING_COLUMNS:
+            arrays[f"c:{name}"] = self.codes[name]
+            arrays[f"k:{name}"] = self.categories[name].astype(str)
+        tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+        try:
+            with tmp.open("wb") as handle:
+                np.savez(handle, **arrays)
+            os.replace(tmp, path)
+        finally:
+            tmp.unlink(missing_ok=True)
+
+    @classmethod
+    def load(cls, path: Path) -> OfferTable | None:
+        """Read a table written by `save`; None when it is of another format."""
+        import numpy as np
+
+        with np.load(path, allow_pickle=False) as data:
+            if int(data["format"][0]) != TABLE_FORMAT:
+                return None
+            numbers = {n: data[f"n:{n}"] for n in FLOAT_COLUMNS}
+            codes = {n: data[f"c:{n}"] for n in STRING_COLUMNS}
+            categories = {n: data[f"k:{n}"].astype(object) for n in STRING_COLUMNS}
+        return cls(numbers, codes, categories)
+
+
+def concat(tables: Iterable[OfferTable]) -> OfferTable:
+    """Rows of several tables, one after another (categories merged)."""
+    import numpy as np
+
+    tables = [t for t in tables if len(t)]
+    if len(tables) == 1:
+        return tables[0]
+    if not tables:
+        return OfferTable.from_columns({name: [] for name in COLUMN_NAMES})
+    numbers = {n: np.concatenate([t.numbers[n] for t in tables]) for n in FLOAT_COLUMNS}
+    codes, categories = {}, {}
+    for name in STRING_COLUMNS:
+        merged = np.array(sorted(set().union(*(t.categories[name] for t in tables))), dtype=object)
+        position = {value: i for i, value in enumerate(merged)}
+        parts = []
+        for table in tables:
+            remap = np.array([position[v] for v in table.categories[name]], dtype=np.int32)
+            parts.append(remap[table.codes[name]] if len(remap) else table.codes[name])
+        codes[name], categories[name] = np.concatenate(parts), merged
+    return OfferTable(numbers, codes, categories)
+
+
+def _factorize(values: list[str]) -> tuple[np.ndarray, np.ndarray]:
+    """Sorted distinct values and the code of each value (small inputs; no pandas)."""
+    import numpy as np
+
+    uniques = sorted(set(values))
+    position = {value: i for i, value in enumerate(uniques)}
+    return np.array(uniques, dtype=object), np.array([position[v] for v in values], np.int32)

@@ -25,6 +25,12 @@ def import_catalog(
         show_default=False,
     ),
     cloud: list[str] = typer.Option(None, "--cloud", help="Only these clouds (repeat or comma)."),
+    as_of: str = typer.Option(
+        None,
+        "--as-of",
+        help="Date the prices were read (YYYY-MM-DD) [default: each file's modification date].",
+        show_default=False,
+    ),
 ) -> None:
     """Import a catalog in another tool's layout into a broker offers catalog."""
     import sys
@@ -40,8 +46,15 @@ def import_catalog(
     if not directory.is_dir():
         fail(f"not a directory: {directory}", BAD_INPUT)
     clouds = split_list(cloud) or None
+    if as_of is not None:
+        from datetime import date
+
+        try:
+            as_of = date.fromisoformat(as_of).isoformat()
+        except ValueError:
+            fail(f"--as-of must be a date such as 2026-05-20, not {as_of!r}", BAD_INPUT)
     try:
-        offers = import_skypilot(directory, clouds=clouds)
+        offers = import_skypilot(directory, clouds=clouds, as_of=as_of)
     except CatalogImportError as exc:
         fail(str(exc), BAD_INPUT)
     if offers.empty:

@@ -3,7 +3,10 @@
 The sender's cloud bills egress. Within one cloud the price depends on how far
 the data goes (same zone, same region, same continent, across continents);
 leaving a cloud (to another cloud, on-prem or the internet) is billed at its
-internet rate. Ingress is free on all three clouds. Rates are the first
+internet rate. Ingress is free on all three clouds. Within one region the
+broker only moves data between instances and object storage (inputs,
+checkpoints), which the clouds do not bill, so "same region" is free; traffic
+between instances in different zones is not modelled. Rates are the first
 published tier (list price); volume tiers are ignored, which overstates large
 transfers slightly and never understates them.
 """

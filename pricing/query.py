@@ -112,6 +112,24 @@ class OfferIndex:
         self._all_rows = np.arange(len(table))
         self._masks: dict[tuple, np.ndarray] = {}  # per-category masks, cached per filter
 
+    # Building blocks for other vectorised consumers (the planner).
+    def rows_of_gpu(self, gpu: str) -> np.ndarray:
+        """Positions of the offers of one GPU model ("" = CPU-only offers)."""
+        return self._rows_of_gpu.get(gpu, self._all_rows[:0])
+
+    def all_rows(self) -> np.ndarray:
+        return self._all_rows
+
+    def category_mask(self, column: str, wanted: tuple[str, ...]) -> np.ndarray:
+        """Per-code boolean of `column` (cloud, region: globs, or country) passing `wanted`."""
+        return self._category_mask(column, wanted)
+
+    def country_codes(self) -> np.ndarray:
+        return self._country_codes
+
+    def country_names(self) -> np.ndarray:
+        return self._country_names
+
     # Names the catalog knows, for validation and hints.
     def gpus(self) -> list[str]:
         return [g for g in self._gpus if g]

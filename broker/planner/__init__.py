@@ -1,0 +1,1 @@
+"""The planner: cheapest compliant placement for a job, as a pure function."""

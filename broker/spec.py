@@ -1,0 +1,123 @@
+"""JobSpec and its parts: a validated manifest, as frozen plain data.
+
+Built by `broker.manifest` from YAML (pydantic at the edge); read by the
+planner, the queue and the controller. Nothing here parses or prints.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from typing import Literal
+
+SpotPolicy = Literal["never", "prefer", "only"]
+
+
+@dataclass(frozen=True, slots=True)
+class GpuAsk:
+    """One acceptable accelerator: canonical GPU name and count per node."""
+
+    gpu: str
+    count: float
+
+
+@dataclass(frozen=True, slots=True)
+class Amount:
+    """A "N" (exactly N) or "N+" (at least N) figure for vCPUs or memory."""
+
+    value: float
+    at_least: bool = True
+
+    def admits(self, offered: float) -> bool:
+        return offered >= self.value if self.at_least else offered == self.value
+
+
+@dataclass(frozen=True, slots=True)
+class Requirements:
+    """What a placement must satisfy. Empty tuples mean "no constraint"."""
+
+    accelerators: tuple[GpuAsk, ...] = ()  # any-of, in preference order; () = CPU-only job
+    cpus: Amount | None = None
+    memory_gib: Amount | None = None
+    nodes: int = 1
+    interconnect: str | None = None  # nvlink | infiniband | efa
+    clouds: tuple[str, ...] = ()  # allow-list
+    exclude_clouds: tuple[str, ...] = ()
+    regions: tuple[str, ...] = ()  # globs
+    countries: tuple[str, ...] = ()  # ISO codes, upper case
+    spot: SpotPolicy = "never"
+    max_price_per_hour: float | None = None  # USD for the whole job (all nodes)
+
+
+@dataclass(frozen=True, slots=True)
+class RunSpec:
+    """What to run."""
+
+    command: str = ""
+    image: str | None = None
+    env: tuple[tuple[str, str], ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class Runtime:
+    """How long the job takes on its first-choice GPU, and when it must be done."""
+
+    estimate_hours: float = 1.0
+    deadline: timedelta | datetime | None = None  # relative to submission, or absolute (UTC)
+
+    def deadline_at(self, submitted: datetime) -> datetime | None:
+        if self.deadline is None:
+            return None
+        if isinstance(self.deadline, timedelta):
+            return submitted + self.deadline
+        return self.deadline
+
+
+@dataclass(frozen=True, slots=True)
+class Place:
+    """Where data lives: a cloud and region ("aws:us-east-1"); on-prem uses its region label."""
+
+    cloud: str
+    region: str
+
+
+@dataclass(frozen=True, slots=True)
+class Checkpoint:
+    """Where the job checkpoints, how often and how big each checkpoint is."""
+
+    uri: str
+    interval_minutes: float = 30.0
+    size_gb: float = 0.0
+    location: Place | None = None  # the bucket's region, when known
+
+
+@dataclass(frozen=True, slots=True)
+class DataInput:
+    """An input the job reads once at start."""
+
+    uri: str
+    size_gb: float
+    location: Place | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Budget:
+    max_cost: float | None = None  # USD for the whole job
+
+
+@dataclass(frozen=True, slots=True)
+class JobSpec:
+    """A validated `broker/v1` manifest."""
+
+    name: str
+    team: str
+    requirements: Requirements
+    queue: str = "default"
+    priority: int = 0
+    run: RunSpec = field(default_factory=RunSpec)
+    runtime: Runtime = field(default_factory=Runtime)
+    checkpoint: Checkpoint | None = None
+    data: tuple[DataInput, ...] = ()
+    budget: Budget = field(default_factory=Budget)
+    max_restarts_on_error: int = 0
+    recover_on_exit_codes: tuple[int, ...] = ()

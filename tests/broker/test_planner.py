@@ -1,0 +1,268 @@
+"""The planner against a brute-force search written one offer at a time."""
+
+from __future__ import annotations
+
+import math
+from datetime import UTC, datetime, timedelta
+from fnmatch import fnmatchcase
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from broker.planner import cost
+from broker.planner.plan import plan, plan_many
+from broker.spec import (
+    Amount,
+    Budget,
+    Checkpoint,
+    DataInput,
+    GpuAsk,
+    JobSpec,
+    Place,
+    Requirements,
+    Runtime,
+)
+from pricing.egress import Place as EgressPlace
+from pricing.egress import egress_price
+from pricing.gpus import find_gpu
+from pricing.query import OfferIndex
+from pricing.regions import country_of
+from pricing.synthetic import synthetic_offers
+from pricing.table import OfferTable
+
+NOW = datetime(2026, 11, 1, tzinfo=UTC)
+CATALOGS = {
+    seed: OfferIndex(OfferTable.from_frame(synthetic_offers(1000, seed=seed))) for seed in range(4)
+}
+
+
+def brute_force(job: JobSpec, index: OfferIndex) -> list[tuple[float, float, int, int, bool]]:
+    """(total, hours, alternative, row, spot) of every feasible candidate, scalar code only."""
+    req = job.requirements
+    rows = index.offers.records()
+    asks = req.accelerators or (GpuAsk("", 0.0),)
+    speed = [find_gpu(a.gpu).relative_throughput if a.gpu else 1.0 for a in asks]
+    out = []
+    for position, offer in enumerate(rows):
+        for alt, ask in enumerate(asks):
+            if offer["accelerator"] != ask.gpu or (
+                ask.gpu and offer["accelerator_count"] != ask.count
+            ):
+                continue
+            country = country_of(offer["cloud"], offer["region"])
+            if req.clouds and offer["cloud"] not in req.clouds:
+                continue
+            if req.exclude_clouds and offer["cloud"] in req.exclude_clouds:
+                continue
+            if req.regions and not any(fnmatchcase(offer["region"], p) for p in req.regions):
+                continue
+            if req.countries and country not in req.countries:
+                continue
+            if req.cpus and not req.cpus.admits(offer["vcpus"]):
+                continue
+            if req.memory_gib and not req.memory_gib.admits(offer["memory_gib"]):
+                continue
+            if req.interconnect and req.interconnect not in offer["interconnect"].split("+"):
+                continue
+            markets = {"never": [False], "only": [True], "prefer": [False, True]}[req.spot]
+            for spot in markets:
+                unit = offer["price_spot"] if spot else offer["price_on_demand"]
+                if math.isnan(unit):
+                    continue
+                price = unit * req.nodes
+                if req.max_price_per_hour is not None and price > req.max_price_per_hour:
+                    continue
+                here = EgressPlace(offer["cloud"], offer["region"], country=country)
+                run = job.runtime.estimate_hours * speed[0] / speed[alt]
+                staging = egress_in = 0.0
+                for item in job.data:
+                    src = EgressPlace(item.location.cloud, item.location.region)
+                    move = egress_price(src, here)
+                    staging += cost.copy_hours(item.size_gb, move.scope)
+                    egress_in += item.size_gb * move.price_per_gb
+                restore_h = restore_usd = write_usd = 0.0
+                ck = job.checkpoint
+                if ck and ck.location and ck.size_gb:
+                    bucket = EgressPlace(ck.location.cloud, ck.location.region)
+                    back = egress_price(bucket, here)
+                    restore_h = cost.copy_hours(ck.size_gb, back.scope)
+                    restore_usd = ck.size_gb * back.price_per_gb
+                    write_usd = ck.size_gb * egress_price(here, bucket).price_per_gb
+                rate = 0.0
+                if spot:
+                    known = offer["spot_interruption_rate"]
+                    rate = (
+                        known
+                        if not math.isnan(known)
+                        else cost.DEFAULT_INTERRUPTION_RATE[offer["cloud"]]
+                    )
+                lost = run / 2 if ck is None else min(ck.interval_minutes / 120, run / 2)
+                per = lost + cost.RESTART_HOURS + restore_h
+                work = run + staging
+
+                def hours(r: float, work=work, per=per) -> float:
+                    return work / (1 - r * per) if r * per < 1 else math.inf
+
+                total_h = hours(rate)
+                if math.isinf(total_h):
+                    continue
+                usd = price * total_h + egress_in + rate * total_h * restore_usd
+                if ck and ck.location:
+                    usd += total_h * 60 / ck.interval_minutes * write_usd
+                deadline = job.runtime.deadline_at(NOW)
+                if (
+                    deadline
+                    and hours(rate * cost.DEADLINE_RISK_FACTOR)
+                    > (deadline - NOW).total_seconds() / 3600
+                ):
+                    continue
+                if job.budget.max_cost is not None and usd > job.budget.max_cost:
+                    continue
+                out.append((usd, total_h, alt, position, spot))
+    return sorted(out, key=lambda c: (c[0], c[1], c[2], c[3], c[4]))
+
+
+places = st.sampled_from(
+    [Place("aws", "us-east-1"), Place("gcp", "europe-west4"), Place("azure", "japaneast")]
+)
+gpus = st.sampled_from(["A100", "H100", "T4", "L4", "A10G"])
+asks = st.lists(
+    st.builds(GpuAsk, gpus, st.sampled_from([1.0, 2.0, 4.0, 8.0])),
+    min_size=0,
+    max_size=3,
+    unique=True,
+)
+requirements = st.builds(
+    Requirements,
+    accelerators=asks.map(tuple),
+    cpus=st.none()
+    | st.none()
+    | st.builds(Amount, st.sampled_from([4.0, 16.0, 48.0]), st.booleans()),
+    memory_gib=st.none()
+    | st.none()
+    | st.builds(Amount, st.sampled_from([32.0, 128.0]), st.just(True)),
+    nodes=st.integers(1, 3),
+    interconnect=st.sampled_from([None, None, "nvlink"]),
+    clouds=st.sampled_from([(), (), ("aws",), ("gcp", "azure")]),
+    exclude_clouds=st.sampled_from([(), (), ("azure",)]),
+    regions=st.sampled_from([(), (), ("us-*",), ("europe-*", "eu-*")]),
+    countries=st.sampled_from([(), (), ("US",), ("DE", "NL", "JP")]),
+    spot=st.sampled_from(["never", "prefer", "only"]),
+    max_price_per_hour=st.sampled_from([None, None, 5.0, 40.0]),
+)
+jobs = st.builds(
+    JobSpec,
+    name=st.just("job"),
+    team=st.just("team"),
+    requirements=requirements,
+    runtime=st.builds(
+        Runtime,
+        st.sampled_from([0.5, 3.0, 24.0]),
+        st.sampled_from([None, timedelta(hours=4), timedelta(hours=60)]),
+    ),
+    checkpoint=st.none()
+    | st.builds(
+        Checkpoint,
+        st.just("s3://b/"),
+        st.sampled_from([10.0, 60.0]),
+        st.sampled_from([0.0, 50.0]),
+        st.none() | places,
+    ),
+    data=st.lists(
+        st.builds(DataInput, st.just("s3://d/"), st.sampled_from([10.0, 500.0]), places), max_size=2
+    ).map(tuple),
+    budget=st.builds(Budget, st.sampled_from([None, None, 20.0, 400.0])),
+)
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(jobs, st.sampled_from(sorted(CATALOGS)))
+def test_plan_equals_brute_force(job: JobSpec, seed: int) -> None:
+    index = CATALOGS[seed]
+    decision = plan(job, index, NOW, top=10**6)
+    expected = brute_force(job, index)
+    got = [(p.expected_cost, p.expected_hours) for p in decision.placements]
+    assert len(got) == len(expected)
+    for (usd, hours), reference in zip(got, expected, strict=True):
+        assert usd == pytest.approx(reference[0], rel=1e-9)
+        assert hours == pytest.approx(reference[1], rel=1e-9)
+    if expected:  # nothing feasible is cheaper than the top placement
+        assert decision.placements[0].expected_cost == pytest.approx(expected[0][0], rel=1e-9)
+
+
+@settings(max_examples=100, deadline=None)
+@given(jobs, st.sampled_from(sorted(CATALOGS)))
+def test_top_placement_satisfies_every_constraint(job: JobSpec, seed: int) -> None:
+    index = CATALOGS[seed]
+    decision = plan(job, index, NOW)
+    req = job.requirements
+    for p in decision.placements:
+        if req.accelerators:
+            assert (p.accelerator, p.accelerator_count) in {
+                (a.gpu, a.count) for a in req.accelerators
+            }
+        else:
+            assert p.accelerator == ""
+        assert not req.clouds or p.cloud in req.clouds
+        assert p.cloud not in req.exclude_clouds
+        assert not req.regions or any(fnmatchcase(p.region, g) for g in req.regions)
+        assert not req.countries or country_of(p.cloud, p.region) in req.countries
+        assert req.spot != "never" or p.market == "on-demand"
+        assert req.spot != "only" or p.market == "spot"
+        assert req.max_price_per_hour is None or p.price_per_hour <= req.max_price_per_hour
+        assert job.budget.max_cost is None or p.expected_cost <= job.budget.max_cost
+        assert p.nodes == req.nodes
+    costs = [p.expected_cost for p in decision.placements]
+    assert costs == sorted(costs)
+    assert [p.rank for p in decision.placements] == list(range(1, len(costs) + 1))
+
+
+@settings(max_examples=50, deadline=None)
+@given(st.lists(jobs, min_size=1, max_size=6), st.sampled_from(sorted(CATALOGS)))
+def test_batch_equals_one_by_one_and_is_deterministic(batch, seed) -> None:
+    index = CATALOGS[seed]
+    together = plan_many(batch, index, NOW)
+    alone = [plan(job, index, NOW) for job in batch]
+    assert together == alone
+    assert plan_many(batch, index, NOW) == together
+
+
+def test_rejections_account_for_every_offer() -> None:
+    index = CATALOGS[0]
+    job = JobSpec(
+        "j", "t", Requirements(accelerators=(GpuAsk("A100", 8.0),), regions=("us-*",), spot="never")
+    )
+    decision = plan(job, index, NOW, top=10**6)
+    removed_before_markets = sum(
+        r.count for r in decision.rejected if not r.reason.startswith(("no ", "over "))
+    )
+    assert (
+        removed_before_markets
+        + len(decision.placements)
+        + sum(r.count for r in decision.rejected if r.reason.startswith(("no ", "over ")))
+        == decision.candidates
+    )
+    assert decision.rejected[0].reason == "GPU model is not A100:8"
+
+
+def test_faster_gpu_can_be_cheaper_overall() -> None:
+    """H100 costs more per hour than A100 but finishes 2.5x sooner."""
+    import pandas as pd
+
+    rows = synthetic_offers(2, seed=1).iloc[:2].copy()
+    rows["cloud"], rows["region"] = "aws", "us-east-1"
+    rows["accelerator"] = ["A100", "H100"]
+    rows["accelerator_count"] = 8.0
+    rows["price_on_demand"] = [20.0, 40.0]
+    index = OfferIndex(OfferTable.from_frame(pd.DataFrame(rows)))
+    job = JobSpec(
+        "j",
+        "t",
+        Requirements(accelerators=(GpuAsk("A100", 8.0), GpuAsk("H100", 8.0))),
+        runtime=Runtime(estimate_hours=10),
+    )
+    best = plan(job, index, NOW).placements[0]
+    assert best.accelerator == "H100"
+    assert best.expected_hours == pytest.approx(10 / 2.5)
+    assert best.expected_cost == pytest.approx(40.0 * 4)

@@ -62,23 +62,22 @@ def spot_hours(
     import numpy as np
 
     load = rate * cost_per_interruption
-    with np.errstate(divide="ignore", invalid="ignore"):
-        total = np.where(load < 1.0, work_hours / (1.0 - load), np.inf)
-    return SpotHours(total=total, overhead=total - work_hours, interruptions=rate * total)
+    finishes = load < 1.0
+    total = np.divide(work_hours, 1.0 - load, out=np.full(len(load), np.inf), where=finishes)
+    interruptions = np.multiply(rate, total, out=np.zeros(len(load)), where=finishes)
+    return SpotHours(total=total, overhead=total - work_hours, interruptions=interruptions)
 
 
 def lost_hours_per_interruption(
-    interval_minutes: float | None, run_hours: np.ndarray, restore_hours: np.ndarray
+    interval_minutes: np.ndarray, run_hours: np.ndarray, restore_hours: np.ndarray
 ) -> np.ndarray:
     """Work redone after one interruption: half a checkpoint interval (or half the run
-    without checkpoints), plus restart and checkpoint restore."""
+    where there are no checkpoints: interval NaN), plus restart and checkpoint restore."""
     import numpy as np
 
-    if interval_minutes is None:
-        lost = run_hours * NO_CHECKPOINT_LOSS
-    else:
-        lost = np.minimum(interval_minutes / 60.0 / 2.0, run_hours * NO_CHECKPOINT_LOSS)
-    return lost + RESTART_HOURS + restore_hours
+    half_run = run_hours * NO_CHECKPOINT_LOSS
+    half_interval = np.where(np.isnan(interval_minutes), np.inf, interval_minutes / 120.0)
+    return np.minimum(half_interval, half_run) + RESTART_HOURS + restore_hours
 
 
 def copy_hours(size_gb: float, scope: str) -> float:

@@ -1,11 +1,13 @@
-"""The planner: (JobSpec, offers, now) -> Decision, a pure function.
+"""The planner: (jobs, offers, now) -> Decisions, a pure function.
 
-Step 1 (`filters.find_candidates`) keeps the offer x market pairs that satisfy
-the requirements. Step 2 (here) prices each candidate with the cost model of
-`cost.py`, drops the ones that miss the deadline or the budget, and ranks the
-rest by expected total cost, then expected hours, then a stable key (the
-manifest's order of GPU alternatives, the catalog row, on-demand before spot),
-so that the same input always gives the same answer.
+Step 1 (`filters.find_candidates`) keeps the (requirements, offer, market)
+triples that satisfy each distinct Requirements of the batch. Step 2 (here)
+prices every (job, candidate) pair with the cost model of `cost.py` in one
+vectorised pass, drops the pairs that never finish, miss the deadline or the
+budget, and ranks each job's pairs by expected total cost, then expected hours,
+then a stable key (the manifest's order of GPU alternatives, the catalog row,
+on-demand before spot), so that the same input always gives the same answer.
+`plan` is `plan_many` of one job: there is one implementation.
 """
 
 from __future__ import annotations
@@ -26,152 +28,276 @@ if TYPE_CHECKING:
     from pricing.query import OfferIndex
 
 DEFAULT_TOP = 5
+MOVE_COLUMNS = ("staging_hours", "egress_in", "restore_hours", "restore_egress", "write_egress")
 
 
-@dataclass(frozen=True)
-class _Priced:
-    """Per-candidate figures of step 2 (arrays aligned with Candidates)."""
-
-    run_hours: np.ndarray
-    staging_hours: np.ndarray
-    total_hours: np.ndarray
-    overhead_hours: np.ndarray
-    interruptions: np.ndarray
-    rate: np.ndarray
-    rate_from_catalog: np.ndarray
-    compute: np.ndarray
-    overhead_cost: np.ndarray
-    egress: np.ndarray
-    total: np.ndarray
-    risky_hours: np.ndarray  # hours with interruptions DEADLINE_RISK_FACTOR times likelier
-
-
-def plan(
-    job: JobSpec,
-    index: OfferIndex,
-    now: datetime,
-    top: int = DEFAULT_TOP,
-    candidates: Candidates | None = None,
-) -> Decision:
-    """Rank the feasible placements of `job` (see module docstring).
-
-    `candidates` lets a batch reuse step 1 for jobs with the same requirements.
-    """
-    import numpy as np
-
-    cands = candidates if candidates is not None else find_candidates(job.requirements, index)
-    rejected = list(cands.rejected)
-    priced = _price(job, index, cands)
-    keep = np.isfinite(priced.total_hours)
-    _drop(rejected, keep, "spot interruptions too frequent to ever finish")
-    deadline = job.runtime.deadline_at(now)
-    if deadline is not None:
-        hours_left = (deadline - now).total_seconds() / 3600.0
-        _drop(
-            rejected, keep, "misses the deadline (risk-adjusted)", priced.risky_hours <= hours_left
-        )
-    if job.budget.max_cost is not None:
-        _drop(
-            rejected,
-            keep,
-            f"over budget {job.budget.max_cost:g} USD",
-            priced.total <= job.budget.max_cost,
-        )
-    positions = np.flatnonzero(keep)
-    order = np.lexsort(
-        (
-            cands.spot[positions],  # on-demand first on a tie
-            cands.rows[positions],
-            cands.alternative[positions],
-            priced.total_hours[positions],
-            priced.total[positions],
-        )
-    )
-    chosen = positions[order[:top]]
-    placements = tuple(
-        _placement(rank, job, index, cands, priced, int(i))
-        for rank, i in enumerate(chosen, start=1)
-    )
-    return Decision(job.name, placements, tuple(rejected), cands.considered)
+def plan(job: JobSpec, index: OfferIndex, now: datetime, top: int = DEFAULT_TOP) -> Decision:
+    """The ranked placements of one job (see module docstring)."""
+    return plan_many([job], index, now, top=top)[0]
 
 
 def plan_many(
-    jobs: Sequence[JobSpec], index: OfferIndex, now: datetime, top: int = DEFAULT_TOP
+    jobs: Sequence[JobSpec],
+    index: OfferIndex,
+    now: datetime,
+    top: int = DEFAULT_TOP,
+    chunk_pairs: int = 2_000_000,
 ) -> list[Decision]:
-    """Plan a batch: jobs with the same requirements share one candidate search."""
-    shared: dict = {}
-    decisions = []
-    for job in jobs:
-        cands = shared.get(job.requirements)
-        if cands is None:
-            cands = shared[job.requirements] = find_candidates(job.requirements, index)
-        decisions.append(plan(job, index, now, top=top, candidates=cands))
+    """Plan a batch; jobs with the same requirements share one candidate search.
+
+    Jobs are priced in chunks of about `chunk_pairs` (job, candidate) pairs to
+    bound memory when some jobs have very many candidates.
+    """
+    if not jobs:
+        return []
+    reqs: dict = {}
+    req_of_job = [reqs.setdefault(job.requirements, len(reqs)) for job in jobs]
+    cands = find_candidates(list(reqs), index)
+    places = _Places(index)
+    decisions: list[Decision] = []
+    sizes = [int(cands.start[r + 1] - cands.start[r]) for r in req_of_job]
+    begin = 0
+    while begin < len(jobs):
+        end, pairs = begin, 0
+        while end < len(jobs) and (end == begin or pairs + sizes[end] <= chunk_pairs):
+            pairs += sizes[end]
+            end += 1
+        decisions.extend(
+            _plan_chunk(jobs[begin:end], req_of_job[begin:end], cands, index, places, now, top)
+        )
+        begin = end
     return decisions
 
 
-def _drop(
-    rejected: list[Rejection], keep: np.ndarray, reason: str, mask: np.ndarray | None = None
-) -> None:
-    """Clear `keep` where `mask` is False (or where keep already is), counting newly removed."""
-    if mask is None:
-        removed = int(len(keep) - keep.sum())
-        if removed:
-            rejected.append(Rejection(reason, removed))
-        return
-    newly = keep & ~mask
-    removed = int(newly.sum())
-    if removed:
-        rejected.append(Rejection(reason, removed))
-        keep &= mask
+class _Places:
+    """Per distinct (cloud, region) of the table: its place for egress, and the
+    data-movement figures of each distinct (inputs, checkpoint), memoised."""
+
+    def __init__(self, index: OfferIndex) -> None:
+        import numpy as np
+
+        self.index = index
+        table = index.offers
+        n_regions = max(len(table.categories["region"]), 1)
+        pair = table.codes["cloud"].astype(np.int64) * n_regions + table.codes["region"]
+        distinct, first, self.of_row = np.unique(pair, return_index=True, return_inverse=True)
+        countries = index.country_names()[index.country_codes()[first]].tolist()
+        self.places = [
+            (
+                table.categories["cloud"][code // n_regions],
+                table.categories["region"][code % n_regions],
+                country,
+            )
+            for code, country in zip(distinct.tolist(), countries, strict=True)
+        ]
+        default = np.array(
+            [cost.DEFAULT_INTERRUPTION_RATE.get(c, 0.05) for c in table.categories["cloud"]]
+        )
+        self.default_rate = default[table.codes["cloud"]] if len(table) else np.zeros(0)
+        self._moves: dict[tuple, int] = {}
+        self._tables: list[np.ndarray] = []
+        self._from: dict[Place, tuple[np.ndarray, np.ndarray]] = {}
+        self._to: dict[Place, np.ndarray] = {}
+
+    def moves_id(self, job: JobSpec) -> int:
+        key = (job.data, job.checkpoint)
+        if key not in self._moves:
+            self._moves[key] = len(self._tables)
+            self._tables.append(self._move_figures(job))
+        return self._moves[key]
+
+    def _egress_place(self, location: Place):
+        from pricing.egress import Place as EgressPlace
+
+        country = self.index.extra_countries.get((location.cloud, location.region), "")
+        return EgressPlace(location.cloud, location.region, country=country)
+
+    def from_place(self, location: Place) -> tuple[np.ndarray, np.ndarray]:
+        """USD per GB and copy hours per GB from `location` to every place."""
+        import numpy as np
+
+        from pricing.egress import Place as EgressPlace
+        from pricing.egress import egress_price
+
+        if location not in self._from:
+            source = self._egress_place(location)
+            moves = [egress_price(source, EgressPlace(c, r, country=k)) for c, r, k in self.places]
+            self._from[location] = (
+                np.array([m.price_per_gb for m in moves]),
+                np.array([cost.copy_hours(1.0, m.scope) for m in moves]),
+            )
+        return self._from[location]
+
+    def to_place(self, location: Place) -> np.ndarray:
+        """USD per GB from every place to `location` (billed by the sending place)."""
+        import numpy as np
+
+        from pricing.egress import Place as EgressPlace
+        from pricing.egress import egress_price
+
+        if location not in self._to:
+            target = self._egress_place(location)
+            self._to[location] = np.array(
+                [
+                    egress_price(EgressPlace(c, r, country=k), target).price_per_gb
+                    for c, r, k in self.places
+                ]
+            )
+        return self._to[location]
+
+    def _move_figures(self, job: JobSpec) -> np.ndarray:
+        """What the job's inputs and checkpoint cost to move, per place, as the columns
+        of MOVE_COLUMNS. Inputs or checkpoints without a location are not priced."""
+        import numpy as np
+
+        figures = np.zeros((len(self.places), len(MOVE_COLUMNS)))
+        for item in job.data:
+            if item.location is not None:
+                price, hours = self.from_place(item.location)
+                figures[:, 0] += item.size_gb * hours
+                figures[:, 1] += item.size_gb * price
+        ckpt = job.checkpoint
+        if ckpt is not None and ckpt.location is not None and ckpt.size_gb:
+            price, hours = self.from_place(ckpt.location)
+            figures[:, 2] = ckpt.size_gb * hours
+            figures[:, 3] = ckpt.size_gb * price
+            figures[:, 4] = ckpt.size_gb * self.to_place(ckpt.location)
+        return figures
+
+    def moves(self) -> np.ndarray:
+        """All memoised figures: [moves id, place, MOVE_COLUMNS]."""
+        import numpy as np
+
+        return np.stack(self._tables)
 
 
-def _price(job: JobSpec, index: OfferIndex, cands: Candidates) -> _Priced:
+def _plan_chunk(
+    jobs: Sequence[JobSpec],
+    req_of_job: Sequence[int],
+    cands: Candidates,
+    index: OfferIndex,
+    places: _Places,
+    now: datetime,
+    top: int,
+) -> list[Decision]:
     import numpy as np
 
     from pricing.gpus import find_gpu
 
-    table = index.offers
-    rows = cands.rows
-    asks = job.requirements.accelerators
-    if asks:
-        speed = np.array([_throughput(find_gpu(a.gpu)) for a in asks])
-        factor = speed[0] / speed  # the estimate is for the first-choice GPU
-        run_hours = job.runtime.estimate_hours * factor[cands.alternative]
-    else:
-        run_hours = np.full(len(rows), job.runtime.estimate_hours)
-    places = _PlaceCosts.build(job, index, rows)
-    staging = places.staging_hours
-    work = run_hours + staging
-    catalog_rate = table.numbers["spot_interruption_rate"][rows]
-    clouds = table.categories["cloud"][table.codes["cloud"][rows]]
-    default_rate = np.array([cost.DEFAULT_INTERRUPTION_RATE.get(c, 0.05) for c in clouds.tolist()])
-    from_catalog = ~np.isnan(catalog_rate)
-    rate = np.where(cands.spot, np.where(from_catalog, catalog_rate, default_rate), 0.0)
-    interval = job.checkpoint.interval_minutes if job.checkpoint else None
-    per_interruption = cost.lost_hours_per_interruption(interval, run_hours, places.restore_hours)
-    expected = cost.spot_hours(work, rate, per_interruption)
-    risky = cost.spot_hours(work, rate * cost.DEADLINE_RISK_FACTOR, per_interruption)
-    price = cands.price_per_hour
-    with np.errstate(invalid="ignore"):  # inf x 0 on never-finishing spot; dropped later
-        compute = price * expected.total
-        egress = places.egress_in + expected.interruptions * places.restore_egress
-        if job.checkpoint is not None and job.checkpoint.location is not None:
-            writes = expected.total * 60.0 / job.checkpoint.interval_minutes
-            egress = egress + writes * places.checkpoint_write_egress
-    return _Priced(
-        run_hours=run_hours,
-        staging_hours=staging,
-        total_hours=expected.total,
-        overhead_hours=expected.overhead,
-        interruptions=expected.interruptions,
-        rate=rate,
-        rate_from_catalog=from_catalog,
-        compute=compute,
-        overhead_cost=price * expected.overhead,
-        egress=egress,
-        total=compute + egress,
-        risky_hours=risky.total,
+    n = len(jobs)
+    req_of_job = np.asarray(req_of_job, dtype=np.int64)
+    # Expand each job's requirements block of candidates into (job, candidate) pairs.
+    lengths = cands.start[req_of_job + 1] - cands.start[req_of_job]
+    job = np.repeat(np.arange(n), lengths)
+    offsets = np.cumsum(lengths) - lengths
+    cand = (
+        np.arange(int(lengths.sum()))
+        - np.repeat(offsets, lengths)
+        + np.repeat(cands.start[req_of_job], lengths)
     )
+    row, alt, spot = cands.row[cand], cands.alternative[cand], cands.spot[cand]
+    price = cands.price_per_hour[cand]
+
+    # Per-job parameters, gathered per pair.
+    max_alts = max([len(j.requirements.accelerators) for j in jobs] + [1])
+    factor = np.ones((n, max_alts))
+    for i, j in enumerate(jobs):
+        asks = j.requirements.accelerators
+        if len(asks) > 1:
+            speed = [_throughput(find_gpu(a.gpu)) for a in asks]
+            factor[i, : len(asks)] = [speed[0] / s for s in speed]
+    estimate = np.array([j.runtime.estimate_hours for j in jobs])
+    interval = np.array([j.checkpoint.interval_minutes if j.checkpoint else np.nan for j in jobs])
+    writes_ckpt = np.array(
+        [j.checkpoint is not None and j.checkpoint.location is not None for j in jobs]
+    )
+    moves_id = np.array([places.moves_id(j) for j in jobs], dtype=np.int64)
+    hours_left = np.array([_hours_left(j, now) for j in jobs])
+    budget = np.array(
+        [j.budget.max_cost if j.budget.max_cost is not None else np.inf for j in jobs]
+    )
+
+    run_hours = estimate[job] * factor[job, alt]
+    moves = places.moves()[moves_id[job], places.of_row[row]]
+    staging, egress_in, restore_hours, restore_egress, write_egress = moves.T
+    work = run_hours + staging
+    catalog_rate = index.offers.numbers["spot_interruption_rate"][row]
+    from_catalog = ~np.isnan(catalog_rate)
+    rate = np.where(spot, np.where(from_catalog, catalog_rate, places.default_rate[row]), 0.0)
+    per_interruption = cost.lost_hours_per_interruption(interval[job], run_hours, restore_hours)
+    expected = cost.spot_hours(work, rate, per_interruption)
+    risky = cost.spot_hours(work, rate * cost.DEADLINE_RISK_FACTOR, per_interruption).total
+    finite = np.isfinite(expected.total)
+    hours = np.where(finite, expected.total, 0.0)
+    compute = np.where(finite, price * hours, np.inf)
+    egress = egress_in + expected.interruptions * restore_egress
+    ckpt_interval = np.where(writes_ckpt[job], interval[job], np.inf)
+    egress = egress + hours * (60.0 / ckpt_interval) * write_egress
+    total = compute + egress
+
+    rejected = [list(cands.rejected[r]) for r in req_of_job.tolist()]
+    keep = finite.copy()
+    _count(rejected, job, ~finite, n, "spot interruptions too frequent to ever finish")
+    late = keep & (risky > hours_left[job])
+    _count(rejected, job, late, n, "misses the deadline (risk-adjusted)")
+    keep &= ~late
+    dear = keep & (total > budget[job])
+    _count(rejected, job, dear, n, lambda i: f"over budget {jobs[i].budget.max_cost:g} USD")
+    keep &= ~dear
+
+    chosen = np.flatnonzero(keep)
+    order = np.lexsort(
+        (spot[chosen], row[chosen], alt[chosen], expected.total[chosen], total[chosen], job[chosen])
+    )
+    chosen = chosen[order]
+    first = np.searchsorted(job[chosen], np.arange(n))
+    rank = np.arange(len(chosen)) - first[job[chosen]]
+    chosen = chosen[rank < top]
+    figures = _Figures.take(
+        chosen,
+        index,
+        row,
+        spot,
+        price,
+        run_hours,
+        staging,
+        expected,
+        rate,
+        from_catalog,
+        compute,
+        egress,
+        total,
+    )
+    per_job: list[list[Placement]] = [[] for _ in range(n)]
+    notes: dict[tuple, tuple[str, ...]] = {}
+    note_keys: dict[int, tuple] = {}
+    for k, i in enumerate(job[chosen].tolist()):
+        if i not in note_keys:
+            note_keys[i] = _notes_key(jobs[i])
+        per_job[i].append(figures.placement(k, len(per_job[i]) + 1, jobs[i], note_keys[i], notes))
+    return [
+        Decision(jobs[i].name, tuple(per_job[i]), tuple(rejected[i]), cands.considered)
+        for i in range(n)
+    ]
+
+
+def _count(
+    rejected: list[list[Rejection]], job: np.ndarray, mask: np.ndarray, n: int, reason
+) -> None:
+    """Record, per job, how many of its pairs `mask` removes."""
+    import numpy as np
+
+    if not mask.any():
+        return
+    counts = np.bincount(job[mask], minlength=n)
+    for i in np.flatnonzero(counts).tolist():
+        text = reason(i) if callable(reason) else reason
+        rejected[i].append(Rejection(text, int(counts[i])))
+
+
+def _hours_left(job: JobSpec, now: datetime) -> float:
+    deadline = job.runtime.deadline_at(now)
+    return float("inf") if deadline is None else (deadline - now).total_seconds() / 3600.0
 
 
 def _throughput(model) -> float:
@@ -179,114 +305,121 @@ def _throughput(model) -> float:
 
 
 @dataclass(frozen=True)
-class _PlaceCosts:
-    """What the job's data and checkpoint cost to move, per candidate's region."""
+class _Figures:
+    """The chosen pairs' figures as Python lists, extracted once per chunk."""
 
-    staging_hours: np.ndarray
-    egress_in: np.ndarray  # USD to bring inputs in, once
-    restore_hours: np.ndarray  # hours to bring the checkpoint in after an interruption
-    restore_egress: np.ndarray  # USD per checkpoint restore
-    checkpoint_write_egress: np.ndarray  # USD per checkpoint written to its bucket
+    columns: dict
 
     @classmethod
-    def build(cls, job: JobSpec, index: OfferIndex, rows: np.ndarray) -> _PlaceCosts:
-        """Compute per distinct (cloud, region) of the candidates, then spread to rows."""
-        import numpy as np
-
-        from pricing.egress import Place as EgressPlace
-        from pricing.egress import egress_price
-
+    def take(
+        cls,
+        chosen,
+        index,
+        row,
+        spot,
+        price,
+        run_hours,
+        staging,
+        expected,
+        rate,
+        from_catalog,
+        compute,
+        egress,
+        total,
+    ) -> _Figures:
         table = index.offers
-        cloud_codes, region_codes = table.codes["cloud"][rows], table.codes["region"][rows]
-        n_regions = max(len(table.categories["region"]), 1)
-        pair = cloud_codes.astype(np.int64) * n_regions + region_codes
-        distinct, first, inverse = np.unique(pair, return_index=True, return_inverse=True)
-        countries = index.country_names()[index.country_codes()[rows[first]]] if len(rows) else []
-        ckpt = job.checkpoint
-        figures = np.zeros((len(distinct), 5))
-        for i, (code, country) in enumerate(zip(distinct.tolist(), list(countries), strict=True)):
-            here = EgressPlace(
-                table.categories["cloud"][code // n_regions],
-                table.categories["region"][code % n_regions],
-                country=country,
+        rows = row[chosen]
+        columns = {
+            name: table.categories[name][table.codes[name][rows]].tolist()
+            for name in (
+                "cloud",
+                "region",
+                "zone",
+                "instance_type",
+                "accelerator",
+                "source",
+                "as_of",
             )
-            staging = egress_in = 0.0
-            for item in job.data:
-                source = _egress_place(item.location, index)
-                if source is None:
-                    continue
-                move = egress_price(source, here)
-                staging += cost.copy_hours(item.size_gb, move.scope)
-                egress_in += item.size_gb * move.price_per_gb
-            restore_hours = restore_egress = write_egress = 0.0
-            if ckpt is not None and ckpt.size_gb:
-                bucket = _egress_place(ckpt.location, index)
-                if bucket is not None:
-                    restore = egress_price(bucket, here)
-                    restore_hours = cost.copy_hours(ckpt.size_gb, restore.scope)
-                    restore_egress = ckpt.size_gb * restore.price_per_gb
-                    write_egress = ckpt.size_gb * egress_price(here, bucket).price_per_gb
-            figures[i] = (staging, egress_in, restore_hours, restore_egress, write_egress)
-        per_row = figures[inverse] if len(rows) else np.zeros((0, 5))
-        return cls(*(per_row[:, k] for k in range(5)))
+        }
+        columns["accelerator_count"] = table.numbers["accelerator_count"][rows].tolist()
+        for name, values in (
+            ("spot", spot),
+            ("price", price),
+            ("run_hours", run_hours),
+            ("staging", staging),
+            ("hours", expected.total),
+            ("overhead", expected.overhead),
+            ("interruptions", expected.interruptions),
+            ("rate", rate),
+            ("from_catalog", from_catalog),
+            ("compute", compute),
+            ("egress", egress),
+            ("total", total),
+        ):
+            columns[name] = values[chosen].tolist()
+        return cls(columns)
+
+    def placement(
+        self, k: int, rank: int, job: JobSpec, job_key: tuple, notes: dict[tuple, tuple[str, ...]]
+    ) -> Placement:
+        """Placement k of the chunk; `notes` memoises the assumptions per job and market."""
+        c = self.columns
+        is_spot = c["spot"][k]
+        source = ""
+        if is_spot:
+            source = "catalog" if c["from_catalog"][k] else f"default:{c['cloud'][k]}"
+        key = (job_key, is_spot, c["rate"][k], source)
+        if key not in notes:
+            notes[key] = _assumptions(job, is_spot, c["rate"][k], source)
+        estimate = CostEstimate(
+            compute=c["compute"][k],
+            interruption_overhead=c["price"][k] * c["overhead"][k],
+            egress=c["egress"][k],
+            total=c["total"][k],
+            run_hours=c["run_hours"][k],
+            staging_hours=c["staging"][k],
+            overhead_hours=c["overhead"][k],
+            expected_interruptions=c["interruptions"][k],
+            interruption_rate=c["rate"][k],
+            interruption_rate_source=source,
+            assumptions=notes[key],
+        )
+        return Placement(
+            rank=rank,
+            cloud=c["cloud"][k],
+            region=c["region"][k],
+            zone=c["zone"][k],
+            instance_type=c["instance_type"][k],
+            accelerator=c["accelerator"][k],
+            accelerator_count=c["accelerator_count"][k],
+            nodes=job.requirements.nodes,
+            market="spot" if is_spot else "on-demand",
+            price_per_hour=c["price"][k],
+            expected_hours=c["hours"][k],
+            expected_cost=c["total"][k],
+            cost=estimate,
+            price_source=c["source"][k],
+            price_as_of=c["as_of"][k],
+        )
 
 
-def _egress_place(location: Place | None, index: OfferIndex):
-    """Where data lives for pricing: its declared location, else None (not priced)."""
-    from pricing.egress import Place as EgressPlace
-
-    if location is None:
-        return None
-    country = index.extra_countries.get((location.cloud, location.region), "")
-    return EgressPlace(location.cloud, location.region, country=country)
-
-
-def _placement(
-    rank: int, job: JobSpec, index: OfferIndex, cands: Candidates, priced: _Priced, i: int
-) -> Placement:
-    table = index.offers
-    row = int(cands.rows[i])
-    text = {name: table.categories[name][table.codes[name][row]] for name in table.codes}
-    is_spot = bool(cands.spot[i])
-    source = "catalog" if priced.rate_from_catalog[i] else f"default:{text['cloud']}"
-    assumptions = _assumptions(job, is_spot, float(priced.rate[i]), source)
-    estimate = CostEstimate(
-        compute=float(priced.compute[i]),
-        interruption_overhead=float(priced.overhead_cost[i]),
-        egress=float(priced.egress[i]),
-        total=float(priced.total[i]),
-        run_hours=float(priced.run_hours[i]),
-        staging_hours=float(priced.staging_hours[i]),
-        overhead_hours=float(priced.overhead_hours[i]),
-        expected_interruptions=float(priced.interruptions[i]),
-        interruption_rate=float(priced.rate[i]),
-        interruption_rate_source=source if is_spot else "",
-        assumptions=assumptions,
-    )
-    return Placement(
-        rank=rank,
-        cloud=text["cloud"],
-        region=text["region"],
-        zone=text["zone"],
-        instance_type=text["instance_type"],
-        accelerator=text["accelerator"],
-        accelerator_count=float(table.numbers["accelerator_count"][row]),
-        nodes=job.requirements.nodes,
-        market="spot" if is_spot else "on-demand",
-        price_per_hour=float(cands.price_per_hour[i]),
-        expected_hours=float(priced.total_hours[i]),
-        expected_cost=float(priced.total[i]),
-        cost=estimate,
-        price_source=text["source"],
-        price_as_of=text["as_of"],
+def _notes_key(job: JobSpec) -> tuple:
+    """What `_assumptions` reads of a job, so that jobs alike share one tuple of notes."""
+    ckpt = job.checkpoint
+    return (
+        job.runtime.estimate_hours,
+        job.requirements.accelerators[0].gpu if job.requirements.accelerators else "CPU",
+        ckpt is None,
+        any(item.location is None for item in job.data),
+        ckpt is not None and ckpt.location is None and bool(ckpt.size_gb),
     )
 
 
 def _assumptions(job: JobSpec, is_spot: bool, rate: float, source: str) -> tuple[str, ...]:
+    gpu = job.requirements.accelerators[0].gpu if job.requirements.accelerators else "CPU"
     notes = [
-        f"runtime estimate {job.runtime.estimate_hours:g} h on "
-        f"{job.requirements.accelerators[0].gpu if job.requirements.accelerators else 'CPU'}"
-        ", scaled by relative GPU throughput"
+        f"runtime estimate {job.runtime.estimate_hours:g} h on {gpu}, scaled by relative "
+        "GPU throughput"
     ]
     if is_spot:
         notes.append(

@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING
 
 from broker.planner import cost
 from broker.planner.decision import CostEstimate, Decision, Placement, Rejection
-from broker.planner.filters import Candidates, find_candidates
+from broker.planner.filters import Candidates, Partitions, find_candidates
 from broker.spec import JobSpec, Place
 
 if TYPE_CHECKING:
@@ -45,55 +45,38 @@ def plan_many(
 ) -> list[Decision]:
     """Plan a batch; jobs with the same requirements share one candidate search.
 
-    Jobs are priced in chunks of about `chunk_pairs` (job, candidate) pairs to
-    bound memory when some jobs have very many candidates.
+    Jobs go through in chunks of about `chunk_pairs` (job, offer) pairs, so that
+    memory stays bounded when some jobs (CPU-only ones, say) match very many offers.
     """
     if not jobs:
         return []
-    reqs: dict = {}
-    req_of_job = [reqs.setdefault(job.requirements, len(reqs)) for job in jobs]
-    cands = find_candidates(list(reqs), index)
-    places = _Places(index)
+    partitions = Partitions(index)
+    places = _Places(index, partitions)
+    sizes = [partitions.size_of(job.requirements) for job in jobs]
     decisions: list[Decision] = []
-    sizes = [int(cands.start[r + 1] - cands.start[r]) for r in req_of_job]
     begin = 0
     while begin < len(jobs):
         end, pairs = begin, 0
         while end < len(jobs) and (end == begin or pairs + sizes[end] <= chunk_pairs):
             pairs += sizes[end]
             end += 1
-        decisions.extend(
-            _plan_chunk(jobs[begin:end], req_of_job[begin:end], cands, index, places, now, top)
-        )
+        chunk = jobs[begin:end]
+        reqs: dict = {}
+        req_of_job = [reqs.setdefault(job.requirements, len(reqs)) for job in chunk]
+        cands = find_candidates(list(reqs), index, partitions)
+        decisions.extend(_plan_chunk(chunk, req_of_job, cands, index, places, now, top))
         begin = end
     return decisions
 
 
 class _Places:
-    """Per distinct (cloud, region) of the table: its place for egress, and the
-    data-movement figures of each distinct (inputs, checkpoint), memoised."""
+    """Data-movement figures per place (Partitions.places) for each distinct
+    (inputs, checkpoint) of the batch, memoised."""
 
-    def __init__(self, index: OfferIndex) -> None:
-        import numpy as np
+    def __init__(self, index: OfferIndex, partitions: Partitions) -> None:
 
         self.index = index
-        table = index.offers
-        n_regions = max(len(table.categories["region"]), 1)
-        pair = table.codes["cloud"].astype(np.int64) * n_regions + table.codes["region"]
-        distinct, first, self.of_row = np.unique(pair, return_index=True, return_inverse=True)
-        countries = index.country_names()[index.country_codes()[first]].tolist()
-        self.places = [
-            (
-                table.categories["cloud"][code // n_regions],
-                table.categories["region"][code % n_regions],
-                country,
-            )
-            for code, country in zip(distinct.tolist(), countries, strict=True)
-        ]
-        default = np.array(
-            [cost.DEFAULT_INTERRUPTION_RATE.get(c, 0.05) for c in table.categories["cloud"]]
-        )
-        self.default_rate = default[table.codes["cloud"]] if len(table) else np.zeros(0)
+        self.places = partitions.places
         self._moves: dict[tuple, int] = {}
         self._tables: list[np.ndarray] = []
         self._from: dict[Place, tuple[np.ndarray, np.ndarray]] = {}
@@ -180,98 +163,112 @@ def _plan_chunk(
     now: datetime,
     top: int,
 ) -> list[Decision]:
+    """Price every (job, cost group) pair at once, count what the deadline and the
+    budget remove, then rank the few candidates that can be in each job's top."""
     import numpy as np
-
-    from pricing.gpus import find_gpu
 
     n = len(jobs)
     req_of_job = np.asarray(req_of_job, dtype=np.int64)
-    # Expand each job's requirements block of candidates into (job, candidate) pairs.
-    lengths = cands.start[req_of_job + 1] - cands.start[req_of_job]
+    # (job, group) pairs: each job takes the groups of its requirements.
+    first_group = cands.req_groups[req_of_job]
+    lengths = cands.req_groups[req_of_job + 1] - first_group
     job = np.repeat(np.arange(n), lengths)
     offsets = np.cumsum(lengths) - lengths
-    cand = (
-        np.arange(int(lengths.sum()))
-        - np.repeat(offsets, lengths)
-        + np.repeat(cands.start[req_of_job], lengths)
-    )
-    row, alt, spot = cands.row[cand], cands.alternative[cand], cands.spot[cand]
-    price = cands.price_per_hour[cand]
+    group = np.arange(int(lengths.sum())) - np.repeat(offsets - first_group, lengths)
+    alt, spot = cands.group_alternative[group], cands.group_spot[group]
+    rate, place = cands.group_rate[group], cands.group_place[group]
+    begin, end = cands.group_start[group], cands.group_start[group + 1]
 
-    # Per-job parameters, gathered per pair.
-    max_alts = max([len(j.requirements.accelerators) for j in jobs] + [1])
-    factor = np.ones((n, max_alts))
-    for i, j in enumerate(jobs):
-        asks = j.requirements.accelerators
-        if len(asks) > 1:
-            speed = [_throughput(find_gpu(a.gpu)) for a in asks]
-            factor[i, : len(asks)] = [speed[0] / s for s in speed]
-    estimate = np.array([j.runtime.estimate_hours for j in jobs])
-    interval = np.array([j.checkpoint.interval_minutes if j.checkpoint else np.nan for j in jobs])
-    writes_ckpt = np.array(
-        [j.checkpoint is not None and j.checkpoint.location is not None for j in jobs]
-    )
-    moves_id = np.array([places.moves_id(j) for j in jobs], dtype=np.int64)
-    hours_left = np.array([_hours_left(j, now) for j in jobs])
-    budget = np.array(
-        [j.budget.max_cost if j.budget.max_cost is not None else np.inf for j in jobs]
-    )
-
-    run_hours = estimate[job] * factor[job, alt]
-    moves = places.moves()[moves_id[job], places.of_row[row]]
+    params = _JobParams.of(jobs, places, now)
+    run_hours = params.estimate[job] * params.factor[job, alt]
+    moves = places.moves()[params.moves_id[job], place]
     staging, egress_in, restore_hours, restore_egress, write_egress = moves.T
     work = run_hours + staging
-    catalog_rate = index.offers.numbers["spot_interruption_rate"][row]
-    from_catalog = ~np.isnan(catalog_rate)
-    rate = np.where(spot, np.where(from_catalog, catalog_rate, places.default_rate[row]), 0.0)
-    per_interruption = cost.lost_hours_per_interruption(interval[job], run_hours, restore_hours)
+    per_interruption = cost.lost_hours_per_interruption(
+        params.interval[job], run_hours, restore_hours
+    )
     expected = cost.spot_hours(work, rate, per_interruption)
     risky = cost.spot_hours(work, rate * cost.DEADLINE_RISK_FACTOR, per_interruption).total
     finite = np.isfinite(expected.total)
     hours = np.where(finite, expected.total, 0.0)
-    compute = np.where(finite, price * hours, np.inf)
-    egress = egress_in + expected.interruptions * restore_egress
-    ckpt_interval = np.where(writes_ckpt[job], interval[job], np.inf)
-    egress = egress + hours * (60.0 / ckpt_interval) * write_egress
-    total = compute + egress
+    writes_per_hour = 60.0 / np.where(params.writes_ckpt[job], params.interval[job], np.inf)
+    egress = (
+        egress_in + expected.interruptions * restore_egress + hours * writes_per_hour * write_egress
+    )  # the same for every candidate of the group
 
+    def totals(candidates: np.ndarray, pair: np.ndarray) -> np.ndarray:
+        return cands.price_per_hour[candidates] * hours[pair] + egress[pair]
+
+    size = end - begin
     rejected = [list(cands.rejected[r]) for r in req_of_job.tolist()]
-    keep = finite.copy()
-    _count(rejected, job, ~finite, n, "spot interruptions too frequent to ever finish")
-    late = keep & (risky > hours_left[job])
-    _count(rejected, job, late, n, "misses the deadline (risk-adjusted)")
-    keep &= ~late
-    dear = keep & (total > budget[job])
-    _count(rejected, job, dear, n, lambda i: f"over budget {jobs[i].budget.max_cost:g} USD")
-    keep &= ~dear
-
-    chosen = np.flatnonzero(keep)
-    order = np.lexsort(
-        (spot[chosen], row[chosen], alt[chosen], expected.total[chosen], total[chosen], job[chosen])
+    _count(rejected, job, size, ~finite, n, "spot interruptions too frequent to ever finish")
+    alive = finite & (risky <= params.hours_left[job])
+    _count(rejected, job, size, finite & ~alive, n, "misses the deadline (risk-adjusted)")
+    # Within a group the cost grows with the price: the affordable candidates are a prefix.
+    affordable = np.where(alive, size, 0)
+    budget = params.budget[job]
+    capped = np.flatnonzero(alive & np.isfinite(budget))
+    if len(capped):
+        all_fit = totals(end[capped] - 1, capped) <= budget[capped]
+        none_fit = totals(begin[capped], capped) > budget[capped]
+        affordable[capped[none_fit]] = 0
+        for p in capped[~all_fit & ~none_fit].tolist():
+            within = totals(np.arange(begin[p], end[p]), np.full(size[p], p)) <= budget[p]
+            affordable[p] = int(within.sum())
+    over = size - affordable
+    _count(
+        rejected,
+        job,
+        np.where(alive, over, 0),
+        alive & (over > 0),
+        n,
+        lambda i: f"over budget {jobs[i].budget.max_cost:g} USD",
     )
-    chosen = chosen[order]
-    first = np.searchsorted(job[chosen], np.arange(n))
-    rank = np.arange(len(chosen)) - first[job[chosen]]
-    chosen = chosen[rank < top]
+
+    # A job's top k lie in the k groups with the cheapest first candidates (ties kept).
+    usable = np.flatnonzero(affordable > 0)
+    cheapest = totals(begin[usable], usable)
+    by_job = np.lexsort((cheapest, job[usable]))
+    usable, cheapest = usable[by_job], cheapest[by_job]
+    starts = np.searchsorted(job[usable], np.arange(n + 1))
+    kth = np.full(n, np.inf)
+    has_k = (starts[1:] - starts[:-1]) >= top
+    kth[has_k] = cheapest[starts[:-1][has_k] + top - 1]
+    usable = usable[cheapest <= kth[job[usable]]]
+    take = np.minimum(affordable[usable], top)
+    pair = np.repeat(usable, take)
+    within = np.arange(int(take.sum())) - np.repeat(np.cumsum(take) - take, take)
+    candidate = begin[pair] + within
+    total = totals(candidate, pair)
+    order = np.lexsort(
+        (spot[pair], cands.row[candidate], alt[pair], expected.total[pair], total, job[pair])
+    )
+    pair, candidate, total = pair[order], candidate[order], total[order]
+    first = np.searchsorted(job[pair], np.arange(n))
+    keep = (np.arange(len(pair)) - first[job[pair]]) < top
+    pair, candidate, total = pair[keep], candidate[keep], total[keep]
+
+    price = cands.price_per_hour[candidate]
     figures = _Figures.take(
-        chosen,
         index,
-        row,
-        spot,
-        price,
-        run_hours,
-        staging,
-        expected,
-        rate,
-        from_catalog,
-        compute,
-        egress,
-        total,
+        cands.row[candidate],
+        spot=spot[pair],
+        price=price,
+        run_hours=run_hours[pair],
+        staging=staging[pair],
+        hours=expected.total[pair],
+        overhead=expected.overhead[pair],
+        interruptions=expected.interruptions[pair],
+        rate=rate[pair],
+        from_catalog=cands.group_rate_from_catalog[group[pair]],
+        compute=price * hours[pair],
+        egress=egress[pair],
+        total=total,
     )
     per_job: list[list[Placement]] = [[] for _ in range(n)]
     notes: dict[tuple, tuple[str, ...]] = {}
     note_keys: dict[int, tuple] = {}
-    for k, i in enumerate(job[chosen].tolist()):
+    for k, i in enumerate(job[pair].tolist()):
         if i not in note_keys:
             note_keys[i] = _notes_key(jobs[i])
         per_job[i].append(figures.placement(k, len(per_job[i]) + 1, jobs[i], note_keys[i], notes))
@@ -281,15 +278,63 @@ def _plan_chunk(
     ]
 
 
+@dataclass(frozen=True)
+class _JobParams:
+    """Per-job inputs of the cost model as arrays, gathered per pair by job index."""
+
+    factor: np.ndarray  # [job, alternative]: estimate multiplier for that GPU
+    estimate: np.ndarray
+    interval: np.ndarray  # checkpoint interval, minutes; NaN = no checkpoints
+    writes_ckpt: np.ndarray  # checkpoint writes are priced (bucket location known)
+    moves_id: np.ndarray
+    hours_left: np.ndarray  # until the deadline; inf = none
+    budget: np.ndarray  # inf = none
+
+    @classmethod
+    def of(cls, jobs: Sequence[JobSpec], places: _Places, now: datetime) -> _JobParams:
+        import numpy as np
+
+        from pricing.gpus import find_gpu
+
+        max_alts = max([len(j.requirements.accelerators) for j in jobs] + [1])
+        factor = np.ones((len(jobs), max_alts))
+        for i, j in enumerate(jobs):
+            asks = j.requirements.accelerators
+            if len(asks) > 1:  # the estimate is for the first-choice GPU
+                speed = [_throughput(find_gpu(a.gpu)) for a in asks]
+                factor[i, : len(asks)] = [speed[0] / s for s in speed]
+        return cls(
+            factor=factor,
+            estimate=np.array([j.runtime.estimate_hours for j in jobs]),
+            interval=np.array(
+                [j.checkpoint.interval_minutes if j.checkpoint else np.nan for j in jobs]
+            ),
+            writes_ckpt=np.array(
+                [j.checkpoint is not None and j.checkpoint.location is not None for j in jobs]
+            ),
+            moves_id=np.array([places.moves_id(j) for j in jobs], dtype=np.int64),
+            hours_left=np.array([_hours_left(j, now) for j in jobs]),
+            budget=np.array(
+                [j.budget.max_cost if j.budget.max_cost is not None else np.inf for j in jobs]
+            ),
+        )
+
+
 def _count(
-    rejected: list[list[Rejection]], job: np.ndarray, mask: np.ndarray, n: int, reason
+    rejected: list[list[Rejection]],
+    job: np.ndarray,
+    size: np.ndarray,
+    mask: np.ndarray,
+    n: int,
+    reason,
 ) -> None:
-    """Record, per job, how many of its pairs `mask` removes."""
+    """Record, per job, how many candidates the (job, group) pairs in `mask` remove;
+    `size` is the number of candidates each pair stands for."""
     import numpy as np
 
     if not mask.any():
         return
-    counts = np.bincount(job[mask], minlength=n)
+    counts = np.bincount(job[mask], weights=size[mask], minlength=n)
     for i in np.flatnonzero(counts).tolist():
         text = reason(i) if callable(reason) else reason
         rejected[i].append(Rejection(text, int(counts[i])))
@@ -311,24 +356,8 @@ class _Figures:
     columns: dict
 
     @classmethod
-    def take(
-        cls,
-        chosen,
-        index,
-        row,
-        spot,
-        price,
-        run_hours,
-        staging,
-        expected,
-        rate,
-        from_catalog,
-        compute,
-        egress,
-        total,
-    ) -> _Figures:
+    def take(cls, index: OfferIndex, rows: np.ndarray, **values: np.ndarray) -> _Figures:
         table = index.offers
-        rows = row[chosen]
         columns = {
             name: table.categories[name][table.codes[name][rows]].tolist()
             for name in (
@@ -342,21 +371,8 @@ class _Figures:
             )
         }
         columns["accelerator_count"] = table.numbers["accelerator_count"][rows].tolist()
-        for name, values in (
-            ("spot", spot),
-            ("price", price),
-            ("run_hours", run_hours),
-            ("staging", staging),
-            ("hours", expected.total),
-            ("overhead", expected.overhead),
-            ("interruptions", expected.interruptions),
-            ("rate", rate),
-            ("from_catalog", from_catalog),
-            ("compute", compute),
-            ("egress", egress),
-            ("total", total),
-        ):
-            columns[name] = values[chosen].tolist()
+        for name, array in values.items():
+            columns[name] = array.tolist()
         return cls(columns)
 
     def placement(

@@ -12,8 +12,14 @@ that a field path such as `("pools", 0, "gpu")` can be located afterwards.
 Lines and columns are 1-based; 0 means unknown (an unreadable file).
 
 The file is parsed once by `yaml.compose_all` with the safe loader, so no tag
-can build a Python object. Duplicate keys in a mapping, which YAML parsers
-silently resolve to the last one, are errors here.
+can build a Python object: libyaml's `CSafeLoader` when PyYAML was built with
+it (several times faster, same nodes and marks), and PyYAML's own parser again
+only for a file libyaml refused, since its error messages say more. The data
+is built from the nodes as `SafeConstructor` builds it, by a faster builder
+for the common tags. Duplicate keys in a mapping, which YAML parsers silently
+resolve to the last one, are errors here. `parse_yaml_documents` does the same
+for text already in hand (stdin, tests), and `iter_yaml_documents` gives the
+documents one at a time (a long file of manifests).
 
 `validation_errors` turns a pydantic `ValidationError` raised on a document's
 data into located errors, with a "did you mean" for misspelt keys and for
@@ -24,9 +30,10 @@ functions (importing this module must stay cheap for the CLI).
 from __future__ import annotations
 
 import enum
+import functools
 import types
 import typing
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -124,29 +131,53 @@ class YamlDocument:
         at its name). A path that leaves the tree stops at the last node found,
         so the document start is the final fallback.
         """
+        mark = self.node.start_mark
+        for i, (key_node, node) in enumerate(self._walk(field_path)):
+            last = i == len(field_path) - 1
+            mark = key_node.start_mark if key and last and key_node is not None else node.start_mark
+        return mark.line + 1, mark.column + 1
+
+    def as_written(self, field_path: Sequence[str | int]) -> FieldPath:
+        """`field_path` cut before an index into a single value.
+
+        A field that takes one value or a list (`gpu: A100` for `gpu: [A100]`)
+        is validated as a list, so its errors carry an index; when the file
+        gives one value, the field is named as written, without the index.
+        """
+        import yaml
+
+        nodes = list(self._walk(field_path))
+        n = len(nodes)
+        if n < len(field_path) and isinstance(field_path[n], int):
+            node = nodes[-1][1] if nodes else self.node
+            if isinstance(node, yaml.ScalarNode):
+                return tuple(field_path[:n])
+        return tuple(field_path)
+
+    def _walk(
+        self, field_path: Sequence[str | int]
+    ) -> Iterator[tuple[yaml.Node | None, yaml.Node]]:
+        """(key node or None, value node) for each part of `field_path` found, from the root."""
         import yaml
 
         node: yaml.Node = self.node
-        mark = node.start_mark
-        for i, part in enumerate(field_path):
+        for part in field_path:
             if isinstance(node, yaml.MappingNode):
                 found = None
                 for key_node, value_node in node.value:  # the last duplicate wins, as in YAML
                     if isinstance(key_node, yaml.ScalarNode) and key_node.value == str(part):
                         found = key_node, value_node
                 if found is None:
-                    break
-                key_node, node = found
-                last = i == len(field_path) - 1
-                mark = key_node.start_mark if key and last else node.start_mark
+                    return
+                yield found
+                node = found[1]
             elif isinstance(node, yaml.SequenceNode) and isinstance(part, int):
                 if not 0 <= part < len(node.value):
-                    break
+                    return
                 node = node.value[part]
-                mark = node.start_mark
+                yield None, node
             else:
-                break
-        return mark.line + 1, mark.column + 1
+                return
 
     def error(
         self, field_path: Sequence[str | int], message: str, *, key: bool = False
@@ -162,23 +193,53 @@ def load_yaml_documents(path: Path) -> list[YamlDocument]:
     An empty file (or one of comments only) gives an empty list; an empty
     document between two `---` gives a document whose data is None.
     """
-    import yaml
+    path = Path(path)
+    return parse_yaml_documents(read_yaml_text(path), path)
 
+
+def read_yaml_text(path: Path) -> str:
+    """A user's file as text (a UTF-8 byte-order mark dropped); UserInputError when unreadable."""
     path = Path(path)
     try:
-        text = path.read_text(encoding="utf-8-sig")
+        return path.read_text(encoding="utf-8-sig")
     except FileNotFoundError:
         raise UserInputError(path, 0, 0, "", "file not found") from None
+    except IsADirectoryError:
+        raise UserInputError(path, 0, 0, "", "is a directory, not a file") from None
     except UnicodeDecodeError as exc:
         raise UserInputError(path, 0, 0, "", f"not UTF-8 text ({exc.reason})") from None
     except OSError as exc:
         raise UserInputError(path, 0, 0, "", f"cannot read: {exc.strerror or exc}") from None
-    documents: list[YamlDocument] = []
+
+
+def parse_yaml_documents(text: str, path: Path) -> list[YamlDocument]:
+    """`load_yaml_documents` for text already read; `path` is only used to name it in errors."""
+    return list(iter_yaml_documents(text, path))
+
+
+def iter_yaml_documents(text: str, path: Path) -> Iterator[YamlDocument]:
+    """The documents of `text` one at a time; a syntax error is raised on reaching it.
+
+    For long files: a caller that keeps only what it needs of each document
+    does not hold every node tree at once (which also spares the garbage
+    collector from scanning them over and over).
+    """
+    import yaml
+
+    path = Path(path)
+    given = 0
+    if yaml.__with_libyaml__:
+        try:
+            for document in _compose(text, path, _fast_loader()):
+                yield document
+                given += 1
+            return
+        except yaml.YAMLError:
+            pass  # said again below: PyYAML's own messages say more, and count characters
     try:
-        for index, node in enumerate(yaml.compose_all(text, Loader=yaml.SafeLoader)):
-            _check_duplicate_keys(path, node, (), set())
-            data = yaml.constructor.SafeConstructor().construct_document(node)
-            documents.append(YamlDocument(data, path, index, node))
+        for document in _compose(text, path, yaml.SafeLoader):
+            if document.index >= given:  # the two parsers agree on the documents before an error
+                yield document
     except yaml.MarkedYAMLError as exc:
         raise _syntax_error(path, exc) from None
     except yaml.YAMLError as exc:  # ReaderError: a character YAML does not allow
@@ -186,7 +247,105 @@ def load_yaml_documents(path: Path) -> list[YamlDocument]:
         line, column = _line_column(text, position) if position is not None else (0, 0)
         reason = getattr(exc, "reason", None) or str(exc)
         raise UserInputError(path, line, column, "", f"YAML syntax error: {reason}") from None
-    return documents
+
+
+@functools.cache
+def _fast_loader() -> type:
+    """libyaml's CSafeLoader, remembering how plain scalars resolve (files repeat their keys)."""
+    import yaml
+
+    resolve = functools.lru_cache(maxsize=4096)(
+        functools.partial(yaml.resolver.Resolver.resolve, yaml.resolver.Resolver())
+    )
+
+    class FastSafeLoader(yaml.CSafeLoader):  # type: ignore[misc]
+        def resolve(self, kind: type, value: str | None, implicit: tuple[bool, bool]) -> str:
+            return resolve(kind, value, implicit)
+
+    return FastSafeLoader
+
+
+def _compose(text: str, path: Path, loader: type) -> Iterator[YamlDocument]:
+    import yaml
+
+    for index, node in enumerate(yaml.compose_all(text, Loader=loader)):
+        yield YamlDocument(_Builder(path, node).build(node), path, index, node)
+
+
+class _Builder:
+    """A document's plain data, exactly as `SafeConstructor` builds it, several times faster.
+
+    Strings, plain integers, lists and mappings (nearly all of a config file)
+    are built here; every other tag, and a mapping with a `<<` merge key, is
+    handed to `SafeConstructor`, which refuses unknown tags. Duplicate keys are
+    found on the way and reported by `_check_duplicate_keys`, which names the field.
+    """
+
+    _STR = "tag:yaml.org,2002:str"
+    _INT = "tag:yaml.org,2002:int"
+    _SEQ = "tag:yaml.org,2002:seq"
+    _MAP = "tag:yaml.org,2002:map"
+    _MERGE = "tag:yaml.org,2002:merge"
+
+    def __init__(self, path: Path, root: yaml.Node) -> None:
+        import yaml
+
+        self.path, self.root = path, root
+        self.yaml = yaml
+        self.fallback = yaml.constructor.SafeConstructor()
+        self.built: dict[int, Any] = {}  # id(node) -> object: an alias gives the same object
+        self.checked = False  # whether the whole document was checked for duplicate keys
+
+    def build(self, node: yaml.Node) -> Any:
+        tag = node.tag
+        if node.__class__ is self.yaml.ScalarNode:  # most nodes: no alias bookkeeping needed
+            if tag == self._STR:
+                return node.value
+            value = node.value
+            if tag == self._INT and value.isascii() and value.isdigit():
+                if value[0] != "0" or value == "0":  # 010 is octal in YAML 1.1
+                    return int(value)
+            return self.fallback.construct_object(node)
+        known = self.built.get(id(node), self)
+        if known is not self:
+            return known
+        if tag == self._SEQ and isinstance(node, self.yaml.SequenceNode):
+            items: list[Any] = []
+            self.built[id(node)] = items
+            items.extend(self.build(item) for item in node.value)
+            return items
+        if tag == self._MAP and isinstance(node, self.yaml.MappingNode):
+            if not any(key.tag == self._MERGE for key, _ in node.value):
+                return self._mapping(node)
+        if not self.checked:  # a merge key or another tag: checked as SafeConstructor builds it
+            _check_duplicate_keys(self.path, self.root, (), set())
+            self.checked = True
+        value = self.fallback.construct_object(node, deep=True)
+        self.built[id(node)] = value
+        return value
+
+    def _mapping(self, node: yaml.MappingNode) -> dict[Any, Any]:
+        mapping: dict[Any, Any] = {}
+        self.built[id(node)] = mapping
+        names: set[tuple[str, str]] = set()
+        for key_node, value_node in node.value:
+            if isinstance(key_node, self.yaml.ScalarNode):
+                if (key_node.tag, key_node.value) in names:
+                    _check_duplicate_keys(self.path, self.root, (), set())  # raises, naming it
+                names.add((key_node.tag, key_node.value))
+            key = self.build(key_node)
+            try:
+                if key.__class__ is not str:
+                    hash(key)
+            except TypeError:
+                raise self.yaml.constructor.ConstructorError(
+                    "while constructing a mapping",
+                    node.start_mark,
+                    "found unhashable key",
+                    key_node.start_mark,
+                ) from None
+            mapping[key] = self.build(value_node)
+        return mapping
 
 
 def _syntax_error(path: Path, exc: yaml.MarkedYAMLError) -> UserInputError:
@@ -242,7 +401,8 @@ def validation_errors(
     level are read from it, for the "did you mean" of an unknown key
     (`extra_forbidden`) or of a value outside a Literal or an Enum. A missing
     field whose name is what a misspelt key in the same mapping should have
-    been is not reported twice: the misspelt key's error says it.
+    been is not reported twice: the misspelt key's error says it. A field that
+    takes one value or a list, given one value, is named without an index.
     """
     raw = exc.errors(include_url=False)
     suggested: set[tuple[str | int, ...]] = set()  # fields a misspelt key was matched to
@@ -261,7 +421,7 @@ def validation_errors(
         loc = tuple(err["loc"])
         if err["type"] == "extra_forbidden" or (err["type"] == "missing" and loc in suggested):
             continue
-        errors.append(doc.error(loc, _message(err, _annotation_at(model, loc))))
+        errors.append(doc.error(doc.as_written(loc), _message(err, _annotation_at(model, loc))))
     return sorted(errors, key=lambda e: (e.line, e.column))
 
 

@@ -15,7 +15,7 @@ os.environ.setdefault("TYPER_USE_RICH", "0")
 import typer  # noqa: E402
 
 from broker import __version__  # noqa: E402
-from broker.cli import offers, pricing  # noqa: E402
+from broker.cli import offers, plan, pricing, schema, validate  # noqa: E402
 from broker.cli.exits import INTERRUPTED, CliExit, report  # noqa: E402
 
 app = typer.Typer(
@@ -28,6 +28,9 @@ app = typer.Typer(
     context_settings={"help_option_names": ["-h", "--help"]},
 )
 app.command("offers")(offers.offers)
+app.command("validate")(validate.validate)
+app.command("schema")(schema.schema)
+app.command("plan")(plan.plan_command)
 app.add_typer(pricing.app, name="pricing")
 
 

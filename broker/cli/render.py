@@ -40,7 +40,7 @@ def usd(value: Any) -> str:
     if _missing(value):
         return "-"
     value = float(value)
-    return f"{value:,.4f}" if abs(value) < 1 else f"{value:,.2f}"
+    return f"{value:,.4f}" if 0 < abs(value) < 1 else f"{value:,.2f}"
 
 
 def number(value: Any) -> str:

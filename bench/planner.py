@@ -1,0 +1,117 @@
+"""Planner benchmarks (issue 3). Prints one JSON document of figures; asserts nothing.
+
+    python bench/planner.py [--jobs 10000] [--rows 100000] [--runs 11]
+
+- `broker plan examples/jobs/llama-finetune.yaml` end to end over the bundled catalog;
+- batch planning of generated jobs with varied requirements over a 100,000-offer
+  catalog (the SkyPilot catalogs from ../shared when present, topped up with
+  synthetic offers): jobs per second, and how many distinct requirement groups.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import random
+import statistics
+import sys
+import tempfile
+import time
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+sys.path.insert(0, str(REPO / "bench"))
+
+from catalog import big_catalog, wall  # noqa: E402
+
+EXAMPLE = REPO / "examples" / "jobs" / "llama-finetune.yaml"
+
+
+def generated_jobs(count: int, gpus: list[str], seed: int = 7):
+    from broker.spec import (
+        Amount,
+        Budget,
+        Checkpoint,
+        DataInput,
+        GpuAsk,
+        JobSpec,
+        Place,
+        Requirements,
+        Runtime,
+    )
+
+    rng = random.Random(seed)
+    places = [Place("aws", "us-east-1"), Place("gcp", "us-central1"), Place("azure", "westeurope")]
+    for i in range(count):
+        asks = tuple(
+            GpuAsk(g, rng.choice([1.0, 2.0, 4.0, 8.0])) for g in rng.sample(gpus, rng.randint(0, 3))
+        )
+        req = Requirements(
+            accelerators=asks,
+            cpus=rng.choice([None, Amount(8.0), Amount(32.0)]),
+            memory_gib=rng.choice([None, Amount(64.0)]),
+            nodes=rng.choice([1, 1, 1, 2]),
+            clouds=rng.choice([(), ("aws",), ("gcp", "azure")]),
+            regions=rng.choice([(), ("us-*",), ("europe-*", "eu-*")]),
+            countries=rng.choice([(), ("US",), ("DE", "NL")]),
+            spot=rng.choice(["never", "prefer", "only"]),
+            max_price_per_hour=rng.choice([None, 20.0, 100.0]),
+        )
+        yield JobSpec(
+            name=f"job-{i}",
+            team=f"team-{i % 7}",
+            requirements=req,
+            runtime=Runtime(rng.choice([1.0, 8.0, 48.0]),
+                            rng.choice([None, timedelta(hours=24), timedelta(days=4)])),
+            checkpoint=rng.choice([None, Checkpoint("s3://ck/", 30.0, 50.0, rng.choice(places))]),
+            data=tuple(DataInput("s3://d/", rng.choice([10.0, 500.0]), rng.choice(places))
+                       for _ in range(rng.randint(0, 2))),
+            budget=Budget(rng.choice([None, 200.0, 5000.0])),
+        )
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--jobs", type=int, default=10_000)
+    parser.add_argument("--rows", type=int, default=100_000)
+    parser.add_argument("--runs", type=int, default=11)
+    args = parser.parse_args()
+
+    from broker.planner.plan import plan_many
+    from pricing.catalog import read_offer_table
+    from pricing.query import OfferIndex
+
+    env = dict(os.environ, XDG_DATA_HOME=tempfile.mkdtemp(), XDG_CACHE_HOME=tempfile.mkdtemp())
+    figures = {"plan_one_job": wall([sys.executable, "-m", "broker", "plan", str(EXAMPLE)],
+                                    args.runs, env) | {"target_s": 0.5}}
+    path, origin = big_catalog(args.rows)
+    os.environ["XDG_CACHE_HOME"] = tempfile.mkdtemp()
+    index = OfferIndex(read_offer_table(path))
+    gpus = [g for g in index.gpus() if g in {"A100", "A100-80GB", "H100", "H200", "L4", "T4",
+                                              "A10G", "L40S", "V100"}]
+    jobs = list(generated_jobs(args.jobs, gpus))
+    now = datetime(2026, 11, 1, tzinfo=UTC)
+    timings = []
+    for _ in range(3):
+        start = time.perf_counter()
+        decisions = plan_many(jobs, index, now)
+        timings.append(time.perf_counter() - start)
+    best = statistics.median(timings)
+    figures["batch"] = {
+        "jobs": len(jobs),
+        "distinct_requirements": len({j.requirements for j in jobs}),
+        "catalog_rows": len(index.offers),
+        "catalog_origin": origin,
+        "feasible_jobs": sum(1 for d in decisions if d.placements),
+        "median_s": round(best, 3),
+        "jobs_per_second": round(len(jobs) / best),
+        "target_jobs_per_second": 5000,
+    }
+    print(json.dumps(figures, indent=2))
+
+
+if __name__ == "__main__":
+    main()

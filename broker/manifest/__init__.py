@@ -1,0 +1,7 @@
+"""Job manifests: `broker/v1` YAML documents read into `broker.spec.JobSpec`.
+
+`broker.manifest.load` finds, reads and checks manifest files (every error
+located as file:line:column: field); `broker.manifest.model` is the pydantic
+model of one document, imported only when a manifest is read. The reference
+for users is docs/manifest.md.
+"""

@@ -1,0 +1,264 @@
+"""Find, read and check job manifests: YAML files of `apiVersion: broker/v1` documents.
+
+    result = load_manifests([Path("jobs/")])
+    for error in result.errors:          # every mistake of every file, each located
+        print(error)                     # jobs/llama.yaml:7:17: resources.accelerators: ...
+    specs = [m.spec for m in result.manifests]
+
+A file named explicitly must be a manifest file. In a directory (searched
+recursively for *.yaml and *.yml, hidden directories skipped), a file none of
+whose documents has an `apiVersion` starting with `broker/` is skipped: a git
+tree holds other YAML (CI configs, pools.yaml, Kubernetes objects). A file
+that mentions no such apiVersion at all is skipped without being parsed, so a
+Helm template that is not valid YAML does no harm.
+
+A job is known by (team, name): the same pair twice among everything loaded
+is an error at the second one's `name`. Each manifest carries the sha256 of
+its document's canonical JSON (keys sorted, no spaces), so that re-submitting
+an unchanged manifest can be told apart from a changed one whatever its
+comments, layout or key order.
+
+pydantic is imported only when a document is validated (`broker.manifest.model`).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from datetime import date
+from pathlib import Path
+from typing import Any, NamedTuple
+
+from broker.spec import JobSpec
+from pricing.yamlfile import (
+    UserInputError,
+    YamlDocument,
+    iter_yaml_documents,
+    read_yaml_text,
+    suggestion,
+)
+
+API_VERSION = "broker/v1"
+SUFFIXES = (".yaml", ".yml")
+# A cheap test, before parsing, of whether a file found in a directory may hold a manifest.
+_MENTIONS_BROKER_API = re.compile(r"""apiversion["']?\s*:\s*["']?broker/""", re.IGNORECASE)
+
+
+@dataclass(frozen=True)
+class Manifest:
+    """One validated manifest document and where it came from."""
+
+    spec: JobSpec
+    path: Path
+    index: int  # 0-based document number in the file
+    line: int  # 1-based line where the document's content starts
+    digest: str  # sha256 hex of the document's canonical JSON
+
+
+@dataclass(frozen=True)
+class LoadResult:
+    """Everything `load_manifests` found: valid manifests, every error, and skipped files."""
+
+    manifests: list[Manifest] = field(default_factory=list)
+    errors: list[UserInputError] = field(default_factory=list)  # each a single error
+    skipped: list[Path] = field(default_factory=list)  # found in a directory, not manifests
+    files: list[Path] = field(default_factory=list)  # every file looked at, in order
+
+    @property
+    def ok(self) -> bool:
+        return not self.errors
+
+
+def find_manifest_files(paths: Sequence[Path]) -> list[Path]:
+    """Files as given; directories searched recursively for *.yaml and *.yml, sorted.
+
+    Hidden directories (.git, .github, ...) are not searched. A file reached
+    twice (named and inside a named directory) is listed once, first place kept.
+    """
+    files: list[Path] = []
+    seen: set[str] = set()
+    for path in map(Path, paths):
+        for file in _files_of(path):
+            key = os.path.abspath(file)
+            if key not in seen:
+                seen.add(key)
+                files.append(file)
+    return files
+
+
+def _files_of(path: Path) -> list[Path]:
+    """`path` itself, or the YAML files under a directory, sorted by their path's parts."""
+    if not path.is_dir():
+        return [path]
+    found: list[tuple[str, ...]] = []
+    for root, dirs, names in os.walk(path):
+        dirs[:] = [d for d in dirs if not d.startswith(".")]
+        relative = os.path.relpath(root, path)
+        parts = () if relative == os.curdir else tuple(relative.split(os.sep))
+        found.extend((*parts, name) for name in names if name.endswith(SUFFIXES))
+    return [path.joinpath(*parts) for parts in sorted(found)]
+
+
+def load_manifests(paths: Sequence[Path]) -> LoadResult:
+    """Read every manifest under `paths` (files or directories); collect every error.
+
+    A directory that holds no manifest at all is an error too (a mistyped path
+    should not pass a CI check by finding nothing).
+    """
+    result = LoadResult()
+    loaded: list[_Loaded] = []
+    seen: dict[str, bool] = {}  # absolute path -> is a manifest file
+    for path in map(Path, paths):
+        in_directory = path.is_dir()
+        keys = []
+        for file in _files_of(path):
+            key = os.path.abspath(file)
+            keys.append(key)
+            if key in seen:
+                continue
+            result.files.append(file)
+            skipped = _load_file(file, in_directory, loaded, result.errors)
+            if skipped:
+                result.skipped.append(file)
+            seen[key] = not skipped
+        if in_directory and not any(seen[key] for key in keys):
+            message = f"no job manifests (YAML with apiVersion: {API_VERSION}) in this directory"
+            result.errors.append(UserInputError(path, 0, 0, "", message))
+    result.manifests.extend(_unique(loaded, result.errors))
+    return result
+
+
+def parse_manifest_text(text: str, path: Path = Path("<stdin>")) -> list[Manifest]:
+    """The manifests of one text (stdin, tests); UserInputError holding every mistake."""
+    loaded: list[_Loaded] = []
+    errors: list[UserInputError] = []
+    for doc in iter_yaml_documents(text, Path(path)):
+        _load_document(doc, loaded, errors)
+    manifests = _unique(loaded, errors)
+    if errors:
+        raise UserInputError.collect(errors)
+    return manifests
+
+
+def manifest_json_schema() -> dict[str, Any]:
+    """JSON Schema (draft 2020-12) of one manifest document, with help on every field."""
+    from broker.manifest.model import JobManifest
+
+    schema = JobManifest.model_json_schema()
+    return {"$schema": "https://json-schema.org/draft/2020-12/schema", **schema}
+
+
+def manifest_digest(data: Any) -> str:
+    """sha256 hex of a document's canonical JSON: sorted keys, no spaces, UTF-8."""
+    return hashlib.sha256(_CANONICAL_JSON.encode(data).encode("utf-8")).hexdigest()
+
+
+def _json_default(value: object) -> str:
+    if isinstance(value, date):  # and datetime: YAML reads unquoted timestamps
+        return value.isoformat()
+    raise TypeError(f"cannot digest {type(value).__name__}")
+
+
+_CANONICAL_JSON = json.JSONEncoder(
+    sort_keys=True, separators=(",", ":"), ensure_ascii=False, default=_json_default
+)
+
+
+class _Loaded(NamedTuple):
+    """A valid manifest and where its name is (its node tree is not kept: memory and GC)."""
+
+    manifest: Manifest
+    name_at: tuple[int, int]
+
+
+def _load_file(
+    path: Path, in_directory: bool, loaded: list[_Loaded], errors: list[UserInputError]
+) -> bool:
+    """Load one file into `loaded` and `errors`; True when it is skipped as not a manifest file."""
+    try:
+        text = read_yaml_text(path)
+    except UserInputError as exc:
+        errors.append(exc)
+        return False
+    if in_directory and not _MENTIONS_BROKER_API.search(text):
+        return True
+    found: list[_Loaded] = []
+    mistakes: list[UserInputError] = []
+    documents = claimed = 0
+    try:
+        for doc in iter_yaml_documents(text, path):
+            documents += doc.data is not None
+            claimed += _is_broker_document(doc.data)
+            _load_document(doc, found, mistakes)
+    except UserInputError as exc:  # a syntax error, in a file that mentions a broker apiVersion
+        mistakes.append(exc)
+    else:
+        if in_directory and not claimed:
+            return True
+        if not documents:
+            mistakes.append(UserInputError(path, 0, 0, "", "no job manifest in this file"))
+    loaded.extend(found)
+    errors.extend(mistakes)
+    return False
+
+
+def _is_broker_document(data: Any) -> bool:
+    """Whether a document claims to be a manifest (with its `apiVersion` key in any case)."""
+    if not isinstance(data, dict):
+        return False
+    return any(
+        isinstance(key, str) and key.lower() == "apiversion" and str(value).startswith("broker/")
+        for key, value in data.items()
+    )
+
+
+def _load_document(doc: YamlDocument, loaded: list[_Loaded], errors: list[UserInputError]) -> None:
+    from pydantic import ValidationError
+
+    from broker.manifest.model import JobManifest
+    from pricing.yamlfile import validation_errors
+
+    data = doc.data
+    if data is None:  # an empty document, e.g. after a trailing `---`
+        return
+    # The version decides which schema applies: without the right one, say only that.
+    if isinstance(data, dict) and data.get("apiVersion") != API_VERSION:
+        errors.append(_version_error(doc, data))
+        return
+    try:
+        model = JobManifest.model_validate(data)
+    except ValidationError as exc:
+        errors.extend(validation_errors(doc, exc, JobManifest))
+        return
+    line = doc.locate(())[0]
+    manifest = Manifest(model.to_spec(), doc.path, doc.index, line, manifest_digest(data))
+    loaded.append(_Loaded(manifest, doc.locate(("name",))))
+
+
+def _version_error(doc: YamlDocument, data: dict[Any, Any]) -> UserInputError:
+    if "apiVersion" in data:
+        message = f"unsupported apiVersion {data['apiVersion']!r}: expected {API_VERSION}"
+        return doc.error(("apiVersion",), message)
+    for key in data:
+        if close := suggestion(key, ["apiVersion"]):
+            return doc.error((key,), f"unknown field{close}", key=True)
+    return doc.error(("apiVersion",), f"not a job manifest: apiVersion: {API_VERSION} is missing")
+
+
+def _unique(loaded: list[_Loaded], errors: list[UserInputError]) -> list[Manifest]:
+    """The manifests, but for each one whose (team, name) came before: an error at its name."""
+    first: dict[tuple[str, str], _Loaded] = {}
+    for item in loaded:
+        spec = item.manifest.spec
+        earlier = first.setdefault((spec.team, spec.name), item)
+        if earlier is not item:
+            message = (
+                f"duplicate job {spec.name!r} in team {spec.team!r} "
+                f"(first at {earlier.manifest.path}:{earlier.name_at[0]})"
+            )
+            errors.append(UserInputError(item.manifest.path, *item.name_at, "name", message))
+    return [item.manifest for item in first.values()]

@@ -1,0 +1,153 @@
+"""`broker plan` as a user runs it: contract of the JSON, explain, infeasible jobs."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from tests.cli.runner import run_cli
+from tests.fakes.offers import write_catalog
+
+REPO = Path(__file__).resolve().parents[2]
+EXAMPLES = REPO / "examples" / "jobs"
+
+JOB = """\
+apiVersion: broker/v1
+name: ft
+team: nlp
+resources:
+  accelerators: A100:8
+placement:
+  spot: {spot}
+  {extra}
+run:
+  command: python train.py
+runtime:
+  estimate_hours: 10
+"""
+
+
+@pytest.fixture
+def catalog(tmp_path):
+    return str(write_catalog(tmp_path / "offers.csv"))
+
+
+def write_job(tmp_path, spot="never", extra=""):
+    path = tmp_path / "job.yaml"
+    path.write_text(JOB.format(spot=spot, extra=extra))
+    return str(path)
+
+
+def test_json_contract_and_cheapest_first(capsys, catalog, tmp_path):
+    result = run_cli(
+        capsys, "plan", write_job(tmp_path, "prefer"), "--catalog", catalog, "-o", "json"
+    )
+    assert result.code == 0, result.stderr
+    plan = json.loads(result.stdout)
+    assert plan["job"] == "ft"
+    first = plan["placements"][0]
+    assert set(first) >= {
+        "rank",
+        "cloud",
+        "region",
+        "zone",
+        "instance_type",
+        "accelerator",
+        "accelerator_count",
+        "nodes",
+        "market",
+        "price_per_hour",
+        "expected_hours",
+        "expected_cost",
+        "cost_breakdown",
+    }
+    # aws us-east-1 spot at 9.5/h is the cheapest A100:8 in the small catalog.
+    assert (first["cloud"], first["region"], first["market"]) == ("aws", "us-east-1", "spot")
+    assert first["price_per_hour"] == 9.5
+    costs = [p["expected_cost"] for p in plan["placements"]]
+    assert costs == sorted(costs) and [p["rank"] for p in plan["placements"]] == [1, 2, 3, 4, 5]
+    breakdown = first["cost_breakdown"]
+    assert breakdown["total"] == pytest.approx(breakdown["compute"] + breakdown["egress"])
+    assert breakdown["interruption_rate_source"] == "default:aws"
+    assert {r["reason"] for r in plan["rejected"]} >= {"GPU model is not A100:8"}
+
+
+def test_on_demand_only_never_picks_spot(capsys, catalog, tmp_path):
+    result = run_cli(
+        capsys, "plan", write_job(tmp_path, "never"), "--catalog", catalog, "-o", "json"
+    )
+    placements = json.loads(result.stdout)["placements"]
+    assert {p["market"] for p in placements} == {"on-demand"}
+    assert placements[0]["expected_cost"] == pytest.approx(21.9576 * 10)
+
+
+def test_explain_lists_rejections_and_assumptions(capsys, catalog, tmp_path):
+    result = run_cli(capsys, "plan", write_job(tmp_path), "--catalog", catalog, "--explain")
+    assert result.code == 0
+    assert "rejected because" in result.stdout and "GPU model is not A100:8" in result.stdout
+    assert "assumption: runtime estimate 10 h on A100" in result.stdout
+
+
+def test_infeasible_exits_3_with_a_priced_hint(capsys, catalog, tmp_path):
+    job = write_job(tmp_path, "never", "max_price_per_hour: 10")
+    result = run_cli(capsys, "plan", job, "--catalog", catalog)
+    assert result.code == 3
+    assert "relax placement.max_price_per_hour: raise it to 21.96" in result.stderr
+    assert "expected 219.58 USD" in result.stderr
+    data = json.loads(run_cli(capsys, "plan", job, "--catalog", catalog, "-o", "json").stdout)
+    assert data["placements"] == []
+    hints = {h["constraint"]: h["cheapest_cost"] for h in data["hints"]}
+    # Spot at 9.5/h fits under the cap, so "use spot" is the cheaper way out, listed first.
+    assert list(hints)[0] == "placement.spot"
+    assert hints["placement.max_price_per_hour"] == pytest.approx(219.576)
+
+
+def test_directory_plans_every_manifest_in_one_batch(capsys):
+    result = run_cli(capsys, "plan", str(EXAMPLES), "-o", "json")
+    assert result.code == 0, result.stderr
+    jobs = json.loads(result.stdout)["jobs"]
+    assert len(jobs) >= 4 and all(j["placements"] for j in jobs)
+
+
+def test_broken_manifest_exits_2_and_plans_nothing(capsys, catalog, tmp_path):
+    path = tmp_path / "bad.yaml"
+    path.write_text(JOB.format(spot="sometimes", extra=""))
+    result = run_cli(capsys, "plan", str(path), "--catalog", catalog)
+    assert result.code == 2
+    assert "bad.yaml:7:" in result.stderr and "placement.spot" in result.stderr
+    assert result.stdout == ""
+
+
+def test_onprem_pool_capacity_is_respected(capsys, catalog, tmp_path):
+    pools = tmp_path / "pools.yaml"
+    pools.write_text(
+        "pools:\n  - name: lab\n    location: {region: lab-us, country: US}\n    gpu: A100\n"
+        "    gpus_per_node: 8\n    vcpus_per_node: 96\n    memory_gib_per_node: 1024\n"
+        "    cost_per_gpu_hour: 0.5\n    count: 1\n"
+    )
+    one = run_cli(
+        capsys,
+        "plan",
+        write_job(tmp_path),
+        "--catalog",
+        catalog,
+        "--pools",
+        str(pools),
+        "-o",
+        "json",
+    )
+    assert json.loads(one.stdout)["placements"][0]["cloud"] == "onprem"
+    path = tmp_path / "two.yaml"
+    path.write_text(
+        JOB.format(spot="never", extra="").replace(
+            "  accelerators: A100:8", "  accelerators: A100:8\n  nodes: 2"
+        )
+    )
+    two = run_cli(
+        capsys, "plan", str(path), "--catalog", catalog, "--pools", str(pools), "-o", "json"
+    )
+    plan = json.loads(two.stdout)
+    assert all(p["cloud"] != "onprem" for p in plan["placements"])
+    assert {"reason": "not enough free capacity for 2 node(s)", "count": 1} in plan["rejected"]

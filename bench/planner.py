@@ -30,7 +30,10 @@ from catalog import big_catalog, wall  # noqa: E402
 EXAMPLE = REPO / "examples" / "jobs" / "llama-finetune.yaml"
 
 
-def generated_jobs(count: int, gpus: list[str], seed: int = 7):
+def generated_jobs(count: int, gpus: list[str], seed: int = 7, cpu_share: float = 0.05):
+    """Varied manifests: 1-3 GPU alternatives with random counts, clouds, regions,
+    countries, spot policy, price caps, deadlines, budgets, inputs and checkpoints;
+    `cpu_share` of them CPU-only (with vCPU and memory asks, as preprocessing jobs have)."""
     from broker.spec import (
         Amount,
         Budget,
@@ -46,13 +49,21 @@ def generated_jobs(count: int, gpus: list[str], seed: int = 7):
     rng = random.Random(seed)
     places = [Place("aws", "us-east-1"), Place("gcp", "us-central1"), Place("azure", "westeurope")]
     for i in range(count):
-        asks = tuple(
-            GpuAsk(g, rng.choice([1.0, 2.0, 4.0, 8.0])) for g in rng.sample(gpus, rng.randint(0, 3))
+        cpu_only = rng.random() < cpu_share
+        asks = (
+            ()
+            if cpu_only
+            else tuple(
+                GpuAsk(g, rng.choice([1.0, 2.0, 4.0, 8.0]))
+                for g in rng.sample(gpus, rng.randint(1, 3))
+            )
         )
         req = Requirements(
             accelerators=asks,
-            cpus=rng.choice([None, Amount(8.0), Amount(32.0)]),
-            memory_gib=rng.choice([None, Amount(64.0)]),
+            cpus=rng.choice([Amount(8.0), Amount(32.0)] if cpu_only else [None, Amount(8.0)]),
+            memory_gib=rng.choice(
+                [Amount(32.0), Amount(128.0)] if cpu_only else [None, Amount(64.0)]
+            ),
             nodes=rng.choice([1, 1, 1, 2]),
             clouds=rng.choice([(), ("aws",), ("gcp", "azure")]),
             regions=rng.choice([(), ("us-*",), ("europe-*", "eu-*")]),
@@ -64,13 +75,36 @@ def generated_jobs(count: int, gpus: list[str], seed: int = 7):
             name=f"job-{i}",
             team=f"team-{i % 7}",
             requirements=req,
-            runtime=Runtime(rng.choice([1.0, 8.0, 48.0]),
-                            rng.choice([None, timedelta(hours=24), timedelta(days=4)])),
+            runtime=Runtime(
+                rng.choice([1.0, 8.0, 48.0]),
+                rng.choice([None, timedelta(hours=24), timedelta(days=4)]),
+            ),
             checkpoint=rng.choice([None, Checkpoint("s3://ck/", 30.0, 50.0, rng.choice(places))]),
-            data=tuple(DataInput("s3://d/", rng.choice([10.0, 500.0]), rng.choice(places))
-                       for _ in range(rng.randint(0, 2))),
+            data=tuple(
+                DataInput("s3://d/", rng.choice([10.0, 500.0]), rng.choice(places))
+                for _ in range(rng.randint(0, 2))
+            ),
             budget=Budget(rng.choice([None, 200.0, 5000.0])),
         )
+
+
+def manifest_load(count: int) -> dict:
+    """Write `count` small manifests to a folder and time `load_manifests` on it."""
+    from broker.manifest.load import load_manifests
+
+    folder = Path(tempfile.mkdtemp())
+    text = EXAMPLE.read_text()
+    for i in range(count):
+        (folder / f"job-{i}.yaml").write_text(text.replace("name: llama-ft", f"name: job-{i}"))
+    start = time.perf_counter()
+    loaded = load_manifests([folder])
+    elapsed = time.perf_counter() - start
+    return {
+        "manifests": len(loaded.manifests),
+        "errors": len(loaded.errors),
+        "seconds": round(elapsed, 2),
+        "per_second": round(len(loaded.manifests) / elapsed),
+    }
 
 
 def main() -> None:
@@ -85,13 +119,18 @@ def main() -> None:
     from pricing.query import OfferIndex
 
     env = dict(os.environ, XDG_DATA_HOME=tempfile.mkdtemp(), XDG_CACHE_HOME=tempfile.mkdtemp())
-    figures = {"plan_one_job": wall([sys.executable, "-m", "broker", "plan", str(EXAMPLE)],
-                                    args.runs, env) | {"target_s": 0.5}}
+    figures = {
+        "plan_one_job": wall([sys.executable, "-m", "broker", "plan", str(EXAMPLE)], args.runs, env)
+        | {"target_s": 0.5}
+    }
     path, origin = big_catalog(args.rows)
     os.environ["XDG_CACHE_HOME"] = tempfile.mkdtemp()
     index = OfferIndex(read_offer_table(path))
-    gpus = [g for g in index.gpus() if g in {"A100", "A100-80GB", "H100", "H200", "L4", "T4",
-                                              "A10G", "L40S", "V100"}]
+    gpus = [
+        g
+        for g in index.gpus()
+        if g in {"A100", "A100-80GB", "H100", "H200", "L4", "T4", "A10G", "L40S", "V100"}
+    ]
     jobs = list(generated_jobs(args.jobs, gpus))
     now = datetime(2026, 11, 1, tzinfo=UTC)
     timings = []
@@ -100,6 +139,17 @@ def main() -> None:
         decisions = plan_many(jobs, index, now)
         timings.append(time.perf_counter() - start)
     best = statistics.median(timings)
+    for label, subset in (
+        ("gpu_jobs", [j for j in jobs if j.requirements.accelerators]),
+        ("cpu_only_jobs", [j for j in jobs if not j.requirements.accelerators]),
+    ):
+        start = time.perf_counter()
+        plan_many(subset, index, now)
+        elapsed = time.perf_counter() - start
+        figures[f"batch_{label}"] = {
+            "jobs": len(subset),
+            "jobs_per_second": round(len(subset) / elapsed),
+        }
     figures["batch"] = {
         "jobs": len(jobs),
         "distinct_requirements": len({j.requirements for j in jobs}),
@@ -109,7 +159,9 @@ def main() -> None:
         "median_s": round(best, 3),
         "jobs_per_second": round(len(jobs) / best),
         "target_jobs_per_second": 5000,
+        "cpu_only_share": 0.05,
     }
+    figures["manifest_load"] = manifest_load(min(args.jobs, 10_000))
     print(json.dumps(figures, indent=2))
 
 

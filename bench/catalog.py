@@ -112,6 +112,15 @@ def main() -> None:
     env = dict(os.environ, XDG_DATA_HOME=tempfile.mkdtemp(), XDG_CACHE_HOME=tempfile.mkdtemp())
     broker = [sys.executable, "-m", "broker"]
     figures = {
+        # What this machine needs for the imports every command pays, measured in the
+        # same run: the figures below vary with the machine's load as much as these do.
+        "baseline_python_s": wall([sys.executable, "-c", "pass"], args.runs)["median_s"],
+        "baseline_import_typer_s": wall([sys.executable, "-c", "import typer"], args.runs)[
+            "median_s"
+        ],
+        "baseline_import_numpy_s": wall([sys.executable, "-c", "import numpy"], args.runs)[
+            "median_s"
+        ],
         "help": wall([*broker, "--help"], args.runs, env) | {"target_s": 0.15},
         "help_heavy_modules_loaded": heavy_modules_after_help(),
         "offers_a100x8": wall([*broker, "offers", "--gpu", "A100:8"], args.runs, env)

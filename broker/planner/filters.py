@@ -182,6 +182,7 @@ def find_candidates(
     total = len(table)
     partitions = partitions or Partitions(index)
     pairs = _Pairs(len(reqs))
+    memo: dict = {}
     for r, req in enumerate(reqs):
         markets = {"never": (False,), "only": (True,), "prefer": MARKETS}[req.spot]
         asks = req.accelerators or (GpuAsk("", 0.0),)
@@ -192,7 +193,7 @@ def find_candidates(
                 pairs.add(r, alt, spot, rows, counted=m == 0)
             found += len(rows) + sum(dropped)
             removed = [a + b for a, b in zip(removed, dropped, strict=True)]
-        _model_rejections(pairs.rejected[r], req, index, total, found)
+        pairs.rejected[r].extend(_model_rejections(req.accelerators, index, total, found, memo))
         for count, reason in zip(removed, _location_reasons(req), strict=True):
             if count:
                 pairs.rejected[r].append(Rejection(reason, count))
@@ -214,6 +215,7 @@ def find_candidates(
         lambda q: f"not enough free capacity for {q.nodes} node(s)",
         reqs,
     )
+    pairs.compress()  # the market filters below read prices of the survivors only
     unit = np.where(
         pairs.spot, numbers["price_spot"][pairs.row], numbers["price_on_demand"][pairs.row]
     )
@@ -238,19 +240,24 @@ def find_candidates(
 
 
 def _model_rejections(
-    rejected: list[Rejection], req: Requirements, index: OfferIndex, total: int, found: int
-) -> None:
+    asks: tuple[GpuAsk, ...], index: OfferIndex, total: int, found: int, memo: dict
+) -> list[Rejection]:
     """Offers of another GPU model, or of the model with another count."""
-    if not req.accelerators:
-        if total > found:
-            rejected.append(Rejection("has GPUs (the job asks for none)", total - found))
-        return
-    wanted = " or ".join(f"{a.gpu}:{a.count:g}" for a in req.accelerators)
-    of_model = sum(len(index.rows_of_gpu(g)) for g in {a.gpu for a in req.accelerators})
+    if not asks:
+        return (
+            [Rejection("has GPUs (the job asks for none)", total - found)] if total > found else []
+        )
+    if asks not in memo:
+        wanted = " or ".join(f"{a.gpu}:{a.count:g}" for a in asks)
+        of_model = sum(len(index.rows_of_gpu(g)) for g in {a.gpu for a in asks})
+        memo[asks] = (wanted, of_model)
+    wanted, of_model = memo[asks]
+    out = []
     if total > of_model:
-        rejected.append(Rejection(f"GPU model is not {wanted}", total - of_model))
+        out.append(Rejection(f"GPU model is not {wanted}", total - of_model))
     if of_model > found:
-        rejected.append(Rejection(f"GPU count per node is not {wanted}", of_model - found))
+        out.append(Rejection(f"GPU count per node is not {wanted}", of_model - found))
+    return out
 
 
 def _location_reasons(req: Requirements) -> tuple[str, str, str, str]:
@@ -284,8 +291,8 @@ class _Pairs:
         import numpy as np
 
         lengths = [len(part[4]) for part in self._parts]
-        self.req = np.repeat(np.array([p[0] for p in self._parts], dtype=np.int64), lengths)
-        self.alternative = np.repeat(np.array([p[1] for p in self._parts], dtype=np.int64), lengths)
+        self.req = np.repeat(np.array([p[0] for p in self._parts], dtype=np.int32), lengths)
+        self.alternative = np.repeat(np.array([p[1] for p in self._parts], dtype=np.int16), lengths)
         self.spot = np.repeat(np.array([p[2] for p in self._parts], dtype=bool), lengths)
         self.counted = np.repeat(np.array([p[3] for p in self._parts], dtype=bool), lengths)
         self.row = (

@@ -266,12 +266,14 @@ def _plan_chunk(
         total=total,
     )
     per_job: list[list[Placement]] = [[] for _ in range(n)]
-    notes: dict[tuple, tuple[str, ...]] = {}
-    note_keys: dict[int, tuple] = {}
+    spot_notes: dict[tuple[float, str], str] = {}
+    job_notes: dict[int, tuple] = {}
     for k, i in enumerate(job[pair].tolist()):
-        if i not in note_keys:
-            note_keys[i] = _notes_key(jobs[i])
-        per_job[i].append(figures.placement(k, len(per_job[i]) + 1, jobs[i], note_keys[i], notes))
+        if i not in job_notes:
+            job_notes[i] = _job_notes(jobs[i])
+        per_job[i].append(
+            figures.placement(k, len(per_job[i]) + 1, jobs[i], job_notes[i], spot_notes)
+        )
     return [
         Decision(jobs[i].name, tuple(per_job[i]), tuple(rejected[i]), cands.considered)
         for i in range(n)
@@ -376,17 +378,26 @@ class _Figures:
         return cls(columns)
 
     def placement(
-        self, k: int, rank: int, job: JobSpec, job_key: tuple, notes: dict[tuple, tuple[str, ...]]
+        self,
+        k: int,
+        rank: int,
+        job: JobSpec,
+        job_notes: tuple,
+        spot_notes: dict[tuple[float, str], str],
     ) -> Placement:
-        """Placement k of the chunk; `notes` memoises the assumptions per job and market."""
+        """Placement k of the chunk; `spot_notes` memoises the spot note per (rate, source)."""
         c = self.columns
         is_spot = c["spot"][k]
+        head, spot_extra, tail = job_notes
         source = ""
         if is_spot:
             source = "catalog" if c["from_catalog"][k] else f"default:{c['cloud'][k]}"
-        key = (job_key, is_spot, c["rate"][k], source)
-        if key not in notes:
-            notes[key] = _assumptions(job, is_spot, c["rate"][k], source)
+            key = (c["rate"][k], source)
+            if key not in spot_notes:
+                spot_notes[key] = _spot_note(*key)
+            notes = (*head, spot_notes[key], *spot_extra, *tail)
+        else:
+            notes = (*head, *tail)
         estimate = CostEstimate(
             compute=c["compute"][k],
             interruption_overhead=c["price"][k] * c["overhead"][k],
@@ -398,7 +409,7 @@ class _Figures:
             expected_interruptions=c["interruptions"][k],
             interruption_rate=c["rate"][k],
             interruption_rate_source=source,
-            assumptions=notes[key],
+            assumptions=notes,
         )
         return Placement(
             rank=rank,
@@ -419,33 +430,29 @@ class _Figures:
         )
 
 
-def _notes_key(job: JobSpec) -> tuple:
-    """What `_assumptions` reads of a job, so that jobs alike share one tuple of notes."""
-    ckpt = job.checkpoint
-    return (
-        job.runtime.estimate_hours,
-        job.requirements.accelerators[0].gpu if job.requirements.accelerators else "CPU",
-        ckpt is None,
-        any(item.location is None for item in job.data),
-        ckpt is not None and ckpt.location is None and bool(ckpt.size_gb),
-    )
-
-
-def _assumptions(job: JobSpec, is_spot: bool, rate: float, source: str) -> tuple[str, ...]:
+def _job_notes(job: JobSpec) -> tuple[tuple[str, ...], tuple[str, ...], tuple[str, ...]]:
+    """The assumptions of a job's plan: (notes of every placement, extra notes of a spot
+    placement but its rate, notes that close the list)."""
     gpu = job.requirements.accelerators[0].gpu if job.requirements.accelerators else "CPU"
-    notes = [
+    head = (
         f"runtime estimate {job.runtime.estimate_hours:g} h on {gpu}, scaled by relative "
-        "GPU throughput"
-    ]
-    if is_spot:
-        notes.append(
-            f"spot: {rate:g} interruptions/hour ({source}), each costing "
-            f"{cost.RESTART_HOURS:g} h restart + lost work + checkpoint restore"
-        )
-        if job.checkpoint is None:
-            notes.append("no checkpoint: an interruption loses half the run on average")
+        "GPU throughput",
+    )
+    spot = (
+        ()
+        if job.checkpoint is not None
+        else ("no checkpoint: an interruption loses half the run on average",)
+    )
+    tail = []
     if any(item.location is None for item in job.data):
-        notes.append("inputs without a location are not priced for egress")
+        tail.append("inputs without a location are not priced for egress")
     if job.checkpoint is not None and job.checkpoint.location is None and job.checkpoint.size_gb:
-        notes.append("checkpoint location unknown: its transfers are not priced")
-    return tuple(notes)
+        tail.append("checkpoint location unknown: its transfers are not priced")
+    return head, spot, tuple(tail)
+
+
+def _spot_note(rate: float, source: str) -> str:
+    return (
+        f"spot: {rate:g} interruptions/hour ({source}), each costing "
+        f"{cost.RESTART_HOURS:g} h restart + lost work + checkpoint restore"
+    )

@@ -194,9 +194,10 @@ def find_candidates(
             found += len(rows) + sum(dropped)
             removed = [a + b for a, b in zip(removed, dropped, strict=True)]
         pairs.rejected[r].extend(_model_rejections(req.accelerators, index, total, found, memo))
-        for count, reason in zip(removed, _location_reasons(req), strict=True):
-            if count:
-                pairs.rejected[r].append(Rejection(reason, count))
+        if any(removed):
+            for count, reason in zip(removed, _location_reasons(req), strict=True):
+                if count:
+                    pairs.rejected[r].append(Rejection(reason, count))
     pairs.freeze()
     pairs.by_amount(
         numbers["vcpus"], reqs, lambda q: q.cpus, lambda q: f"vCPUs not {_amount_text(q.cpus)}"

@@ -1,0 +1,637 @@
+"""The state store: migrations, the job state machine, submit versions, compare-and-set
+between controllers, bill-once, crash atomicity and exact money."""
+
+from __future__ import annotations
+
+import os
+import sqlite3
+import subprocess
+import sys
+import threading
+import uuid
+from collections import deque
+from collections.abc import Callable, Iterator
+from datetime import UTC, datetime, timedelta
+from decimal import Context, Decimal
+from pathlib import Path
+from typing import Any
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from broker.clock import FixedClock
+from broker.planner.decision import CostEstimate, Placement
+from broker.state import (
+    TERMINAL,
+    TRANSITIONS,
+    AttemptState,
+    IllegalTransition,
+    JobState,
+    SchemaTooNew,
+    StateStore,
+    UnknownAttempt,
+    UnknownJob,
+    can_transition,
+    default_state_path,
+    schema,
+)
+from broker.state import store as store_module
+
+REPO = Path(__file__).resolve().parents[2]
+T0 = datetime(2026, 11, 1, tzinfo=UTC)
+PLACEMENT = {"cloud": "aws", "region": "us-east-1", "zone": "us-east-1a", "instance_type": "p5"}
+TABLES = ("jobs", "job_versions", "attempts", "instances", "events", "ledger")
+Q = JobState
+
+
+@pytest.fixture
+def clock() -> FixedClock:
+    return FixedClock(T0)
+
+
+@pytest.fixture
+def path(tmp_path: Path) -> Path:
+    return tmp_path / "state" / "state.db"
+
+
+@pytest.fixture
+def store(path: Path, clock: FixedClock) -> Iterator[StateStore]:
+    with StateStore.open(path, clock) as opened:
+        yield opened
+
+
+@pytest.fixture(scope="module")
+def shared(tmp_path_factory: pytest.TempPathFactory) -> Iterator[StateStore]:
+    """One store for hypothesis examples; each example works on a job of its own."""
+    with StateStore.open(tmp_path_factory.mktemp("shared") / "s.db", FixedClock(T0)) as opened:
+        yield opened
+
+
+def submit(store: StateStore, name: str = "llama", digest: str = "d1", **kw: Any) -> str:
+    kw.setdefault("team", "ml")
+    return store.submit({"name": name}, f"name: {name}\n", digest, name=name, **kw).job_id
+
+
+def launched(store: StateStore, name: str = "llama", price: Any = 32.7726) -> tuple[str, str]:
+    """A job PLANNED -> LAUNCHING with one attempt; (job id, attempt id)."""
+    job = submit(store, name)
+    store.transition(job, Q.PLANNED)
+    return job, store.start_attempt(job, PLACEMENT, price, "spot", "aws-api", "2026-10-30")
+
+
+def running(store: StateStore, name: str = "llama", price: Any = 32.7726) -> tuple[str, str]:
+    job, attempt = launched(store, name, price)
+    assert store.attempt_running(attempt, {"provider_id": f"i-{name}"})
+    return job, attempt
+
+
+def counts(path: Path) -> dict[str, int]:
+    with sqlite3.connect(path) as conn:
+        return {t: conn.execute(f"SELECT COUNT(*) FROM {t}").fetchone()[0] for t in TABLES}
+
+
+def path_to(target: JobState) -> list[JobState]:
+    """The shortest allowed path from QUEUED to `target` (BFS over the table)."""
+    previous: dict[JobState, JobState | None] = {Q.QUEUED: None}
+    todo = deque([Q.QUEUED])
+    while todo:
+        state = todo.popleft()
+        for nxt in sorted(TRANSITIONS[state]):
+            if nxt not in previous:
+                previous[nxt] = state
+                todo.append(nxt)
+    steps: list[JobState] = []
+    at: JobState | None = target
+    while at is not None and at is not Q.QUEUED:
+        steps.append(at)
+        at = previous[at]
+    return steps[::-1]
+
+
+# --- file, schema, migrations ------------------------------------------------------------
+
+
+def test_default_path_follows_xdg_state_home(monkeypatch, tmp_path):
+    monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path))
+    assert default_state_path() == tmp_path / "broker" / "state.db"
+    monkeypatch.setenv("XDG_STATE_HOME", "relative/ignored")  # the XDG spec says: ignore
+    assert default_state_path() == Path.home() / ".local" / "state" / "broker" / "state.db"
+    monkeypatch.delenv("XDG_STATE_HOME")
+    assert default_state_path() == Path.home() / ".local" / "state" / "broker" / "state.db"
+
+
+def test_fresh_file_is_migrated_and_reopening_changes_nothing(path, clock):
+    with StateStore.open(path, clock) as store:
+        job = submit(store)
+    with sqlite3.connect(path) as conn:
+        applied = conn.execute("SELECT version FROM schema_migrations").fetchall()
+        assert applied == [(m.version,) for m in schema.MIGRATIONS]
+    for _ in range(2):
+        with StateStore.open(path, clock) as store:
+            assert store.job(job).state is Q.QUEUED
+    with sqlite3.connect(path) as conn:
+        assert conn.execute("SELECT COUNT(*) FROM schema_migrations").fetchone()[0] == len(applied)
+
+
+def test_wal_foreign_keys_and_busy_timeout(store, path):
+    with sqlite3.connect(path) as other:
+        assert other.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
+    assert store._conn.execute("PRAGMA foreign_keys").fetchone()[0] == 1
+    assert store._conn.execute("PRAGMA busy_timeout").fetchone()[0] >= 1000
+    with pytest.raises(sqlite3.IntegrityError):  # foreign keys are enforced
+        store._conn.execute(
+            "INSERT INTO events (job_id, time, kind, message, data_json)"
+            " VALUES ('j-x', '', '', '', '{}')"
+        )
+
+
+def test_a_file_from_a_newer_broker_is_refused_unchanged(path, clock):
+    StateStore.open(path, clock).close()
+    with sqlite3.connect(path) as conn:
+        conn.execute("INSERT INTO schema_migrations VALUES (99, 'future', '2030-01-01')")
+    with pytest.raises(SchemaTooNew, match="schema version 99.*upgrade broker"):
+        StateStore.open(path, clock)
+    with sqlite3.connect(path) as conn:
+        assert conn.execute("SELECT MAX(version), COUNT(*) FROM schema_migrations").fetchone() == (
+            99,
+            len(schema.MIGRATIONS) + 1,
+        )
+
+
+def test_later_migrations_apply_in_order_each_in_its_own_transaction(path, clock, monkeypatch):
+    with StateStore.open(path, clock) as store:
+        job = submit(store)
+    n = len(schema.MIGRATIONS)
+    good = schema.Migration(n + 1, "add a table", ("CREATE TABLE extra (x TEXT)",))
+    bad = schema.Migration(n + 2, "half broken", ("CREATE TABLE half (x TEXT)", "NOT SQL"))
+    monkeypatch.setattr(schema, "MIGRATIONS", [*schema.MIGRATIONS, good, bad])
+    with pytest.raises(sqlite3.OperationalError):
+        StateStore.open(path, clock)
+    with sqlite3.connect(path) as conn:
+        assert schema.schema_version(conn) == n + 1  # the good one stayed
+        names = {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type='table'")}
+    assert "extra" in names and "half" not in names  # the bad one left nothing behind
+    monkeypatch.setattr(schema, "MIGRATIONS", [*schema.MIGRATIONS[:n], good])
+    with StateStore.open(path, clock) as store:
+        assert store.job(job).name == "llama"
+
+
+def test_a_naive_clock_is_refused(path):
+    with pytest.raises(ValueError, match="naive"):
+        StateStore.open(path, FixedClock(datetime(2026, 11, 1)))
+
+
+# --- the state machine -------------------------------------------------------------------
+
+PAIRS = [(a, b) for a in JobState for b in JobState]
+
+
+@pytest.mark.parametrize(("start", "to"), PAIRS, ids=[f"{a}->{b}" for a, b in PAIRS])
+def test_every_pair_of_states(store, start, to):
+    job = submit(store)
+    for step in path_to(start):
+        assert store.transition(job, step)
+    before = store.events(job)
+    if can_transition(start, to):
+        assert store.transition(job, to, reason="because", data={"k": 1})
+        assert store.job(job).state is to
+        last = store.events(job)[-1]
+        assert (last.kind, last.data["from"], last.data["to"], last.data["k"]) == (
+            "transition",
+            start,
+            to,
+            1,
+        )
+        assert last.message == f"{start} -> {to}: because"
+    else:
+        with pytest.raises(IllegalTransition):
+            store.transition(job, to)
+        assert store.job(job).state is start
+        assert store.events(job) == before
+
+
+def test_terminal_states_have_no_way_out_but_resubmission():
+    assert all(not TRANSITIONS[s] for s in TERMINAL)
+    assert TERMINAL == {Q.SUCCEEDED, Q.FAILED, Q.CANCELLED}
+
+
+CURRENT = "current"
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    st.lists(
+        st.tuples(
+            st.sampled_from(list(JobState)),
+            st.none() | st.just(CURRENT) | st.sampled_from(list(JobState)),
+        ),
+        max_size=12,
+    )
+)
+def test_random_walks_follow_the_table(shared, moves):
+    store = shared
+    job = submit(store, f"walk-{uuid.uuid4().hex}")
+    state, visited = Q.QUEUED, {Q.QUEUED}
+    for to, expect in moves:
+        expect = state if expect == CURRENT else expect
+        events = len(store.events(job))
+        if expect is not None and expect != state:
+            assert store.transition(job, to, expect=expect) is False
+        elif can_transition(state, to):
+            assert store.transition(job, to, expect=expect) is True
+            state = to
+            events += 1
+        else:
+            with pytest.raises(IllegalTransition):
+                store.transition(job, to, expect=expect)
+        assert store.job(job).state is state
+        assert len(store.events(job)) == events
+        visited.add(state)
+    assert all(s == Q.QUEUED or s in path_to(s) for s in visited)
+
+
+def test_compare_and_set_is_false_and_silent_when_the_state_moved(store):
+    job = submit(store)
+    events = store.events(job)
+    assert store.transition(job, Q.CANCELLED, expect=Q.PLANNED) is False
+    assert store.job(job).state is Q.QUEUED and store.events(job) == events
+    with pytest.raises(UnknownJob):
+        store.transition("j-000000000000", Q.PLANNED)
+
+
+def race(path: Path, clock: FixedClock, action: Callable[[StateStore], Any]) -> list[Any]:
+    """Run `action` on two stores of one file in two threads, released together."""
+    barrier = threading.Barrier(2)
+    results: list[Any] = [None, None]
+
+    def worker(i: int) -> None:
+        with StateStore.open(path, clock) as mine:
+            barrier.wait()
+            try:
+                results[i] = action(mine)
+            except IllegalTransition as exc:
+                results[i] = exc
+
+    threads = [threading.Thread(target=worker, args=(i,)) for i in range(2)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    return results
+
+
+def test_two_controllers_racing_to_launch_one_wins(store, path, clock):
+    for round_ in range(10):
+        job = submit(store, f"race-{round_}")
+        store.transition(job, Q.PLANNED)
+        won = race(path, clock, lambda s, j=job: s.transition(j, Q.LAUNCHING, expect=Q.PLANNED))
+        assert sorted(won) == [False, True]
+        assert [e.data["to"] for e in store.events(job)[1:]] == [Q.PLANNED, Q.LAUNCHING]
+
+
+def test_two_controllers_racing_to_start_an_attempt_start_one(store, path, clock):
+    for round_ in range(10):
+        job = submit(store, f"race-{round_}")
+        store.transition(job, Q.PLANNED)
+        results = race(path, clock, lambda s, j=job: s.start_attempt(j, PLACEMENT, 1.5, "spot"))
+        ids = [r for r in results if isinstance(r, str)]
+        assert len(ids) == 1 and ids[0].startswith("a-") and len(ids[0]) == 14
+        assert sum(isinstance(r, IllegalTransition) for r in results) == 1
+        assert [a.id for a in store.attempts(job)] == ids
+
+
+# --- submit and versions -----------------------------------------------------------------
+
+
+def test_submit_new_then_unchanged_is_a_no_op(store, path):
+    result = store.submit({"a": 1}, "text", "d1", "ml", "llama", "gpu", 5)
+    assert result.created and result.changed and result.version == 1
+    assert result.job_id.startswith("j-") and len(result.job_id) == 14
+    before = counts(path)
+    again = store.submit({"a": 1}, "other layout", "d1", "ml", "llama", "gpu", 5)
+    assert (again.job_id, again.version, again.created, again.changed) == (result.job_id, 1, 0, 0)
+    assert counts(path) == before
+    job = store.job(result.job_id)
+    assert (job.queue, job.priority, job.state, job.digest) == ("gpu", 5, Q.QUEUED, "d1")
+    assert store.version(job.id).manifest_text == "text" and store.version(job.id).spec == {"a": 1}
+
+
+@pytest.mark.parametrize("start", [Q.QUEUED, Q.PLANNED])
+def test_a_new_version_replaces_a_waiting_one(store, clock, start):
+    job = submit(store)
+    for step in path_to(start):
+        store.transition(job, step)
+    queued_at = store.job(job).queued_at
+    clock.advance(timedelta(minutes=5))
+    result = store.submit({"v": 2}, "v2", "d2", "ml", "llama", "default", 3)
+    assert (result.version, result.created, result.changed) == (2, False, True)
+    now = store.job(job)
+    assert (now.state, now.version, now.pending_version, now.priority) == (Q.QUEUED, 2, None, 3)
+    assert now.queued_at == queued_at  # a queued job keeps its place
+
+
+@pytest.mark.parametrize("end", sorted(TERMINAL))
+def test_a_new_version_requeues_a_finished_job_at_the_back(store, clock, end):
+    job = submit(store)
+    for step in path_to(end):
+        store.transition(job, step)
+    clock.advance(timedelta(hours=1))
+    assert submit(store, digest="d1") == job and store.job(job).state is end  # unchanged: no-op
+    result = store.submit({}, "v2", "d2", "ml", "llama")
+    now = store.job(job)
+    assert (result.version, now.state, now.version, now.queued_at) == (2, Q.QUEUED, 2, clock.now())
+    assert store.events(job)[-1].data["resubmitted"] is True
+
+
+def test_a_new_version_waits_for_a_live_attempt(store, clock, path):
+    job, attempt = running(store)
+    assert store.submit({}, "v2", "d2", "ml", "llama").version == 2
+    assert store.submit({}, "v3", "d3", "ml", "llama").version == 3  # the newest waits
+    assert submit(store, digest="d3") == job  # same as the waiting one: no-op
+    now = store.job(job)
+    assert (now.state, now.version, now.pending_version) == (Q.RUNNING, 1, 3)
+    assert store.finish_attempt(attempt, "succeeded", 0, billed_hours=1, ledger_entries=[])
+    now = store.job(job)
+    assert (now.state, now.version, now.pending_version, now.digest) == (Q.QUEUED, 3, None, "d3")
+    kinds = [(e.kind, e.data.get("to")) for e in store.events(job)[-3:]]
+    assert kinds == [
+        ("transition", Q.SUCCEEDED),
+        ("attempt_finished", None),
+        ("transition", Q.QUEUED),
+    ]
+
+
+def test_resubmitting_the_running_version_withdraws_the_waiting_one(store):
+    job, attempt = running(store)
+    store.submit({}, "v2", "d2", "ml", "llama")
+    result = store.submit({}, "v1", "d1", "ml", "llama")
+    assert (result.version, result.changed) == (1, True)
+    assert store.job(job).pending_version is None
+    store.finish_attempt(attempt, "failed", 1)
+    assert store.job(job).state is Q.FAILED
+
+
+def test_cancel_drops_a_waiting_version_and_a_later_one_waits_for_the_attempt(store):
+    job, attempt = running(store)
+    store.submit({}, "v2", "d2", "ml", "llama")
+    store.transition(job, Q.CANCELLED, reason="user")
+    assert store.job(job).pending_version is None
+    assert store.events(job)[-1].data["dropped_version"] == 2
+    # cancelled, but its instance is still being torn down: a new version waits for it
+    store.submit({}, "v3", "d3", "ml", "llama")
+    assert (store.job(job).state, store.job(job).pending_version) == (Q.CANCELLED, 3)
+    assert store.finish_attempt(attempt, "cancelled", reason="terminated")
+    assert (store.job(job).state, store.job(job).version) == (Q.QUEUED, 3)
+
+
+def test_an_interrupted_job_requeued_takes_the_waiting_version_and_keeps_its_place(store, clock):
+    job, attempt = running(store)
+    queued_at = store.job(job).queued_at
+    clock.advance(timedelta(hours=1))
+    store.submit({}, "v2", "d2", "ml", "llama")
+    store.finish_attempt(attempt, "interrupted", reason="spot reclaimed")
+    assert (store.job(job).state, store.job(job).version) == (Q.INTERRUPTED, 1)
+    store.transition(job, Q.QUEUED, reason="re-plan")
+    now = store.job(job)
+    assert (now.state, now.version, now.queued_at) == (Q.QUEUED, 2, queued_at)
+
+
+def test_queued_is_priority_then_fifo(store, clock):
+    for name, priority in [("a", 0), ("b", 5), ("c", 0), ("d", 5)]:
+        submit(store, name, priority=priority)
+        clock.advance(timedelta(seconds=1))
+    store.transition(store.job("c").id, Q.CANCELLED)
+    assert [j.name for j in store.queued()] == ["b", "d", "a"]
+    store.submit({}, "c2", "c2", "ml", "c", "default", 5)  # a new run joins the back
+    assert [j.name for j in store.queued()] == ["b", "d", "c", "a"]
+    assert store.queued(queue="other") == []
+
+
+def test_jobs_are_found_by_id_team_name_or_unique_name(store):
+    a = submit(store, "llama", team="ml")
+    b = submit(store, "llama", team="vision")
+    c = submit(store, "solo", team="ml")
+    assert store.job(a).id == a and store.job("vision/llama").id == b and store.job("solo").id == c
+    with pytest.raises(UnknownJob, match="ml/llama, vision/llama"):
+        store.job("llama")
+    with pytest.raises(UnknownJob):
+        store.job("nope")
+    assert {j.id for j in store.jobs(team="ml")} == {a, c}  # same created_at: order by id
+    assert [j.id for j in store.jobs(states=[Q.QUEUED], team="vision")] == [b]
+
+
+# --- attempts, instances, the ledger --------------------------------------------------------
+
+
+def test_attempt_lifecycle_records_placement_price_and_instance(store, clock):
+    cost = CostEstimate(98.3178, 0.0, 0.0, 98.3178, 3.0, 0.0, 0.0, 0.0, 0.0, "catalog")
+    placement = Placement(
+        1, "aws", "us-east-1", "us-east-1a", "p5.48xlarge", "H100", 8, 1, "spot",
+        32.7726, 3.0, 98.3178, cost, "aws-api", "2026-10-30",
+    )  # fmt: skip
+    job = submit(store)
+    store.transition(job, Q.PLANNED)
+    attempt_id = store.start_attempt(
+        job, placement.as_dict(), placement.price_per_hour, "spot", "aws-api", "2026-10-30"
+    )
+    attempt = store.attempt(attempt_id)
+    assert attempt.placement == placement.as_dict()
+    assert (attempt.number, attempt.state, attempt.price_per_hour) == (
+        1,
+        AttemptState.LAUNCHING,
+        Decimal("32.7726"),
+    )
+    assert store.job(job).state is Q.LAUNCHING
+    clock.advance(timedelta(minutes=3))
+    instance = {"provider_id": "i-0abc", "tags": {"broker-attempt": attempt_id}}
+    assert store.attempt_running(attempt_id, instance)
+    assert not store.attempt_running(attempt_id, instance)  # seen already: no-op
+    assert store.job(job).state is Q.RUNNING
+    (found,) = store.instances(state="running")
+    assert (found.cloud, found.zone, found.instance_type, found.job_id) == (
+        "aws",
+        "us-east-1a",
+        "p5.48xlarge",
+        job,
+    )
+    clock.advance(timedelta(hours=1))
+    gone = store.record_instance("aws", "i-0abc", "terminated")
+    assert gone.terminated_at == clock.now() and gone.tags == {"broker-attempt": attempt_id}
+    assert store.instances(state="running") == [] and store.instances(attempt_id=attempt_id)
+    assert store.events(job)[-1].message == "instance aws:i-0abc terminated"
+    with pytest.raises(UnknownAttempt):
+        store.record_instance("aws", "i-x", "running", attempt_id="a-000000000000")
+    unowned = store.record_instance("gcp", "us-central1-a/vm-1", "running", region="us-central1")
+    assert unowned.attempt_id is None and unowned.job_id is None
+
+
+def test_finish_attempt_twice_bills_once_even_from_another_controller(store, path, clock):
+    job, attempt = running(store)
+    clock.advance(timedelta(hours=3))
+    entries = [{"kind": "compute"}, {"kind": "egress", "quantity": 50, "unit_price_usd": 0.09}]
+    assert store.finish_attempt(attempt, "succeeded", 0, "done", 3, entries)
+    before = counts(path)
+    assert not store.finish_attempt(attempt, "succeeded", 0, "done", 3, entries)
+    with StateStore.open(path, clock) as other:
+        assert not other.finish_attempt(attempt, "failed", 1, "restarted", 3, entries)
+    assert counts(path) == before
+    compute, egress = store.ledger(job_id=job)
+    assert (compute.amount_usd, compute.quantity, compute.unit) == (
+        Decimal("98.3178"),
+        Decimal(3),
+        "hour",
+    )
+    assert (compute.price_source, compute.price_as_of, compute.market) == (
+        "aws-api",
+        "2026-10-30",
+        "spot",
+    )
+    assert (compute.period_start, compute.period_end) == (T0, T0 + timedelta(hours=3))
+    assert (egress.amount_usd, egress.unit) == (Decimal("4.5"), "GB")
+    done = store.attempt(attempt)
+    assert (done.state, done.exit_code, done.billed_hours) == (AttemptState.SUCCEEDED, 0, 3)
+    assert store.events(job)[-1].data["charged_usd"] == "102.8178"
+
+
+def test_finish_attempt_with_an_illegal_job_move_writes_nothing(store, path):
+    job, attempt = launched(store)
+    before = counts(path)
+    with pytest.raises(IllegalTransition):
+        store.finish_attempt(attempt, "succeeded", 0, "", 1, [{"kind": "compute"}])
+    assert counts(path) == before and store.attempt(attempt).state is AttemptState.LAUNCHING
+    with pytest.raises(ValueError, match="unknown ledger entry keys"):
+        store.finish_attempt(attempt, "failed", 1, "", 1, [{"kind": "compute", "amout": 3}])
+    assert counts(path) == before
+    # a capacity failure at launch: the attempt failed, the job goes back to the queue
+    assert store.finish_attempt(attempt, "failed", None, "no capacity", 0, [], job_to=Q.QUEUED)
+    assert store.job(job).state is Q.QUEUED and store.attempt(attempt).reason == "no capacity"
+
+
+def test_a_cancelled_job_keeps_its_state_while_its_attempt_is_billed(store):
+    job, attempt = running(store)
+    store.transition(job, Q.CANCELLED, reason="user")
+    assert store.finish_attempt(
+        attempt, "cancelled", None, "terminated", 0.5, [{"kind": "compute"}]
+    )
+    assert store.job(job).state is Q.CANCELLED
+    assert store.ledger(job_id=job)[0].amount_usd == Decimal("16.3863")
+
+
+def test_ledger_filters_by_period_and_team(store, clock):
+    for name, team in [("a", "ml"), ("b", "vision"), ("c", "ml")]:
+        job = submit(store, name, team=team)
+        store.transition(job, Q.PLANNED)
+        attempt = store.start_attempt(job, PLACEMENT, "2.5", "on-demand")
+        clock.advance(timedelta(days=20))
+        store.finish_attempt(attempt, "failed", 1, "", 0, [{"kind": "onprem", "quantity": 2}])
+    november = store.ledger(since=T0, until=datetime(2026, 12, 1, tzinfo=UTC))
+    assert [(e.team, e.amount_usd) for e in november] == [("ml", Decimal(5))]
+    assert [e.team for e in store.ledger(team="ml")] == ["ml", "ml"]
+    assert len(store.ledger(since=datetime(2026, 12, 1, tzinfo=UTC))) == 2
+
+
+def test_money_is_exact(store):
+    job, attempt = running(store, price=32.7726)
+    store.finish_attempt(attempt, "succeeded", 0, "", 3, [{"kind": "compute"}])
+    (entry,) = store.ledger(job_id=job)
+    assert entry.amount_usd == Decimal("98.3178") and str(entry.amount_usd) == "98.3178"
+    with sqlite3.connect(store.path) as conn:
+        assert conn.execute("SELECT amount_usd FROM ledger").fetchone()[0] == "98.3178"
+    assert 32.7726 * 3 != 98.3178  # what a REAL column would have stored
+
+
+AMOUNTS = st.decimals(min_value=0, max_value=10**6, places=6) | st.floats(0, 1e6)
+EXACT = Context(prec=100)
+
+
+def as_decimal(value: Decimal | float) -> Decimal:
+    return Decimal(repr(value)) if isinstance(value, float) else value
+
+
+@settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(price=AMOUNTS, hours=AMOUNTS, gb=AMOUNTS)
+def test_money_round_trips_exactly(shared, price, hours, gb):
+    job, attempt = running(shared, f"money-{uuid.uuid4().hex}", price=price)
+    egress = {"kind": "egress", "quantity": gb, "unit_price_usd": "0.02"}
+    shared.finish_attempt(attempt, "succeeded", 0, "", hours, [{"kind": "compute"}, egress])
+    compute, transfer = shared.ledger(job_id=job)
+    assert shared.attempt(attempt).price_per_hour == as_decimal(price)
+    assert compute.unit_price_usd == as_decimal(price)
+    assert compute.amount_usd == EXACT.multiply(as_decimal(price), as_decimal(hours))
+    assert transfer.amount_usd == EXACT.multiply(as_decimal(gb), Decimal("0.02"))
+
+
+# --- crashes -------------------------------------------------------------------------------
+
+
+def test_an_error_inside_a_transaction_leaves_no_partial_rows(store, path, monkeypatch):
+    job, attempt = running(store)
+    before = counts(path)
+    real = store_module._insert_event
+
+    def failing(conn, job_id, attempt_id, now, kind, message, data):
+        real(conn, job_id, attempt_id, now, kind, message, data)
+        if kind in ("attempt_finished", "submitted"):  # after the other rows are written
+            raise RuntimeError("crash")
+
+    monkeypatch.setattr(store_module, "_insert_event", failing)
+    with pytest.raises(RuntimeError):
+        store.finish_attempt(attempt, "succeeded", 0, "", 3, [{"kind": "compute"}])
+    with pytest.raises(RuntimeError):
+        store.submit({}, "v1", "d1", "ml", "other-job")
+    assert counts(path) == before
+    assert (store.job(job).state, store.attempt(attempt).state) == (Q.RUNNING, "running")
+    monkeypatch.undo()
+    assert store.finish_attempt(attempt, "succeeded", 0, "", 3, [{"kind": "compute"}])
+    assert len(store.ledger(job_id=job)) == 1
+
+
+CHILD = """
+import sys
+from datetime import UTC, datetime
+from broker.clock import FixedClock
+from broker.state import StateStore
+from broker.state import store as store_module
+
+real = store_module._insert_event
+
+def hold(conn, job_id, attempt_id, now, kind, message, data):
+    real(conn, job_id, attempt_id, now, kind, message, data)
+    if kind == "attempt_finished":  # every row of the finish is written, not committed
+        print("inside", flush=True)
+        sys.stdin.read()  # hold the transaction open until killed
+
+store_module._insert_event = hold
+store = StateStore.open(sys.argv[1], FixedClock(datetime(2026, 11, 1, 3, tzinfo=UTC)))
+store.finish_attempt(sys.argv[2], "succeeded", 0, "", 3, [{"kind": "compute"}])
+print("committed", flush=True)
+"""
+
+
+def test_a_process_killed_mid_transaction_leaves_nothing_and_no_lock(store, path, clock):
+    job, attempt = running(store)
+    before = counts(path)
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    child = subprocess.Popen(
+        [sys.executable, "-c", CHILD, str(path), attempt],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+        cwd=REPO,
+        env=env,
+    )
+    try:
+        assert child.stdout is not None and child.stdout.readline() == "inside\n"
+        assert store.job(job).state is Q.RUNNING  # readers see the last commit meanwhile
+        with StateStore.open(path, clock, busy_timeout=0) as impatient:
+            with pytest.raises(sqlite3.OperationalError, match="locked"):
+                impatient.transition(job, Q.CANCELLED)  # the killed writer holds the lock
+    finally:
+        child.kill()
+        child.communicate()
+    assert child.returncode != 0
+    assert counts(path) == before
+    assert store.attempt(attempt).state is AttemptState.RUNNING
+    assert store.finish_attempt(attempt, "succeeded", 0, "", 3, [{"kind": "compute"}])
+    assert [e.amount_usd for e in store.ledger(job_id=job)] == [Decimal("98.3178")]

@@ -17,7 +17,7 @@ os.environ.setdefault("PYDANTIC_DISABLE_PLUGINS", "__all__")
 import typer  # noqa: E402
 
 from broker import __version__  # noqa: E402
-from broker.cli import offers, plan, pricing, schema, validate  # noqa: E402
+from broker.cli import jobs, offers, plan, pricing, run, schema, validate  # noqa: E402
 from broker.cli.exits import INTERRUPTED, CliExit, report  # noqa: E402
 
 app = typer.Typer(
@@ -33,6 +33,13 @@ app.command("offers")(offers.offers)
 app.command("validate")(validate.validate)
 app.command("schema")(schema.schema)
 app.command("plan")(plan.plan_command)
+app.command("submit")(jobs.submit)
+app.command("queue")(jobs.queue)
+app.command("status")(jobs.status)
+app.command("cancel")(jobs.cancel)
+app.command("logs")(jobs.logs)
+app.command("run")(run.run)
+app.command("demo")(run.demo)
 app.add_typer(pricing.app, name="pricing")
 
 

@@ -64,7 +64,8 @@ TRANSITIONS: dict[JobState, frozenset[JobState]] = {
     _S.QUEUED: frozenset({_S.PLANNED, _S.CANCELLED}),
     _S.PLANNED: frozenset({_S.LAUNCHING, _S.QUEUED, _S.CANCELLED}),
     _S.LAUNCHING: frozenset({_S.RUNNING, _S.FAILED, _S.QUEUED, _S.CANCELLED}),
-    _S.RUNNING: frozenset({_S.SUCCEEDED, _S.FAILED, _S.CANCELLED, _S.INTERRUPTED}),
+    # RUNNING -> QUEUED: a failure with restarts left (recovery.max_restarts_on_error).
+    _S.RUNNING: frozenset({_S.SUCCEEDED, _S.FAILED, _S.CANCELLED, _S.INTERRUPTED, _S.QUEUED}),
     _S.INTERRUPTED: frozenset({_S.MIGRATING, _S.QUEUED, _S.CANCELLED, _S.FAILED}),
     _S.MIGRATING: frozenset({_S.LAUNCHING, _S.QUEUED, _S.FAILED, _S.CANCELLED}),
     _S.SUCCEEDED: frozenset(),

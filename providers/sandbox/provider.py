@@ -255,6 +255,23 @@ class SandboxProvider:
             self._wait_exit(record, timeout)
         return self.describe(instance_id)
 
+    def free_nodes(self) -> dict[tuple[str, str], int]:
+        """Nodes free now per (cloud, region) of the catalog: what a controller may still
+        place in this pass (every place is capacity-limited in the sandbox)."""
+        table, used = self._offers, self._usage()
+        clouds, regions = table.categories["cloud"], table.categories["region"]
+        pairs = set(zip(table.codes["cloud"].tolist(), table.codes["region"].tolist(), strict=True))
+        free = {}
+        for c, r in pairs:
+            where = (str(clouds[c]), str(regions[r]))
+            free[where] = max(0, self._limit(*where) - used.get(where, 0))
+        return free
+
+    def checkpoint_dir(self, job_id: str) -> Path:
+        """The local directory standing for a job's checkpoint URI (BROKER_CHECKPOINT_DIR);
+        a relaunch resumes from it."""
+        return self.workdir / "checkpoints" / job_id
+
     def billed_hours(self, instance: Instance) -> float:
         """Hours to bill: clock seconds from launch to end (or now) × time_scale / 3600."""
         if instance.launched_at is None:

@@ -189,9 +189,10 @@ def test_plan_equals_brute_force(job: JobSpec, seed: int) -> None:
         assert hours == pytest.approx(reference[1], rel=1e-9)
     for top in (1, 3):  # the top k alone is the first k of the full ranking
         short = plan(job, index, NOW, top=top).placements
-        assert [(p.expected_cost, p.expected_hours, p.instance_type, p.market) for p in short] \
-            == [(p.expected_cost, p.expected_hours, p.instance_type, p.market)
-                for p in decision.placements[:top]]
+        assert [(p.expected_cost, p.expected_hours, p.instance_type, p.market) for p in short] == [
+            (p.expected_cost, p.expected_hours, p.instance_type, p.market)
+            for p in decision.placements[:top]
+        ]
     if expected:  # nothing feasible is cheaper than the top placement
         assert decision.placements[0].expected_cost == pytest.approx(expected[0][0], rel=1e-9)
 

@@ -1,0 +1,389 @@
+"""The controller: one reconcile pass at a time, between the state store and a provider.
+
+A pass (1) looks at every open attempt and brings the store up to date with what
+the provider reports (running, ended, interrupted), billing ended attempts in
+the same transaction that closes them; (2) terminates instances the store does
+not know or no longer wants (cancelled jobs, orphans of a crash); (3) plans the
+queued jobs in one batch, asks the queue policy which may start, and launches
+them. Launches are crash-safe: the attempt id exists in the store before the
+provider sees it, and providers launch idempotently per attempt id, so a
+controller killed at any point and restarted finds, relaunches or terminates
+exactly what it should.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from broker.clock import Clock
+from broker.state import JobState
+
+if TYPE_CHECKING:
+    from broker.planner.decision import Decision, Placement
+    from broker.spec import JobSpec
+    from broker.state import Attempt, Job, StateStore
+    from pricing.query import OfferIndex
+    from providers.base import Instance, LaunchRequest, Provider
+
+ACTIVE = (
+    JobState.PLANNED,
+    JobState.LAUNCHING,
+    JobState.RUNNING,
+    JobState.INTERRUPTED,
+    JobState.MIGRATING,
+)
+INTERRUPT_EXIT_CODES = (143,)  # SIGTERM after a notice: the job checkpointed and left
+
+
+@dataclass
+class PassReport:
+    """What one pass did, for the live view and the logs."""
+
+    launched: list[tuple[str, str]] = field(default_factory=list)  # (job name, where)
+    finished: list[tuple[str, str]] = field(default_factory=list)  # (job name, outcome)
+    waiting: dict[str, str] = field(default_factory=dict)  # job name -> reason
+    terminated: list[str] = field(default_factory=list)  # instance ids
+
+    @property
+    def changed(self) -> bool:
+        return bool(self.launched or self.finished or self.terminated)
+
+
+@dataclass
+class Controller:
+    """Reconciles `store` with `provider`; `index_of` turns the provider's offers
+    (with current capacity) into the index the planner reads."""
+
+    store: StateStore
+    provider: Provider
+    clock: Clock
+    index_of: Callable[[Provider], OfferIndex]
+    _specs: dict[tuple[str, int], JobSpec] = field(default_factory=dict)
+
+    # --- the pass ------------------------------------------------------------------
+
+    def run_pass(self) -> PassReport:
+        report = PassReport()
+        self._observe(report)
+        self._sweep(report)
+        self._launch(report)
+        return report
+
+    def cancel(self, job_id: str) -> bool:
+        """Cancel a job: it keeps its record; a live instance is terminated and its
+        attempt billed up to now. False when the job had already finished."""
+        from broker.state import TERMINAL, AttemptState
+
+        job = self.store.job(job_id)
+        if job.state in TERMINAL:
+            return False
+        self.store.transition(job.id, JobState.CANCELLED, "cancelled by user")
+        for attempt in self.store.attempts(
+            job.id, states=(AttemptState.LAUNCHING, AttemptState.RUNNING)
+        ):
+            for known in self.store.instances(attempt_id=attempt.id):
+                self.provider.terminate(known.provider_id)
+                instance = self.provider.describe(known.provider_id)
+                self._close(
+                    attempt,
+                    "cancelled",
+                    instance.exit_code,
+                    "cancelled by user",
+                    self._billed_hours(instance),
+                    None,
+                )
+        return True
+
+    def queue_view(self) -> list[dict]:
+        """Rows for `broker queue`: active jobs, then queued ones in order, with the plan
+        each would get now and why it waits."""
+        from broker.planner.plan import plan_many
+
+        now = self.clock.now()
+        rows = []
+        for job in self.active():
+            attempts = self.store.attempts(job.id)
+            p = attempts[-1].placement if attempts else {}
+            rows.append(_row(job, now, p, p.get("expected_cost"), ""))
+        queued = self.store.queued()
+        decisions = plan_many([self._spec(j) for j in queued], self.index_of(self.provider), now)
+        taken: dict[tuple[str, str], int] = {}
+        for position, (job, decision) in enumerate(zip(queued, decisions, strict=True), 1):
+            placement = self._first_free(decision, taken)
+            if placement is not None:
+                key = (placement.cloud, placement.region)
+                taken[key] = taken.get(key, 0) + placement.nodes
+                why = "starts on the next pass"
+                row = _row(job, now, placement.as_dict(), placement.expected_cost, why)
+            else:
+                best = decision.placements[0].as_dict() if decision.placements else {}
+                row = _row(job, now, best, best.get("expected_cost"), _why(decision))
+            rows.append(row | {"position": position})
+        return rows
+
+    def active(self) -> list[Job]:
+        """Jobs with work in flight (not queued, not finished)."""
+        return self.store.jobs(states=ACTIVE)
+
+    # --- (1) what the provider says about open attempts -----------------------------
+
+    def _observe(self, report: PassReport) -> None:
+        from broker.state import AttemptState
+
+        open_states = (AttemptState.LAUNCHING, AttemptState.RUNNING)
+        for job in self.store.jobs(states=(*ACTIVE, JobState.CANCELLED)):
+            for attempt in self.store.attempts(job.id, states=open_states):
+                instance = self._instance_of(job, attempt)
+                if instance is None:
+                    continue
+                if job.state is JobState.CANCELLED and instance.ended_at is None:
+                    self.provider.terminate(instance.id)
+                    report.terminated.append(instance.id)
+                    instance = self.provider.describe(instance.id)
+                if instance.ended_at is None:
+                    if attempt.state is AttemptState.LAUNCHING:
+                        self.store.attempt_running(attempt.id, _instance_row(instance))
+                    continue
+                outcome = self._finish(job, attempt, instance)
+                report.finished.append((job.name, outcome))
+
+    def _instance_of(self, job: Job, attempt: Attempt) -> Instance | None:
+        """The attempt's instance; relaunched (idempotently) when the store has none yet,
+        which is where a controller killed between `start_attempt` and the launch resumes."""
+        from providers.errors import NotFound, ProviderError
+
+        known = self.store.instances(attempt_id=attempt.id)
+        if known:
+            try:
+                return self.provider.describe(known[0].provider_id)
+            except NotFound:
+                self._close(attempt, "failed", None, "instance vanished", 0.0, JobState.QUEUED)
+                return None
+        try:
+            request = self._request(job, attempt)
+        except ValueError as exc:  # the job cannot run on this provider (e.g. no command)
+            self._close(attempt, "failed", None, f"cannot launch: {exc}", 0.0, None)
+            return None
+        try:
+            instance = self.provider.launch(request)
+        except ProviderError as exc:
+            # Capacity, quota, throttling: back to the queue; the error is recorded.
+            retry = JobState.QUEUED if exc.retryable else None
+            self._close(attempt, "failed", None, str(exc), 0.0, retry)
+            return None
+        self.store.attempt_running(attempt.id, _instance_row(instance))
+        return instance
+
+    def _finish(self, job: Job, attempt: Attempt, instance: Instance) -> str:
+        """Close an ended attempt: outcome, billing and the job's next state in one write."""
+        spec = self._spec(job)
+        hours = self._billed_hours(instance)
+        code = instance.exit_code
+        restarts_used = sum(1 for a in self.store.attempts(job.id) if a.state == "failed")
+        if job.state is JobState.CANCELLED or instance.state == "terminated":
+            outcome, to = "cancelled", None
+        elif (
+            instance.state == "interrupted"
+            or code in spec.recover_on_exit_codes
+            or (code in INTERRUPT_EXIT_CODES and instance.state != "failed")
+        ):
+            outcome, to = "interrupted", None
+        elif code == 0:
+            outcome, to = "succeeded", None
+        else:
+            retry = restarts_used < spec.max_restarts_on_error
+            outcome, to = "failed", (JobState.QUEUED if retry else None)
+        reason = f"exit code {code}" if code is not None else instance.state
+        self._close(attempt, outcome, code, reason, hours, to)
+        if outcome == "interrupted":
+            # Spot survival proper (migration) is issue 6; for now the job goes back to
+            # the queue and resumes from its checkpoint on its next placement.
+            self.store.transition(
+                job.id, JobState.QUEUED, "re-queued after interruption", expect=JobState.INTERRUPTED
+            )
+        return outcome
+
+    def _close(
+        self,
+        attempt: Attempt,
+        outcome: str,
+        code: int | None,
+        reason: str,
+        hours: float,
+        to: JobState | None,
+    ) -> None:
+        entries = [{"kind": "compute"}] if hours > 0 else []
+        self.store.finish_attempt(attempt.id, outcome, code, reason, hours, entries, job_to=to)
+
+    def _billed_hours(self, instance: Instance) -> float:
+        billed = getattr(self.provider, "billed_hours", None)
+        if billed is not None:
+            return float(billed(instance))
+        if instance.launched_at is None or instance.ended_at is None:
+            return 0.0
+        return (instance.ended_at - instance.launched_at).total_seconds() / 3600.0
+
+    # --- (2) instances nobody wants -------------------------------------------------
+
+    def _sweep(self, report: PassReport) -> None:
+        """Terminate running broker instances whose attempt is unknown or closed."""
+        from broker.state import AttemptState, UnknownAttempt
+
+        for instance in self.provider.list_instances():
+            if instance.ended_at is not None:
+                continue
+            attempt_id = dict(instance.tags).get("broker-attempt", "")
+            try:
+                attempt = self.store.attempt(attempt_id)
+                wanted = attempt.state in (AttemptState.LAUNCHING, AttemptState.RUNNING)
+            except UnknownAttempt:
+                wanted = False
+            if not wanted:
+                self.provider.terminate(instance.id)
+                report.terminated.append(instance.id)
+
+    # --- (3) plan and launch --------------------------------------------------------
+
+    def _launch(self, report: PassReport) -> None:
+        from broker.planner.plan import plan_many
+
+        queued = self.store.queued()
+        if not queued:
+            return
+        specs = [self._spec(job) for job in queued]
+        decisions = plan_many(specs, self.index_of(self.provider), self.clock.now())
+        taken: dict[tuple[str, str], int] = {}
+        for job, decision in zip(queued, decisions, strict=True):
+            placement = self._first_free(decision, taken)
+            if placement is None:
+                report.waiting[job.name] = _why(decision)
+                continue
+            where = f"{placement.cloud}/{placement.region}/{placement.instance_type}"
+            if not self.store.transition(
+                job.id,
+                JobState.PLANNED,
+                f"planned on {where}",
+                {"placement": placement.as_dict()},
+                expect=JobState.QUEUED,
+            ):
+                continue  # another controller took it
+            key = (placement.cloud, placement.region)
+            taken[key] = taken.get(key, 0) + placement.nodes
+            attempt_id = self.store.start_attempt(
+                job.id,
+                placement.as_dict(),
+                placement.price_per_hour,
+                placement.market,
+                placement.price_source,
+                placement.price_as_of,
+            )
+            self._instance_of(job, self.store.attempt(attempt_id))
+            report.launched.append((job.name, f"{where} {placement.market}"))
+
+    def _first_free(
+        self, decision: Decision, taken: dict[tuple[str, str], int]
+    ) -> Placement | None:
+        """The best placement whose place still has room after this pass's launches."""
+        if not decision.placements:
+            return None
+        free = self._free_nodes()
+        for placement in decision.placements:
+            key = (placement.cloud, placement.region)
+            room = free.get(key)
+            if room is None or room - taken.get(key, 0) >= placement.nodes:
+                return placement
+        return None
+
+    def _free_nodes(self) -> dict[tuple[str, str], int]:
+        capacity = getattr(self.provider, "free_nodes", None)
+        return capacity() if capacity is not None else {}
+
+    # --- helpers --------------------------------------------------------------------
+
+    def _spec(self, job: Job) -> JobSpec:
+        """The job's spec, from the manifest text of the version in force."""
+        from broker.manifest.load import parse_manifest_text
+
+        key = (job.id, job.version)
+        if key not in self._specs:
+            version = self.store.version(job.id, job.version)
+            (manifest,) = parse_manifest_text(version.manifest_text, Path(f"{job.team}/{job.name}"))
+            self._specs[key] = manifest.spec
+        return self._specs[key]
+
+    def _request(self, job: Job, attempt: Attempt) -> LaunchRequest:
+        """The launch request of an attempt: rebuilt identically on every call, which is
+        what makes a relaunch after a crash idempotent."""
+        from providers.base import LaunchRequest
+
+        spec = self._spec(job)
+        p = attempt.placement
+        resume = ""
+        if attempt.number > 1 and spec.checkpoint is not None:
+            resume = getattr(self.provider, "checkpoint_dir", lambda _job: spec.checkpoint.uri)(
+                job.id
+            )
+        return LaunchRequest(
+            attempt_id=attempt.id,
+            job_id=job.id,
+            job_name=job.name,
+            team=job.team,
+            cloud=p["cloud"],
+            region=p["region"],
+            zone=p.get("zone", ""),
+            instance_type=p["instance_type"],
+            market=attempt.market,
+            nodes=p.get("nodes", 1),
+            command=spec.run.command,
+            image=spec.run.image or "",
+            env=spec.run.env,
+            checkpoint_uri=spec.checkpoint.uri if spec.checkpoint else "",
+            resume_from=str(resume),
+            max_price_per_hour=spec.requirements.max_price_per_hour,
+        )
+
+
+def _row(job: Job, now, placement: dict, cost, why: str) -> dict:
+    where = "/".join(str(placement.get(k, "")) for k in ("cloud", "region", "instance_type"))
+    gpus = (
+        f"{placement.get('accelerator')}:{placement.get('accelerator_count', 0):g}"
+        if placement.get("accelerator")
+        else ""
+    )
+    waited = now - job.queued_at
+    return {
+        "position": None,
+        "job": job.id,
+        "name": job.name,
+        "team": job.team,
+        "queue": job.queue,
+        "priority": job.priority,
+        "state": str(job.state),
+        "gpus": gpus,
+        "placement": f"{where} {placement.get('market', '')}".strip() if placement else "",
+        "expected_cost": cost,
+        "waiting": f"{int(waited.total_seconds() // 60)} min",
+        "why": why,
+    }
+
+
+def _instance_row(instance: Instance) -> dict:
+    return {
+        "provider_id": instance.id,
+        "cloud": instance.cloud,
+        "region": instance.region,
+        "zone": instance.zone,
+        "instance_type": instance.instance_type,
+        "tags": dict(instance.tags),
+    }
+
+
+def _why(decision: Decision) -> str:
+    if decision.placements:
+        return "capacity: every planned place is full"
+    biggest = max(decision.rejected, key=lambda r: r.count, default=None)
+    last = decision.rejected[-1].reason if decision.rejected else "nothing matches"
+    return f"no feasible placement ({last})" if biggest else "no feasible placement"

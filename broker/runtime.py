@@ -1,0 +1,89 @@
+"""Putting the pieces together: state store + provider + controller for a state file.
+
+The embedded default provider is the local sandbox: it sells the offers in force
+(catalog + on-prem pools) and runs each job as a local process, so the whole
+product works on a machine with no cloud account. Its working directory sits
+next to the state file, so one `--state` path is one self-contained broker.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from broker.clock import Clock, SystemClock
+
+if TYPE_CHECKING:
+    from broker.controller import Controller
+    from broker.offers import OffersInForce
+    from broker.state import StateStore
+    from providers.sandbox import SandboxProvider
+
+
+@dataclass
+class Runtime:
+    """An open state store, its provider and a controller over both."""
+
+    store: StateStore
+    provider: SandboxProvider
+    controller: Controller
+    workdir: Path
+
+    def close(self) -> None:
+        self.store.close()
+
+
+def sandbox_workdir(state_path: Path) -> Path:
+    return state_path.parent / f"{state_path.stem}-sandbox"
+
+
+def open_runtime(
+    state_path: Path,
+    view: OffersInForce,
+    *,
+    time_scale: float = 3600.0,
+    capacity: int = 4,
+    clock: Clock | None = None,
+) -> Runtime:
+    """Open the store at `state_path` and a sandbox provider over the offers in force.
+
+    On-prem pools get as many sandbox slots as they have nodes; every cloud region
+    gets `capacity` nodes. `time_scale` 3600 bills a wall second as an hour.
+    """
+    from broker.controller import Controller
+    from broker.state import StateStore
+    from pricing.query import OfferIndex
+    from providers.sandbox import SandboxProvider
+
+    clock = clock or SystemClock()
+    table = view.index.offers
+    slots: dict[tuple[str, str], int] = {}  # on-prem: the pools' free nodes per region
+    numbers, codes, names = table.numbers, table.codes, table.categories
+    for row in range(len(table)):
+        if names["cloud"][codes["cloud"][row]] == "onprem":
+            key = ("onprem", str(names["region"][codes["region"][row]]))
+            free = numbers["capacity"][row]
+            slots[key] = slots.get(key, 0) + (int(free) if free == free else 1)
+    workdir = sandbox_workdir(state_path)
+    provider = SandboxProvider(
+        table, workdir, clock, capacity={**_clouds(table, capacity), **slots}, time_scale=time_scale
+    )
+    store = StateStore.open(state_path, clock)
+    countries = view.index.extra_countries
+
+    def index_of(live) -> OfferIndex:
+        return OfferIndex(live.offers(), extra_countries=countries)
+
+    controller = Controller(store, provider, clock, index_of)
+    return Runtime(store, provider, controller, workdir)
+
+
+def _clouds(table, capacity: int) -> dict[tuple[str, str], int]:
+    names, codes = table.categories, table.codes
+    pairs = set(zip(codes["cloud"].tolist(), codes["region"].tolist(), strict=True))
+    return {
+        (str(names["cloud"][c]), str(names["region"][r])): capacity
+        for c, r in pairs
+        if names["cloud"][c] != "onprem"
+    }

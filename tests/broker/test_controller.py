@@ -1,0 +1,122 @@
+"""The controller's crash safety and bookkeeping, on the sandbox provider."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from broker.clock import SystemClock
+from broker.manifest.load import load_manifests
+from broker.offers import load_offers
+from broker.runtime import open_runtime
+from broker.state import AttemptState, JobState
+from broker.submit import submit_manifests
+
+REPO = Path(__file__).resolve().parents[2]
+DEMO = REPO / "examples" / "demo"
+
+
+@pytest.fixture
+def rt(tmp_path):
+    view = load_offers(pools_path=REPO / "examples" / "pools.yaml")
+    runtime = open_runtime(tmp_path / "state.db", view, clock=SystemClock())
+    (runtime.workdir / "train.py").write_text((REPO / "examples" / "train.py").read_text())
+    yield runtime
+    for instance in runtime.provider.list_instances():
+        runtime.provider.terminate(instance.id)
+    runtime.close()
+
+
+def submit(rt, name: str) -> str:
+    (manifest,) = load_manifests([DEMO / name]).manifests
+    (result,) = submit_manifests(rt.store, [manifest])
+    return result.job_id
+
+
+def finish(rt, job_id: str) -> None:
+    """Drive passes until the job ends, waiting on its process between them."""
+    for _ in range(50):
+        rt.controller.run_pass()
+        job = rt.store.job(job_id)
+        if job.state in (JobState.SUCCEEDED, JobState.FAILED, JobState.CANCELLED):
+            return
+        for known in rt.store.instances(state="running"):
+            rt.provider.wait(known.provider_id, timeout=10)
+    raise AssertionError(f"job {job_id} did not finish: {rt.store.job(job_id).state}")
+
+
+def test_a_job_runs_once_and_is_billed_once(rt):
+    job_id = submit(rt, "eval-eu.yaml")
+    finish(rt, job_id)
+    (attempt,) = rt.store.attempts(job_id)
+    assert attempt.state == AttemptState.SUCCEEDED
+    (charge,) = rt.store.ledger(job_id=job_id)
+    assert charge.kind == "compute" and charge.amount_usd > 0
+    assert charge.amount_usd == attempt.price_per_hour * attempt.billed_hours
+    rt.controller.run_pass()  # another pass changes nothing
+    assert len(rt.store.ledger(job_id=job_id)) == 1
+
+
+def test_crash_between_attempt_and_launch_relaunches_the_same_attempt(rt):
+    job_id = submit(rt, "eval-eu.yaml")
+    # What a controller killed right after start_attempt leaves behind:
+    from broker.planner.plan import plan
+
+    decision = plan(
+        rt.controller._spec(rt.store.job(job_id)),
+        rt.controller.index_of(rt.provider),
+        SystemClock().now(),
+    )
+    placement = decision.placements[0]
+    rt.store.transition(job_id, JobState.PLANNED, expect=JobState.QUEUED)
+    attempt_id = rt.store.start_attempt(
+        job_id, placement.as_dict(), placement.price_per_hour, placement.market
+    )
+    assert rt.provider.list_instances() == []
+    finish(rt, job_id)  # a fresh pass finds the open attempt and launches it, once
+    assert [a.id for a in rt.store.attempts(job_id)] == [attempt_id]
+    assert len(rt.provider.list_instances()) == 1
+
+
+def test_instances_nobody_owns_are_terminated(rt):
+    from providers.base import LaunchRequest
+
+    orphan = rt.provider.launch(
+        LaunchRequest(
+            attempt_id="a-000000000000",
+            job_id="j-000000000000",
+            cloud="gcp",
+            region="europe-west4",
+            instance_type="g2-standard-4",
+            command="sleep 30",
+        )
+    )
+    report = rt.controller.run_pass()
+    assert orphan.id in report.terminated
+    assert rt.provider.describe(orphan.id).ended_at is not None
+
+
+def test_cancel_terminates_and_bills_up_to_now(rt):
+    job_id = submit(rt, "finetune-spot.yaml")
+    rt.controller.run_pass()
+    assert rt.store.job(job_id).state is JobState.RUNNING
+    assert rt.controller.cancel(job_id)
+    assert rt.store.job(job_id).state is JobState.CANCELLED
+    (attempt,) = rt.store.attempts(job_id)
+    assert attempt.state == AttemptState.CANCELLED
+    assert all(i.ended_at is not None for i in rt.provider.list_instances())
+    assert not rt.controller.cancel(job_id)  # already finished: nothing to do
+
+
+def test_two_controllers_on_one_state_file_launch_each_attempt_once(rt, tmp_path):
+    view = load_offers(pools_path=REPO / "examples" / "pools.yaml")
+    other = open_runtime(tmp_path / "state.db", view, clock=SystemClock())
+    try:
+        job_id = submit(rt, "eval-eu.yaml")
+        rt.controller.run_pass()
+        other.controller.run_pass()
+        assert len(rt.store.attempts(job_id)) == 1
+        assert len(rt.provider.list_instances()) == 1
+    finally:
+        other.close()

@@ -1,0 +1,69 @@
+"""submit / queue / status / cancel / run / demo through the real entry point, on the sandbox."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from tests.cli.runner import run_cli
+
+REPO = Path(__file__).resolve().parents[2]
+DEMO = REPO / "examples" / "demo"
+
+
+def test_demo_runs_every_example_job_to_success(capsys, tmp_path):
+    result = run_cli(capsys, "demo", "--state", str(tmp_path / "state.db"), "-o", "json")
+    assert result.code == 0, result.stderr
+    jobs = json.loads(result.stdout)["jobs"]
+    assert len(jobs) >= 5
+    assert {j["state"] for j in jobs} == {"succeeded"}
+    assert all(j["cost"] > 0 for j in jobs)  # every attempt was billed
+    assert {j["team"] for j in jobs} >= {"nlp", "vision"}
+    assert any(j["where"].startswith("onprem/") for j in jobs)
+
+
+def test_submit_is_idempotent_and_bad_input_changes_nothing(capsys, tmp_path):
+    state = str(tmp_path / "state.db")
+    first = run_cli(capsys, "submit", str(DEMO), "--state", state, "-o", "json")
+    assert first.code == 0, first.stderr
+    assert {j["result"] for j in json.loads(first.stdout)["jobs"]} == {"new"}
+    again = run_cli(capsys, "submit", str(DEMO), "--state", state, "-o", "json")
+    assert {j["result"] for j in json.loads(again.stdout)["jobs"]} == {"unchanged"}
+    bad = tmp_path / "bad.yaml"
+    bad.write_text(
+        (DEMO / "eval-eu.yaml").read_text().replace("L4:1", "L44:1").replace("eval-l4", "other")
+    )
+    broken = run_cli(capsys, "submit", str(bad), "--state", state)
+    assert broken.code == 2 and "L44" in broken.stderr
+    pools = str(REPO / "examples" / "pools.yaml")
+    listed = run_cli(capsys, "queue", "--state", state, "--pools", pools, "-o", "json")
+    queue = json.loads(listed.stdout)["queue"]
+    assert "other" not in {row["name"] for row in queue}
+    assert len(queue) == len(json.loads(first.stdout)["jobs"])
+    assert all(row["why"] == "starts on the next pass" for row in queue)
+    without_pools = run_cli(capsys, "queue", "--state", state, "-o", "json")
+    why = {row["name"]: row["why"] for row in json.loads(without_pools.stdout)["queue"]}
+    assert why["embed-lab"].startswith("no feasible placement")  # its pool is not configured
+    fresh = tmp_path / "never.db"
+    run_cli(capsys, "submit", str(bad), "--state", str(fresh))
+    assert not fresh.exists()  # a broken manifest does not even create the state file
+
+
+def test_run_once_status_and_cancel(capsys, tmp_path):
+    state = str(tmp_path / "state.db")
+    run_cli(capsys, "submit", str(DEMO / "finetune-spot.yaml"), "--state", state)
+    assert run_cli(capsys, "run", "--once", "--state", state).code == 0
+    status = json.loads(
+        run_cli(capsys, "status", "llama-ft", "--state", state, "-o", "json").stdout
+    )
+    assert status["state"] in ("running", "succeeded")
+    assert len(status["attempts"]) == 1
+    kinds = [e["kind"] for e in status["events"]]
+    assert kinds[0] == "submitted" and "attempt_running" in kinds
+    cancel = run_cli(capsys, "cancel", "llama-ft", "--state", state)
+    assert cancel.code == 0
+    after = json.loads(run_cli(capsys, "status", "llama-ft", "--state", state, "-o", "json").stdout)
+    assert after["state"] in ("cancelled", "succeeded")
+    if after["state"] == "cancelled":
+        assert after["attempts"][0]["state"] == "cancelled"
+    assert run_cli(capsys, "status", "nope", "--state", state).code == 2

@@ -76,7 +76,19 @@ def open_runtime(
         return OfferIndex(live.offers(), extra_countries=countries)
 
     controller = Controller(store, provider, clock, index_of)
+    _ship_example_trainer(workdir)
     return Runtime(store, provider, controller, workdir)
+
+
+def _ship_example_trainer(workdir: Path) -> None:
+    """Put examples/train.py at <workdir>/train.py, where the example manifests' commands
+    (`python3 ../train.py`, run from an attempt's directory) find it."""
+    import shutil
+
+    source = Path(__file__).resolve().parents[1] / "examples" / "train.py"
+    target = workdir / "train.py"
+    if source.is_file() and not target.exists():
+        shutil.copy(source, target)
 
 
 def _clouds(table, capacity: int) -> dict[tuple[str, str], int]:

@@ -66,7 +66,6 @@ def demo(
 ) -> None:
     """Submit the example jobs and run them to the end on the local sandbox (one wall
     second is billed as one hour), then show what happened and what it cost."""
-    import shutil
     import tempfile
 
     from broker.manifest.load import load_manifests
@@ -77,7 +76,6 @@ def demo(
     if loaded.errors:
         fail("; ".join(map(str, loaded.errors)))
     with runtime(state, None, REPO_EXAMPLES / "pools.yaml", None) as rt:
-        shutil.copy(REPO_EXAMPLES / "train.py", rt.workdir / "train.py")
         submit_manifests(rt.store, loaded.manifests)
         print(f"demo: {len(loaded.manifests)} jobs submitted to {state}", file=sys.stderr)
         drive(rt, poll=0.2, limit_s=60)

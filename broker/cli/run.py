@@ -31,31 +31,70 @@ def run(
 
 
 def drive(rt, once: bool = False, poll: float = 0.5, limit_s: float | None = None) -> None:
-    """Run passes, printing what changed, until nothing is queued or in flight."""
-    started = time.monotonic()
+    """Run passes until nothing is queued or in flight: a live table of the queue on a
+    terminal, one plain line per launch and end otherwise (logs, CI)."""
+    live = _live_view() if sys.stderr.isatty() and not once else None
     try:
-        while True:
-            report = rt.controller.run_pass()
-            for name, where in report.launched:
-                print(f"launched {name} on {where}", file=sys.stderr)
-            for name, outcome in report.finished:
-                print(f"{name} {outcome}", file=sys.stderr)
-            if once:
-                return
-            queued, active = rt.store.queued(), rt.controller.active()
-            if not active and not queued:
-                return
-            if not active and not report.launched:
-                for name, why in report.waiting.items():
-                    print(f"{name} waits: {why}", file=sys.stderr)
-                fail("the queue is stuck: nothing runs and nothing can start", FAILED)
-            if limit_s is not None and time.monotonic() - started > limit_s:
-                fail(f"gave up after {limit_s:g} s with work still in flight", FAILED)
-            time.sleep(poll)  # the controller polls its providers between passes
+        if live is not None:
+            with live:
+                _loop(rt, once, poll, limit_s, live)
+        else:
+            _loop(rt, once, poll, limit_s, None)
     except KeyboardInterrupt:
         print(
             "stopped; running jobs keep running, `broker run` picks them up again", file=sys.stderr
         )
+
+
+def _live_view():
+    from rich.console import Console
+    from rich.live import Live
+
+    return Live(console=Console(stderr=True), refresh_per_second=4, transient=False)
+
+
+def _jobs_table(rows: list[dict]):
+    from rich.table import Table
+
+    table = Table(title="broker run", title_justify="left", header_style="bold")
+    for header in ("job", "team", "state", "on", "market", "billed h", "cost $"):
+        table.add_column(header)
+    for row in rows:
+        table.add_row(
+            row["name"],
+            row["team"],
+            row["state"],
+            row["where"],
+            row["market"],
+            row["hours"],
+            f"{row['cost']:,.2f}",
+        )
+    return table
+
+
+def _loop(rt, once: bool, poll: float, limit_s: float | None, live) -> None:
+    started = time.monotonic()
+    while True:
+        report = rt.controller.run_pass()
+        if live is not None:
+            live.update(_jobs_table(_summary(rt.store)))
+        else:
+            for name, where in report.launched:
+                print(f"launched {name} on {where}", file=sys.stderr)
+            for name, outcome in report.finished:
+                print(f"{name} {outcome}", file=sys.stderr)
+        if once:
+            return
+        queued, active = rt.store.queued(), rt.controller.active()
+        if not active and not queued:
+            return
+        if not active and not report.launched:
+            for name, why in report.waiting.items():
+                print(f"{name} waits: {why}", file=sys.stderr)
+            fail("the queue is stuck: nothing runs and nothing can start", FAILED)
+        if limit_s is not None and time.monotonic() - started > limit_s:
+            fail(f"gave up after {limit_s:g} s with work still in flight", FAILED)
+        time.sleep(poll)  # the controller polls its providers between passes
 
 
 def demo(

@@ -43,7 +43,7 @@ def wall(command: list[str], runs: int, env: dict | None = None) -> dict:
 def heavy_modules_after_help() -> list[str]:
     code = (
         "import sys; sys.argv=['broker','--help']\n"
-        "from broker.cli.main import main\n"
+        "from broker.cli.entry import main\n"
         "try:\n main()\nexcept SystemExit: pass\n"
         f"print('LOADED:' + ','.join(m for m in {HEAVY!r} if m in sys.modules))"
     )

@@ -1,5 +1,5 @@
 """`python -m broker` runs the CLI."""
 
-from broker.cli.main import main
+from broker.cli.entry import main
 
 main()

@@ -23,6 +23,7 @@ from broker.state import JobState
 
 if TYPE_CHECKING:
     from broker.planner.decision import Decision, Placement
+    from broker.queue import Policy
     from broker.spec import JobSpec
     from broker.state import Attempt, Job, StateStore
     from pricing.query import OfferIndex
@@ -61,6 +62,7 @@ class Controller:
     provider: Provider
     clock: Clock
     index_of: Callable[[Provider], OfferIndex]
+    policy: Policy | None = None  # None: broker.queue.Policy() defaults
     _specs: dict[tuple[str, int], JobSpec] = field(default_factory=dict)
 
     # --- the pass ------------------------------------------------------------------
@@ -98,10 +100,8 @@ class Controller:
         return True
 
     def queue_view(self) -> list[dict]:
-        """Rows for `broker queue`: active jobs, then queued ones in order, with the plan
-        each would get now and why it waits."""
-        from broker.planner.plan import plan_many
-
+        """Rows for `broker queue`: active jobs, then queued ones in the policy's order,
+        with the plan each would get now and why it waits."""
         now = self.clock.now()
         rows = []
         for job in self.active():
@@ -109,18 +109,25 @@ class Controller:
             p = attempts[-1].placement if attempts else {}
             rows.append(_row(job, now, p, p.get("expected_cost"), ""))
         queued = self.store.queued()
-        decisions = plan_many([self._spec(j) for j in queued], self.index_of(self.provider), now)
+        if not queued:
+            return rows
         taken: dict[tuple[str, str], int] = {}
-        for position, (job, decision) in enumerate(zip(queued, decisions, strict=True), 1):
-            placement = self._first_free(decision, taken)
+        ordered = self._ordered(queued, self._decisions(queued))
+        for position, (job, decision, (verdict, best)) in enumerate(ordered, 1):
+            placement = self._first_free(decision, taken) if verdict.action == "launch" else None
             if placement is not None:
                 key = (placement.cloud, placement.region)
                 taken[key] = taken.get(key, 0) + placement.nodes
-                why = "starts on the next pass"
+                why = "starts on the next pass" + (f" ({verdict.reason})" if verdict.reason else "")
                 row = _row(job, now, placement.as_dict(), placement.expected_cost, why)
             else:
-                best = decision.placements[0].as_dict() if decision.placements else {}
-                row = _row(job, now, best, best.get("expected_cost"), _why(decision))
+                shown = best.as_dict() if best is not None else {}
+                why = (
+                    verdict.reason
+                    if verdict.action == "wait"
+                    else "capacity: every planned place is full"
+                )
+                row = _row(job, now, shown, shown.get("expected_cost"), why)
             rows.append(row | {"position": position})
         return rows
 
@@ -248,18 +255,21 @@ class Controller:
     # --- (3) plan and launch --------------------------------------------------------
 
     def _launch(self, report: PassReport) -> None:
-        from broker.planner.plan import plan_many
-
+        """Plan the queue, let the policy order and gate it, launch what may start."""
         queued = self.store.queued()
         if not queued:
             return
-        specs = [self._spec(job) for job in queued]
-        decisions = plan_many(specs, self.index_of(self.provider), self.clock.now())
+        decisions = self._decisions(queued)
         taken: dict[tuple[str, str], int] = {}
-        for job, decision in zip(queued, decisions, strict=True):
+        for job, decision, (verdict, _best) in self._ordered(queued, decisions):
+            if verdict.action != "launch":
+                report.waiting[job.name] = verdict.reason
+                continue
+            for victim in verdict.preempts:
+                self.preempt(victim, f"preempted by {job.team}/{job.name}")
             placement = self._first_free(decision, taken)
             if placement is None:
-                report.waiting[job.name] = _why(decision)
+                report.waiting[job.name] = "capacity: every planned place is full"
                 continue
             where = f"{placement.cloud}/{placement.region}/{placement.instance_type}"
             if not self.store.transition(
@@ -282,6 +292,51 @@ class Controller:
             )
             self._instance_of(job, self.store.attempt(attempt_id))
             report.launched.append((job.name, f"{where} {placement.market}"))
+
+    def _decisions(self, queued: list[Job]) -> list[Decision]:
+        from broker.planner.plan import plan_many
+
+        specs = [self._spec(job) for job in queued]
+        return plan_many(specs, self.index_of(self.provider), self.clock.now())
+
+    def _ordered(self, queued: list[Job], decisions: list[Decision]):
+        """(job, decision, (verdict, placement)) in the policy's order."""
+        from broker.queue import Policy
+        from broker.scheduling import verdicts
+
+        decided = verdicts(
+            self.store,
+            self.policy or Policy(),
+            queued,
+            decisions,
+            self._spec,
+            self.active(),
+            self.clock.now(),
+        )
+        rows = list(zip(queued, decisions, (decided[job.id] for job in queued), strict=True))
+        return sorted(rows, key=lambda row: (row[2][0].position or 10**9, row[0].queued_at))
+
+    def preempt(self, job_id: str, reason: str) -> None:
+        """Stop a running job to make room: its attempt ends interrupted (billed), and the
+        job goes back to the queue to resume from its checkpoint."""
+        from broker.state import AttemptState
+
+        job = self.store.job(job_id)
+        for attempt in self.store.attempts(
+            job.id, states=(AttemptState.LAUNCHING, AttemptState.RUNNING)
+        ):
+            for known in self.store.instances(attempt_id=attempt.id):
+                self.provider.terminate(known.provider_id)
+                instance = self.provider.describe(known.provider_id)
+                self._close(
+                    attempt,
+                    "interrupted",
+                    instance.exit_code,
+                    reason,
+                    self._billed_hours(instance),
+                    None,
+                )
+        self.store.transition(job.id, JobState.QUEUED, reason, expect=JobState.INTERRUPTED)
 
     def _first_free(
         self, decision: Decision, taken: dict[tuple[str, str], int]
@@ -379,11 +434,3 @@ def _instance_row(instance: Instance) -> dict:
         "instance_type": instance.instance_type,
         "tags": dict(instance.tags),
     }
-
-
-def _why(decision: Decision) -> str:
-    if decision.placements:
-        return "capacity: every planned place is full"
-    biggest = max(decision.rejected, key=lambda r: r.count, default=None)
-    last = decision.rejected[-1].reason if decision.rejected else "nothing matches"
-    return f"no feasible placement ({last})" if biggest else "no feasible placement"

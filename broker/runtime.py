@@ -17,6 +17,7 @@ from broker.clock import Clock, SystemClock
 if TYPE_CHECKING:
     from broker.controller import Controller
     from broker.offers import OffersInForce
+    from broker.queue import Policy
     from broker.state import StateStore
     from providers.sandbox import SandboxProvider
 
@@ -45,6 +46,7 @@ def open_runtime(
     time_scale: float = 3600.0,
     capacity: int = 4,
     clock: Clock | None = None,
+    policy: Policy | None = None,
 ) -> Runtime:
     """Open the store at `state_path` and a sandbox provider over the offers in force.
 
@@ -75,7 +77,7 @@ def open_runtime(
     def index_of(live) -> OfferIndex:
         return OfferIndex(live.offers(), extra_countries=countries)
 
-    controller = Controller(store, provider, clock, index_of)
+    controller = Controller(store, provider, clock, index_of, policy)
     _ship_example_trainer(workdir)
     return Runtime(store, provider, controller, workdir)
 

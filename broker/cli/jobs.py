@@ -26,6 +26,28 @@ StateOption = typer.Option(
 )
 
 
+PolicyOption = typer.Option(
+    None,
+    "--policy",
+    help="Queue policy YAML: quotas, budgets, shares [env: BROKER_POLICY; "
+    "default: ~/.config/broker/policy.yaml when present].",
+    show_default=False,
+)
+
+
+def load_policy_option(flag: Path | None):
+    """The policy in force; a broken file exits 2 naming file, line and field."""
+    from broker.config import resolve_path
+    from broker.queue import load_policy
+    from pricing.yamlfile import UserInputError
+
+    path = resolve_path("policy", flag, default_file="policy.yaml")
+    try:
+        return load_policy(path)
+    except UserInputError as exc:
+        fail(str(exc), BAD_INPUT)
+
+
 def state_path(flag: Path | None) -> Path:
     from broker.config import resolve_path
     from broker.state import default_state_path
@@ -34,10 +56,13 @@ def state_path(flag: Path | None) -> Path:
 
 
 @contextmanager
-def runtime(state: Path | None, catalog, pools, overlays):
+def runtime(state: Path | None, catalog, pools, overlays, policy: Path | None = None):
     from broker.runtime import open_runtime
 
-    opened = open_runtime(state_path(state), offers_in_force(catalog, pools, overlays))
+    rules = load_policy_option(policy)
+    opened = open_runtime(
+        state_path(state), offers_in_force(catalog, pools, overlays), policy=rules
+    )
     try:
         yield opened
     finally:
@@ -113,9 +138,11 @@ def queue(
     catalog: Path = CatalogOption,
     pools: Path = PoolsOption,
     overlays: Path = OverlaysOption,
+    policy: Path = PolicyOption,
 ) -> None:
-    """The queue: position, job, GPUs asked, planned placement and cost, and why it waits."""
-    with runtime(state, catalog, pools, overlays) as rt:
+    """The queue: position, job, GPUs asked, planned placement and cost, and why it waits
+    (quota, budget, capacity, fair share, lower priority)."""
+    with runtime(state, catalog, pools, overlays, policy) as rt:
         rows = rt.controller.queue_view()
     render(rows, QUEUE_COLUMNS, output, json_key="queue")
 

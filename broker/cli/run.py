@@ -9,7 +9,7 @@ from pathlib import Path
 import typer
 
 from broker.cli.exits import FAILED, fail
-from broker.cli.jobs import StateOption, runtime
+from broker.cli.jobs import PolicyOption, StateOption, runtime
 from broker.cli.options import CatalogOption, OverlaysOption, PoolsOption
 from broker.cli.render import Column, Output, render, usd
 
@@ -23,10 +23,11 @@ def run(
     catalog: Path = CatalogOption,
     pools: Path = PoolsOption,
     overlays: Path = OverlaysOption,
+    policy: Path = PolicyOption,
 ) -> None:
     """The controller: plan queued jobs, launch, watch and finish them, until the queue
     is drained (Ctrl-C stops it cleanly; running jobs keep running)."""
-    with runtime(state, catalog, pools, overlays) as rt:
+    with runtime(state, catalog, pools, overlays, policy) as rt:
         drive(rt, once=once, poll=poll)
 
 
@@ -114,7 +115,9 @@ def demo(
     loaded = load_manifests([REPO_EXAMPLES / "demo"])
     if loaded.errors:
         fail("; ".join(map(str, loaded.errors)))
-    with runtime(state, None, REPO_EXAMPLES / "pools.yaml", None) as rt:
+    with runtime(
+        state, None, REPO_EXAMPLES / "pools.yaml", None, REPO_EXAMPLES / "policy.yaml"
+    ) as rt:
         submit_manifests(rt.store, loaded.manifests)
         print(f"demo: {len(loaded.manifests)} jobs submitted to {state}", file=sys.stderr)
         drive(rt, poll=0.2, limit_s=60)

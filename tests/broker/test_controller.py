@@ -120,3 +120,28 @@ def test_two_controllers_on_one_state_file_launch_each_attempt_once(rt, tmp_path
         assert len(rt.provider.list_instances()) == 1
     finally:
         other.close()
+
+
+def test_policy_budget_and_quota_hold_jobs_back(tmp_path):
+    from broker.queue import Policy, TeamPolicy
+
+    view = load_offers(pools_path=REPO / "examples" / "pools.yaml")
+    policy = Policy(teams={"nlp": TeamPolicy(monthly_budget=1.0), "vision": TeamPolicy(max_gpus=4)})
+    rt = open_runtime(tmp_path / "state.db", view, clock=SystemClock(), policy=policy)
+    try:
+        ft = submit(rt, "finetune-spot.yaml")  # team nlp, expected cost far above 1 USD
+        lab = submit(rt, "onprem.yaml")  # team vision, 8 GPUs: over its quota of 4
+        small = submit(rt, "second-team.yaml")  # team vision, 1 GPU: fits
+        why = {row["name"]: row["why"] for row in rt.controller.queue_view()}
+        assert why["llama-ft"].startswith("budget: team nlp")
+        assert why["embed-lab"].startswith("quota: team vision")
+        report = rt.controller.run_pass()
+        assert [name for name, _ in report.launched] == ["detector"]
+        assert report.waiting["llama-ft"].startswith("budget:")
+        assert rt.store.job(ft).state is JobState.QUEUED
+        assert rt.store.job(lab).state is JobState.QUEUED
+        assert rt.store.job(small).state in (JobState.RUNNING, JobState.SUCCEEDED)
+    finally:
+        for instance in rt.provider.list_instances():
+            rt.provider.terminate(instance.id)
+        rt.close()

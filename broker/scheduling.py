@@ -1,0 +1,122 @@
+"""From the state store and a batch of plans to the queue policy's verdicts.
+
+The policy (`broker.queue`) is pure; this module gathers what it reads: the
+queued jobs with their chosen placements, the running jobs, each team's decayed
+GPU usage and its spend this month. The controller launches what comes back.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from datetime import UTC, datetime, timedelta
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from broker.planner.decision import Decision, Placement
+    from broker.queue import Policy, Verdict
+    from broker.spec import JobSpec
+    from broker.state import Job, StateStore
+
+
+def verdicts(
+    store: StateStore,
+    policy: Policy,
+    queued: Sequence[Job],
+    decisions: Sequence[Decision],
+    spec_of: Callable[[Job], JobSpec],
+    active: Sequence[Job],
+    now: datetime,
+) -> dict[str, tuple[Verdict, Placement | None]]:
+    """Job id -> (verdict, the placement to launch on). Jobs without any feasible
+    placement wait with the planner's reason and never reach the policy."""
+    from broker.queue import QueuedJob, Verdict, decayed_usage, schedule
+
+    out: dict[str, tuple[Verdict, Placement | None]] = {}
+    candidates, chosen = [], {}
+    for job, decision in zip(queued, decisions, strict=True):
+        if not decision.placements:
+            reason = decision.rejected[-1].reason if decision.rejected else "nothing matches"
+            out[job.id] = (Verdict(job.id, "wait", f"no feasible placement ({reason})"), None)
+            continue
+        best = decision.placements[0]
+        chosen[job.id] = best
+        candidates.append(
+            QueuedJob(
+                job_id=job.id,
+                team=job.team,
+                queue=job.queue,
+                priority=job.priority,
+                queued_at=job.queued_at,
+                gpus=best.accelerator_count * best.nodes,
+                gpu_model=best.accelerator,
+                expected_cost=best.expected_cost,
+                expected_hours=best.expected_hours,
+                cloud=best.cloud,
+                region=best.region,
+                preemptible=spec_of(job).checkpoint is not None,
+            )
+        )
+    running = running_jobs(store, active, spec_of)
+    teams = {job.id: job.team for job in store.jobs()}
+    usage_records = []
+    for attempt in store.attempts():
+        p = attempt.placement
+        gpus = float(p.get("accelerator_count", 0) or 0) * int(p.get("nodes", 1) or 1)
+        usage_records.append(
+            (teams.get(attempt.job_id, ""), gpus, attempt.started_at, attempt.ended_at)
+        )
+    usage = decayed_usage(usage_records, now, policy.fair_share_half_life_hours)
+    for verdict in schedule(
+        candidates,
+        running,
+        policy=policy,
+        usage=usage,
+        spent_this_month=spent_this_month(store, active, now),
+        free_gpus={},
+        now=now,
+    ):
+        out[verdict.job_id] = (verdict, chosen.get(verdict.job_id))
+    return out
+
+
+def running_jobs(store: StateStore, active: Sequence[Job], spec_of) -> list:
+    from broker.queue import RunningJob
+
+    running = []
+    for job in active:
+        attempts = store.attempts(job.id)
+        if not attempts:
+            continue
+        last = attempts[-1]
+        p = last.placement
+        hours = float(p.get("expected_hours", 1.0) or 1.0)
+        running.append(
+            RunningJob(
+                job_id=job.id,
+                team=job.team,
+                priority=job.priority,
+                started_at=last.started_at,
+                gpus=float(p.get("accelerator_count", 0) or 0) * int(p.get("nodes", 1) or 1),
+                gpu_model=str(p.get("accelerator", "")),
+                cloud=str(p.get("cloud", "")),
+                region=str(p.get("region", "")),
+                preemptible=spec_of(job).checkpoint is not None,
+                expected_end=last.started_at + timedelta(hours=hours),
+            )
+        )
+    return running
+
+
+def spent_this_month(store: StateStore, active: Sequence[Job], now: datetime) -> dict[str, float]:
+    """Per team: charges since the first of this month (UTC), plus the expected cost of
+    jobs still running (a budget is hard: what is running is as good as spent)."""
+    start = datetime(now.year, now.month, 1, tzinfo=UTC)
+    spent: dict[str, float] = {}
+    for entry in store.ledger(since=start):
+        spent[entry.team] = spent.get(entry.team, 0.0) + float(entry.amount_usd)
+    for job in active:
+        attempts = store.attempts(job.id)
+        if attempts:
+            cost = float(attempts[-1].placement.get("expected_cost", 0) or 0)
+            spent[job.team] = spent.get(job.team, 0.0) + cost
+    return spent

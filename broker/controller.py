@@ -63,6 +63,7 @@ class Controller:
     clock: Clock
     index_of: Callable[[Provider], OfferIndex]
     policy: Policy | None = None  # None: broker.queue.Policy() defaults
+    pool_gpus: dict[tuple[str, str], float] = field(default_factory=dict)  # on-prem pools
     _specs: dict[tuple[str, int], JobSpec] = field(default_factory=dict)
 
     # --- the pass ------------------------------------------------------------------
@@ -312,6 +313,7 @@ class Controller:
             self._spec,
             self.active(),
             self.clock.now(),
+            self.pool_gpus,
         )
         rows = list(zip(queued, decisions, (decided[job.id] for job in queued), strict=True))
         return sorted(rows, key=lambda row: (row[2][0].position or 10**9, row[0].queued_at))

@@ -77,7 +77,9 @@ def open_runtime(
     def index_of(live) -> OfferIndex:
         return OfferIndex(live.offers(), extra_countries=countries)
 
-    controller = Controller(store, provider, clock, index_of, policy)
+    from broker.scheduling import pool_gpus_of
+
+    controller = Controller(store, provider, clock, index_of, policy, pool_gpus_of(view.index))
     _ship_example_trainer(workdir)
     return Runtime(store, provider, controller, workdir)
 

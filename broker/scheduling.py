@@ -26,9 +26,14 @@ def verdicts(
     spec_of: Callable[[Job], JobSpec],
     active: Sequence[Job],
     now: datetime,
+    pool_gpus: dict[tuple[str, str], float],
 ) -> dict[str, tuple[Verdict, Placement | None]]:
     """Job id -> (verdict, the placement to launch on). Jobs without any feasible
-    placement wait with the planner's reason and never reach the policy."""
+    placement wait with the planner's reason and never reach the policy.
+
+    Capacity-limited places, where the policy may preempt and backfill, are the
+    on-prem pools: `pool_gpus` maps ("onprem", pool name) to the pool's GPUs, and a
+    pool is the policy's place (cloud regions are unlimited for it)."""
     from broker.queue import QueuedJob, Verdict, decayed_usage, schedule
 
     out: dict[str, tuple[Verdict, Placement | None]] = {}
@@ -52,7 +57,7 @@ def verdicts(
                 expected_cost=best.expected_cost,
                 expected_hours=best.expected_hours,
                 cloud=best.cloud,
-                region=best.region,
+                region=_place(best.cloud, best.region, best.zone),
                 preemptible=spec_of(job).checkpoint is not None,
             )
         )
@@ -72,7 +77,7 @@ def verdicts(
         policy=policy,
         usage=usage,
         spent_this_month=spent_this_month(store, active, now),
-        free_gpus={},
+        free_gpus=free_pool_gpus(pool_gpus, running),
         now=now,
     ):
         out[verdict.job_id] = (verdict, chosen.get(verdict.job_id))
@@ -99,7 +104,9 @@ def running_jobs(store: StateStore, active: Sequence[Job], spec_of) -> list:
                 gpus=float(p.get("accelerator_count", 0) or 0) * int(p.get("nodes", 1) or 1),
                 gpu_model=str(p.get("accelerator", "")),
                 cloud=str(p.get("cloud", "")),
-                region=str(p.get("region", "")),
+                region=_place(
+                    str(p.get("cloud", "")), str(p.get("region", "")), str(p.get("zone", ""))
+                ),
                 preemptible=spec_of(job).checkpoint is not None,
                 expected_end=last.started_at + timedelta(hours=hours),
             )
@@ -120,3 +127,32 @@ def spent_this_month(store: StateStore, active: Sequence[Job], now: datetime) ->
             cost = float(attempts[-1].placement.get("expected_cost", 0) or 0)
             spent[job.team] = spent.get(job.team, 0.0) + cost
     return spent
+
+
+def _place(cloud: str, region: str, zone: str) -> str:
+    """The policy's place: the pool (zone) on-prem, the region elsewhere."""
+    return zone if cloud == "onprem" and zone else region
+
+
+def pool_gpus_of(index) -> dict[tuple[str, str], float]:
+    """("onprem", pool) -> the pool's GPUs, from the offers (capacity in free nodes,
+    all free when the inventory is read)."""
+    table = index.offers
+    names, codes, numbers = table.categories, table.codes, table.numbers
+    out: dict[tuple[str, str], float] = {}
+    for row in range(len(table)):
+        if names["cloud"][codes["cloud"][row]] == "onprem":
+            nodes = numbers["capacity"][row]
+            gpus = numbers["accelerator_count"][row] * (nodes if nodes == nodes else 1)
+            out[("onprem", str(names["zone"][codes["zone"][row]]))] = float(gpus)
+    return out
+
+
+def free_pool_gpus(pool_gpus: dict[tuple[str, str], float], running) -> dict:
+    """GPUs free per pool: its GPUs minus those of the jobs running there."""
+    free = dict(pool_gpus)
+    for job in running:
+        key = (job.cloud, job.region)
+        if key in free:
+            free[key] -= job.gpus
+    return free

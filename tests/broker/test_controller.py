@@ -145,3 +145,64 @@ def test_policy_budget_and_quota_hold_jobs_back(tmp_path):
         for instance in rt.provider.list_instances():
             rt.provider.terminate(instance.id)
         rt.close()
+
+
+PREEMPT_JOB = """\
+apiVersion: broker/v1
+name: {name}
+team: {team}
+priority: {priority}
+resources:
+  accelerators: A100-80GB:8
+placement:
+  clouds: [onprem]
+run:
+  command: python3 ../train.py --steps 100000 --step-seconds 0.01
+runtime:
+  estimate_hours: 4
+checkpoint:
+  uri: file:///tmp/ckpt/{name}/
+  interval_minutes: 10
+"""
+
+
+def test_a_higher_priority_job_preempts_checkpointed_work_on_a_full_pool(tmp_path):
+    from broker.queue import Policy
+
+    view = load_offers(pools_path=REPO / "examples" / "pools.yaml")
+    rt = open_runtime(
+        tmp_path / "state.db",
+        view,
+        clock=SystemClock(),
+        policy=Policy(preemption_protect_minutes=0),
+    )
+    (rt.workdir / "train.py").write_text((REPO / "examples" / "train.py").read_text())
+    jobs = tmp_path / "jobs"
+    jobs.mkdir()
+
+    def submit_text(name: str, team: str, priority: int) -> str:
+        path = jobs / f"{name}.yaml"
+        path.write_text(PREEMPT_JOB.format(name=name, team=team, priority=priority))
+        (manifest,) = load_manifests([path]).manifests
+        return submit_manifests(rt.store, [manifest])[0].job_id
+
+    try:
+        low = [submit_text("low-a", "vision", 1), submit_text("low-b", "vision", 1)]
+        rt.controller.run_pass()
+        assert {rt.store.job(j).state for j in low} == {JobState.RUNNING}  # the pool is full
+        high = submit_text("urgent", "nlp", 100)
+        report = rt.controller.run_pass()
+        assert ("urgent", "onprem/onprem-us-east/lab-a100-node on-demand") in report.launched
+        states = sorted(rt.store.job(j).state for j in low)
+        assert states == [JobState.QUEUED, JobState.RUNNING]  # exactly one victim
+        victim = next(j for j in low if rt.store.job(j).state is JobState.QUEUED)
+        (attempt,) = rt.store.attempts(victim)
+        assert attempt.state == AttemptState.INTERRUPTED  # billed, and back in the queue
+        assert rt.store.ledger(job_id=victim)
+        assert rt.store.job(high).state is JobState.RUNNING
+        why = {row["name"]: row["why"] for row in rt.controller.queue_view()}
+        assert why[rt.store.job(victim).name].startswith(("capacity", "lower priority"))
+    finally:
+        for instance in rt.provider.list_instances():
+            rt.provider.terminate(instance.id)
+        rt.close()

@@ -560,7 +560,11 @@ def test_decayed_usage_matches_numeric_integration(rows, half_life):
     for team in {row[0] for row in rows}:
         expected = 0.0
         for t, gpus, s, length in rows:
-            end = min(s + length, 0.0)
+            # The reference uses the times as the records hold them (timedelta keeps
+            # microseconds), or a 0.2 s interval differs by a rounded microsecond.
+            start = (NOW + timedelta(hours=s) - NOW).total_seconds() / 3600
+            stop = (NOW + timedelta(hours=s + length) - NOW).total_seconds() / 3600
+            s, end = start, min(stop, 0.0)
             if t == team and end > s:
                 expected += simpson(lambda x, g=gpus: g * 2 ** (x / half_life), s, end)
         assert got[team] == pytest.approx(expected, rel=1e-6, abs=1e-9)

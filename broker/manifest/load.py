@@ -109,8 +109,11 @@ def load_manifests(paths: Sequence[Path]) -> LoadResult:
     A directory that holds no manifest at all is an error too (a mistyped path
     should not pass a CI check by finding nothing).
     """
+    from broker.manifest.spec_cache import cache_dir
+
     result = LoadResult()
     loaded: list[_Loaded] = []
+    cache = cache_dir()
     seen: dict[str, bool] = {}  # absolute path -> is a manifest file
     for path in map(Path, paths):
         in_directory = path.is_dir()
@@ -121,7 +124,7 @@ def load_manifests(paths: Sequence[Path]) -> LoadResult:
             if key in seen:
                 continue
             result.files.append(file)
-            skipped = _load_file(file, in_directory, loaded, result.errors)
+            skipped = _load_file(file, in_directory, loaded, result.errors, cache)
             if skipped:
                 result.skipped.append(file)
             seen[key] = not skipped
@@ -134,10 +137,13 @@ def load_manifests(paths: Sequence[Path]) -> LoadResult:
 
 def parse_manifest_text(text: str, path: Path = Path("<stdin>")) -> list[Manifest]:
     """The manifests of one text (stdin, tests); UserInputError holding every mistake."""
+    from broker.manifest.spec_cache import cache_dir
+
     loaded: list[_Loaded] = []
     errors: list[UserInputError] = []
+    cache = cache_dir()
     for doc in iter_yaml_documents(text, Path(path)):
-        _load_document(doc, loaded, errors)
+        _load_document(doc, loaded, errors, cache)
     manifests = _unique(loaded, errors)
     if errors:
         raise UserInputError.collect(errors)
@@ -176,7 +182,11 @@ class _Loaded(NamedTuple):
 
 
 def _load_file(
-    path: Path, in_directory: bool, loaded: list[_Loaded], errors: list[UserInputError]
+    path: Path,
+    in_directory: bool,
+    loaded: list[_Loaded],
+    errors: list[UserInputError],
+    cache: Path,
 ) -> bool:
     """Load one file into `loaded` and `errors`; True when it is skipped as not a manifest file."""
     try:
@@ -193,7 +203,7 @@ def _load_file(
         for doc in iter_yaml_documents(text, path):
             documents += doc.data is not None
             claimed += _is_broker_document(doc.data)
-            _load_document(doc, found, mistakes)
+            _load_document(doc, found, mistakes, cache)
     except UserInputError as exc:  # a syntax error, in a file that mentions a broker apiVersion
         mistakes.append(exc)
     else:
@@ -216,11 +226,12 @@ def _is_broker_document(data: Any) -> bool:
     )
 
 
-def _load_document(doc: YamlDocument, loaded: list[_Loaded], errors: list[UserInputError]) -> None:
-    from pydantic import ValidationError
-
-    from broker.manifest.model import JobManifest
-    from pricing.yamlfile import validation_errors
+def _load_document(
+    doc: YamlDocument, loaded: list[_Loaded], errors: list[UserInputError], cache: Path
+) -> None:
+    """Validate one document into `loaded` (or `errors`). A document that validated
+    before, with the same code, comes from the spec cache without pydantic."""
+    from broker.manifest import spec_cache
 
     data = doc.data
     if data is None:  # an empty document, e.g. after a trailing `---`
@@ -229,13 +240,23 @@ def _load_document(doc: YamlDocument, loaded: list[_Loaded], errors: list[UserIn
     if isinstance(data, dict) and data.get("apiVersion") != API_VERSION:
         errors.append(_version_error(doc, data))
         return
-    try:
-        model = JobManifest.model_validate(data)
-    except ValidationError as exc:
-        errors.extend(validation_errors(doc, exc, JobManifest))
-        return
+    digest = manifest_digest(data)
+    spec = spec_cache.get(digest, cache)
+    if spec is None:
+        from pydantic import ValidationError
+
+        from broker.manifest.model import JobManifest
+        from pricing.yamlfile import validation_errors
+
+        try:
+            model = JobManifest.model_validate(data)
+        except ValidationError as exc:
+            errors.extend(validation_errors(doc, exc, JobManifest))
+            return
+        spec = model.to_spec()
+        spec_cache.put(digest, spec, cache)
     line = doc.locate(())[0]
-    manifest = Manifest(model.to_spec(), doc.path, doc.index, line, manifest_digest(data))
+    manifest = Manifest(spec, doc.path, doc.index, line, digest)
     loaded.append(_Loaded(manifest, doc.locate(("name",))))
 
 

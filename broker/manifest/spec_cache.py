@@ -1,0 +1,147 @@
+"""Validated manifests, remembered by content: a document validated once is not again.
+
+Validating one manifest costs ~0.25 s of pydantic imports and model building,
+half of the budget of `broker plan job.yaml`. A document is known by the sha256
+of its canonical JSON (`Manifest.digest`); once it has validated, its JobSpec is
+saved as JSON under the user cache directory, in a folder named after the code
+that validated it (the size and modification time of the manifest model, the spec
+types and the GPU and region tables), so a change to any of them starts afresh.
+Only documents that validated are cached: an invalid one always gets pydantic's
+full, located errors.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from datetime import datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+from broker.spec import (
+    Amount,
+    Budget,
+    Checkpoint,
+    DataInput,
+    GpuAsk,
+    JobSpec,
+    Place,
+    Requirements,
+    RunSpec,
+    Runtime,
+)
+
+_SOURCES = (
+    "broker/manifest/model.py",
+    "broker/manifest/spec_cache.py",
+    "broker/spec.py",
+    "pricing/gpus.py",
+    "pricing/regions.py",
+    "pricing/schema.py",
+)
+
+
+def cache_dir() -> Path:
+    """The folder for the code in force (see the module docstring)."""
+    import zlib
+
+    root = Path(__file__).resolve().parents[2]
+    parts = []
+    for name in _SOURCES:
+        stat = (root / name).stat()
+        parts.append(f"{name}:{stat.st_size}:{stat.st_mtime_ns}")
+    key = f"{zlib.crc32('|'.join(parts).encode()):08x}"
+    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
+    return Path(base) / "broker" / "specs" / key
+
+
+def get(digest: str, folder: Path) -> JobSpec | None:
+    try:
+        data = json.loads((folder / f"{digest}.json").read_text(encoding="utf-8"))
+        return decode(data)
+    except (OSError, ValueError, KeyError, TypeError):
+        return None  # absent or unreadable: validate again
+
+
+def put(digest: str, spec: JobSpec, folder: Path) -> None:
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        tmp = folder / f".{digest}.{os.getpid()}.tmp"
+        tmp.write_text(json.dumps(encode(spec)), encoding="utf-8")
+        os.replace(tmp, folder / f"{digest}.json")
+    except OSError:
+        pass  # a read-only cache costs speed, never correctness
+
+
+def encode(spec: JobSpec) -> dict[str, Any]:
+    """JobSpec as plain JSON (tuples as lists, deadlines tagged)."""
+    from dataclasses import asdict
+
+    data = asdict(spec)
+    deadline = spec.runtime.deadline
+    if isinstance(deadline, timedelta):
+        data["runtime"]["deadline"] = {
+            "days": deadline.days,
+            "seconds": deadline.seconds,
+            "microseconds": deadline.microseconds,
+        }
+    elif isinstance(deadline, datetime):
+        data["runtime"]["deadline"] = {"at": deadline.isoformat()}
+    return data
+
+
+def decode(data: dict[str, Any]) -> JobSpec:
+    """The exact inverse of `encode`."""
+    r = data["requirements"]
+    requirements = Requirements(
+        accelerators=tuple(GpuAsk(a["gpu"], a["count"]) for a in r["accelerators"]),
+        cpus=_amount(r["cpus"]),
+        memory_gib=_amount(r["memory_gib"]),
+        nodes=r["nodes"],
+        interconnect=r["interconnect"],
+        clouds=tuple(r["clouds"]),
+        exclude_clouds=tuple(r["exclude_clouds"]),
+        regions=tuple(r["regions"]),
+        countries=tuple(r["countries"]),
+        spot=r["spot"],
+        max_price_per_hour=r["max_price_per_hour"],
+    )
+    run = data["run"]
+    runtime = data["runtime"]
+    ckpt = data["checkpoint"]
+    return JobSpec(
+        name=data["name"],
+        team=data["team"],
+        requirements=requirements,
+        queue=data["queue"],
+        priority=data["priority"],
+        run=RunSpec(run["command"], run["image"], tuple((k, v) for k, v in run["env"])),
+        runtime=Runtime(runtime["estimate_hours"], _deadline(runtime["deadline"])),
+        checkpoint=None
+        if ckpt is None
+        else Checkpoint(
+            ckpt["uri"], ckpt["interval_minutes"], ckpt["size_gb"], _place(ckpt["location"])
+        ),
+        data=tuple(DataInput(d["uri"], d["size_gb"], _place(d["location"])) for d in data["data"]),
+        budget=Budget(data["budget"]["max_cost"]),
+        max_restarts_on_error=data["max_restarts_on_error"],
+        recover_on_exit_codes=tuple(data["recover_on_exit_codes"]),
+    )
+
+
+def _amount(value: dict | None) -> Amount | None:
+    return None if value is None else Amount(value["value"], value["at_least"])
+
+
+def _place(value: dict | None) -> Place | None:
+    return None if value is None else Place(value["cloud"], value["region"])
+
+
+def _deadline(value: dict | None) -> timedelta | datetime | None:
+    if value is None:
+        return None
+    if "days" in value:
+        return timedelta(
+            days=value["days"], seconds=value["seconds"], microseconds=value["microseconds"]
+        )
+    return datetime.fromisoformat(value["at"])

@@ -31,9 +31,12 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import date
 from pathlib import Path
-from typing import Any, NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from broker.spec import JobSpec
+
+if TYPE_CHECKING:
+    from broker.manifest.spec_cache import SpecCache
 from pricing.yamlfile import (
     UserInputError,
     YamlDocument,
@@ -109,11 +112,11 @@ def load_manifests(paths: Sequence[Path]) -> LoadResult:
     A directory that holds no manifest at all is an error too (a mistyped path
     should not pass a CI check by finding nothing).
     """
-    from broker.manifest.spec_cache import cache_dir
+    from broker.manifest.spec_cache import SpecCache, cache_dir
 
     result = LoadResult()
     loaded: list[_Loaded] = []
-    cache = cache_dir()
+    cache = SpecCache(cache_dir())
     seen: dict[str, bool] = {}  # absolute path -> is a manifest file
     for path in map(Path, paths):
         in_directory = path.is_dir()
@@ -137,11 +140,11 @@ def load_manifests(paths: Sequence[Path]) -> LoadResult:
 
 def parse_manifest_text(text: str, path: Path = Path("<stdin>")) -> list[Manifest]:
     """The manifests of one text (stdin, tests); UserInputError holding every mistake."""
-    from broker.manifest.spec_cache import cache_dir
+    from broker.manifest.spec_cache import SpecCache, cache_dir
 
     loaded: list[_Loaded] = []
     errors: list[UserInputError] = []
-    cache = cache_dir()
+    cache = SpecCache(cache_dir())
     for doc in iter_yaml_documents(text, Path(path)):
         _load_document(doc, loaded, errors, cache)
     manifests = _unique(loaded, errors)
@@ -186,7 +189,7 @@ def _load_file(
     in_directory: bool,
     loaded: list[_Loaded],
     errors: list[UserInputError],
-    cache: Path,
+    cache: SpecCache,
 ) -> bool:
     """Load one file into `loaded` and `errors`; True when it is skipped as not a manifest file."""
     try:
@@ -227,12 +230,10 @@ def _is_broker_document(data: Any) -> bool:
 
 
 def _load_document(
-    doc: YamlDocument, loaded: list[_Loaded], errors: list[UserInputError], cache: Path
+    doc: YamlDocument, loaded: list[_Loaded], errors: list[UserInputError], cache: SpecCache
 ) -> None:
     """Validate one document into `loaded` (or `errors`). A document that validated
     before, with the same code, comes from the spec cache without pydantic."""
-    from broker.manifest import spec_cache
-
     data = doc.data
     if data is None:  # an empty document, e.g. after a trailing `---`
         return
@@ -241,7 +242,7 @@ def _load_document(
         errors.append(_version_error(doc, data))
         return
     digest = manifest_digest(data)
-    spec = spec_cache.get(digest, cache)
+    spec = cache.get(digest)
     if spec is None:
         from pydantic import ValidationError
 
@@ -254,7 +255,7 @@ def _load_document(
             errors.extend(validation_errors(doc, exc, JobManifest))
             return
         spec = model.to_spec()
-        spec_cache.put(digest, spec, cache)
+        cache.put(digest, spec)
     line = doc.locate(())[0]
     manifest = Manifest(spec, doc.path, doc.index, line, digest)
     loaded.append(_Loaded(manifest, doc.locate(("name",))))

@@ -55,6 +55,28 @@ def cache_dir() -> Path:
     return Path(base) / "broker" / "specs" / key
 
 
+WRITES_PER_LOAD = 50  # enough for the manifests a person edits; bulk loads skip the writes
+
+
+class SpecCache:
+    """The cache as one load sees it: reads always; writes for the first
+    WRITES_PER_LOAD documents only, since a write costs about as much as a
+    validation once pydantic is loaded: the cache pays where pydantic's import
+    dominates (a few manifests), and a bulk `broker validate` stays as fast."""
+
+    def __init__(self, folder: Path) -> None:
+        self.folder = folder
+        self.writes_left = WRITES_PER_LOAD
+
+    def get(self, digest: str) -> JobSpec | None:
+        return get(digest, self.folder)
+
+    def put(self, digest: str, spec: JobSpec) -> None:
+        if self.writes_left > 0:
+            self.writes_left -= 1
+            put(digest, spec, self.folder)
+
+
 def get(digest: str, folder: Path) -> JobSpec | None:
     try:
         data = json.loads((folder / f"{digest}.json").read_text(encoding="utf-8"))

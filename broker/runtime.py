@@ -54,19 +54,14 @@ def open_runtime(
     gets `capacity` nodes. `time_scale` 3600 bills a wall second as an hour.
     """
     from broker.controller import Controller
+    from broker.scheduling import pool_gpus_of
     from broker.state import StateStore
     from pricing.query import OfferIndex
     from providers.sandbox import SandboxProvider
 
     clock = clock or SystemClock()
     table = view.index.offers
-    slots: dict[tuple[str, str], int] = {}  # on-prem: the pools' free nodes per region
-    numbers, codes, names = table.numbers, table.codes, table.categories
-    for row in range(len(table)):
-        if names["cloud"][codes["cloud"][row]] == "onprem":
-            key = ("onprem", str(names["region"][codes["region"][row]]))
-            free = numbers["capacity"][row]
-            slots[key] = slots.get(key, 0) + (int(free) if free == free else 1)
+    slots = _onprem_slots(table)  # on-prem regions: as many slots as their pools' nodes
     workdir = sandbox_workdir(state_path)
     provider = SandboxProvider(
         table, workdir, clock, capacity={**_clouds(table, capacity), **slots}, time_scale=time_scale
@@ -76,8 +71,6 @@ def open_runtime(
 
     def index_of(live) -> OfferIndex:
         return OfferIndex(live.offers(), extra_countries=countries)
-
-    from broker.scheduling import pool_gpus_of
 
     controller = Controller(store, provider, clock, index_of, policy, pool_gpus_of(view.index))
     _ship_example_trainer(workdir)
@@ -93,6 +86,26 @@ def _ship_example_trainer(workdir: Path) -> None:
     target = workdir / "train.py"
     if source.is_file() and not target.exists():
         shutil.copy(source, target)
+
+
+def _onprem_slots(table) -> dict[tuple[str, str], int]:
+    """Sandbox slots per on-prem region: the free nodes of its pools (one per row
+    without a known capacity)."""
+    import numpy as np
+
+    names, codes, numbers = table.categories, table.codes, table.numbers
+    onprem = np.flatnonzero(names["cloud"] == "onprem")
+    rows = np.flatnonzero(np.isin(codes["cloud"], onprem))
+    slots: dict[tuple[str, str], int] = {}
+    for region, free in zip(
+        names["region"][codes["region"][rows]].tolist(),
+        numbers["capacity"][rows].tolist(),
+        strict=True,
+    ):
+        slots[("onprem", region)] = slots.get(("onprem", region), 0) + (
+            int(free) if free == free else 1
+        )
+    return slots
 
 
 def _clouds(table, capacity: int) -> dict[tuple[str, str], int]:

@@ -136,16 +136,17 @@ def _place(cloud: str, region: str, zone: str) -> str:
 
 def pool_gpus_of(index) -> dict[tuple[str, str], float]:
     """("onprem", pool) -> the pool's GPUs, from the offers (capacity in free nodes,
-    all free when the inventory is read)."""
+    all free when the inventory is read). Only the on-prem rows are visited."""
+    import numpy as np
+
     table = index.offers
     names, codes, numbers = table.categories, table.codes, table.numbers
-    out: dict[tuple[str, str], float] = {}
-    for row in range(len(table)):
-        if names["cloud"][codes["cloud"][row]] == "onprem":
-            nodes = numbers["capacity"][row]
-            gpus = numbers["accelerator_count"][row] * (nodes if nodes == nodes else 1)
-            out[("onprem", str(names["zone"][codes["zone"][row]]))] = float(gpus)
-    return out
+    onprem = np.flatnonzero(names["cloud"] == "onprem")
+    rows = np.flatnonzero(np.isin(codes["cloud"], onprem))
+    nodes = np.nan_to_num(numbers["capacity"][rows], nan=1.0)
+    gpus = numbers["accelerator_count"][rows] * nodes
+    pools = names["zone"][codes["zone"][rows]]
+    return {("onprem", str(pool)): float(g) for pool, g in zip(pools, gpus, strict=True)}
 
 
 def free_pool_gpus(pool_gpus: dict[tuple[str, str], float], running) -> dict:

@@ -160,14 +160,14 @@ class SandboxProvider:
 
         table, used = self._offers, self._usage()
         names = table.categories["cloud"], table.categories["region"]
-        free: dict[tuple[int, int], float] = {}
-        values = np.empty(len(table), dtype=np.float64)
-        pairs = zip(table.codes["cloud"].tolist(), table.codes["region"].tolist(), strict=True)
-        for row, key in enumerate(pairs):
-            if key not in free:
-                where = (str(names[0][key[0]]), str(names[1][key[1]]))
-                free[key] = max(0, self._limit(*where) - used.get(where, 0))
-            values[row] = free[key]
+        n_regions = max(len(names[1]), 1)
+        pair = table.codes["cloud"].astype(np.int64) * n_regions + table.codes["region"]
+        distinct, inverse = np.unique(pair, return_inverse=True)
+        free = np.empty(len(distinct), dtype=np.float64)
+        for i, code in enumerate(distinct.tolist()):  # once per region, not per row
+            where = (str(names[0][code // n_regions]), str(names[1][code % n_regions]))
+            free[i] = max(0, self._limit(*where) - used.get(where, 0))
+        values = free[inverse] if len(table) else np.zeros(0)
         return OfferTable({**table.numbers, "capacity": values}, table.codes, table.categories)
 
     def launch(self, request: LaunchRequest) -> Instance:

@@ -78,26 +78,13 @@ class Controller:
     def cancel(self, job_id: str) -> bool:
         """Cancel a job: it keeps its record; a live instance is terminated and its
         attempt billed up to now. False when the job had already finished."""
-        from broker.state import TERMINAL, AttemptState
+        from broker.state import TERMINAL
 
         job = self.store.job(job_id)
         if job.state in TERMINAL:
             return False
         self.store.transition(job.id, JobState.CANCELLED, "cancelled by user")
-        for attempt in self.store.attempts(
-            job.id, states=(AttemptState.LAUNCHING, AttemptState.RUNNING)
-        ):
-            for known in self.store.instances(attempt_id=attempt.id):
-                self.provider.terminate(known.provider_id)
-                instance = self.provider.describe(known.provider_id)
-                self._close(
-                    attempt,
-                    "cancelled",
-                    instance.exit_code,
-                    "cancelled by user",
-                    self._billed_hours(instance),
-                    None,
-                )
+        self._stop(job.id, "cancelled", "cancelled by user")
         return True
 
     def queue_view(self) -> list[dict]:
@@ -318,26 +305,24 @@ class Controller:
         rows = list(zip(queued, decisions, (decided[job.id] for job in queued), strict=True))
         return sorted(rows, key=lambda row: (row[2][0].position or 10**9, row[0].queued_at))
 
-    def preempt(self, job_id: str, reason: str) -> None:
-        """Stop a running job to make room: its attempt ends interrupted (billed), and the
-        job goes back to the queue to resume from its checkpoint."""
+    def _stop(self, job_id: str, outcome: str, reason: str) -> None:
+        """Terminate the job's live instances and close their attempts, billed up to now."""
         from broker.state import AttemptState
 
-        job = self.store.job(job_id)
-        for attempt in self.store.attempts(
-            job.id, states=(AttemptState.LAUNCHING, AttemptState.RUNNING)
-        ):
+        open_states = (AttemptState.LAUNCHING, AttemptState.RUNNING)
+        for attempt in self.store.attempts(job_id, states=open_states):
             for known in self.store.instances(attempt_id=attempt.id):
                 self.provider.terminate(known.provider_id)
                 instance = self.provider.describe(known.provider_id)
-                self._close(
-                    attempt,
-                    "interrupted",
-                    instance.exit_code,
-                    reason,
-                    self._billed_hours(instance),
-                    None,
-                )
+                hours = self._billed_hours(instance)
+                self._close(attempt, outcome, instance.exit_code, reason, hours, None)
+
+    def preempt(self, job_id: str, reason: str) -> None:
+        """Stop a running job to make room: its attempt ends interrupted (billed), and the
+        job goes back to the queue to resume from its checkpoint."""
+
+        job = self.store.job(job_id)
+        self._stop(job.id, "interrupted", reason)
         self.store.transition(job.id, JobState.QUEUED, reason, expect=JobState.INTERRUPTED)
 
     def _first_free(

@@ -67,3 +67,15 @@ def test_run_once_status_and_cancel(capsys, tmp_path):
     if after["state"] == "cancelled":
         assert after["attempts"][0]["state"] == "cancelled"
     assert run_cli(capsys, "status", "nope", "--state", state).code == 2
+
+
+def test_run_drains_the_queue_and_logs_show_the_job_output(capsys, tmp_path):
+    state = str(tmp_path / "state.db")
+    run_cli(capsys, "submit", str(DEMO / "eval-eu.yaml"), "--state", state)
+    drained = run_cli(capsys, "run", "--poll", "0.05", "--state", state)
+    assert drained.code == 0, drained.stderr
+    assert "eval-l4 succeeded" in drained.stderr
+    logs = run_cli(capsys, "logs", "eval-l4", "--follow", "--state", state)
+    assert logs.code == 0
+    assert "done at step 30" in logs.stdout
+    assert run_cli(capsys, "logs", "nope", "--state", state).code == 2

@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from broker.clock import Clock
-from broker.state import JobState
+from broker.state import IllegalTransition, JobState
 
 if TYPE_CHECKING:
     from broker.planner.decision import Decision, Placement
@@ -70,6 +70,7 @@ class Controller:
 
     def run_pass(self) -> PassReport:
         report = PassReport()
+        self._recover()
         self._observe(report)
         self._sweep(report)
         self._launch(report)
@@ -122,6 +123,22 @@ class Controller:
     def active(self) -> list[Job]:
         """Jobs with work in flight (not queued, not finished)."""
         return self.store.jobs(states=ACTIVE)
+
+    # --- (0) jobs a killed controller left between two writes -------------------------
+
+    def _recover(self) -> None:
+        """A job PLANNED or INTERRUPTED with no attempt in flight was left there by a
+        controller that died between two writes (planned, not yet started; interrupted,
+        not yet re-queued): it goes back to the queue. Compare-and-set, so a live
+        controller that is between those writes only loses the race, never a job."""
+        from broker.state import AttemptState
+
+        open_states = (AttemptState.LAUNCHING, AttemptState.RUNNING)
+        for job in self.store.jobs(states=(JobState.PLANNED, JobState.INTERRUPTED)):
+            if not self.store.attempts(job.id, states=open_states):
+                self.store.transition(
+                    job.id, JobState.QUEUED, "re-queued: no attempt in flight", expect=job.state
+                )
 
     # --- (1) what the provider says about open attempts -----------------------------
 
@@ -270,14 +287,17 @@ class Controller:
                 continue  # another controller took it
             key = (placement.cloud, placement.region)
             taken[key] = taken.get(key, 0) + placement.nodes
-            attempt_id = self.store.start_attempt(
-                job.id,
-                placement.as_dict(),
-                placement.price_per_hour,
-                placement.market,
-                placement.price_source,
-                placement.price_as_of,
-            )
+            try:
+                attempt_id = self.store.start_attempt(
+                    job.id,
+                    placement.as_dict(),
+                    placement.price_per_hour,
+                    placement.market,
+                    placement.price_source,
+                    placement.price_as_of,
+                )
+            except IllegalTransition:
+                continue  # another controller re-queued it meanwhile (see _recover)
             self._instance_of(job, self.store.attempt(attempt_id))
             report.launched.append((job.name, f"{where} {placement.market}"))
 

@@ -206,3 +206,19 @@ def test_a_higher_priority_job_preempts_checkpointed_work_on_a_full_pool(tmp_pat
         for instance in rt.provider.list_instances():
             rt.provider.terminate(instance.id)
         rt.close()
+
+
+def test_a_job_left_planned_or_interrupted_by_a_dead_controller_is_requeued(rt):
+    planned = submit(rt, "eval-eu.yaml")
+    rt.store.transition(planned, JobState.PLANNED, expect=JobState.QUEUED)  # then: killed
+    interrupted = submit(rt, "second-team.yaml")
+    rt.controller.run_pass()  # launches it...
+    (attempt,) = rt.store.attempts(interrupted)
+    rt.provider.terminate(rt.store.instances(attempt_id=attempt.id)[0].provider_id)
+    rt.store.finish_attempt(attempt.id, "interrupted")  # ...interrupted, then: killed
+    assert rt.store.job(interrupted).state is JobState.INTERRUPTED
+    finish(rt, planned)
+    finish(rt, interrupted)
+    assert rt.store.job(planned).state is JobState.SUCCEEDED
+    assert rt.store.job(interrupted).state is JobState.SUCCEEDED
+    assert len(rt.store.attempts(interrupted)) == 2  # resumed on a second attempt

@@ -37,6 +37,7 @@ ACTIVE = (
     JobState.MIGRATING,
 )
 INTERRUPT_EXIT_CODES = (143,)  # SIGTERM after a notice: the job checkpointed and left
+INFRA_RETRIES = 3  # relaunches after an attempt that ended with no exit code of its own
 
 
 @dataclass
@@ -205,10 +206,19 @@ class Controller:
             outcome, to = "interrupted", None
         elif code == 0:
             outcome, to = "succeeded", None
+        elif code is None:
+            # Ended without an exit code: never started (a launcher killed before the
+            # gate opened) or killed from outside. Not the job's fault: retried, a few times.
+            unknown = sum(
+                1
+                for a in self.store.attempts(job.id)
+                if a.exit_code is None and a.state == "failed"
+            )
+            outcome, to = "failed", (JobState.QUEUED if unknown < INFRA_RETRIES else None)
         else:
             retry = restarts_used < spec.max_restarts_on_error
             outcome, to = "failed", (JobState.QUEUED if retry else None)
-        reason = f"exit code {code}" if code is not None else instance.state
+        reason = f"exit code {code}" if code is not None else f"{instance.state}, no exit code"
         self._close(attempt, outcome, code, reason, hours, to)
         if outcome == "interrupted":
             # Spot survival proper (migration) is issue 6; for now the job goes back to

@@ -222,3 +222,26 @@ def test_a_job_left_planned_or_interrupted_by_a_dead_controller_is_requeued(rt):
     assert rt.store.job(planned).state is JobState.SUCCEEDED
     assert rt.store.job(interrupted).state is JobState.SUCCEEDED
     assert len(rt.store.attempts(interrupted)) == 2  # resumed on a second attempt
+
+
+def test_an_attempt_that_ends_without_an_exit_code_is_retried(rt, tmp_path):
+    import json
+    import os
+    import signal
+
+    job_id = submit(rt, "eval-eu.yaml")
+    rt.controller.run_pass()
+    (attempt,) = rt.store.attempts(job_id)
+    record = json.loads((rt.workdir / attempt.id / "instance.json").read_text())
+    os.killpg(record["pid"], signal.SIGKILL)  # killed from outside: no exit code written
+    view = load_offers(pools_path=REPO / "examples" / "pools.yaml")
+    restarted = open_runtime(tmp_path / "state.db", view, clock=SystemClock())
+    try:
+        restarted.provider.wait(rt.store.instances(attempt_id=attempt.id)[0].provider_id, 10)
+        finish(restarted, job_id)
+    finally:
+        restarted.close()
+    first, second = rt.store.attempts(job_id)
+    assert first.state == AttemptState.FAILED and first.exit_code is None
+    assert second.state == AttemptState.SUCCEEDED
+    assert rt.store.job(job_id).state is JobState.SUCCEEDED

@@ -13,6 +13,7 @@ on-demand before spot), so that the same input always gives the same answer.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import datetime
 from typing import TYPE_CHECKING
@@ -50,23 +51,40 @@ def plan_many(
     """
     if not jobs:
         return []
-    partitions = Partitions(index)
-    places = _Places(index, partitions)
-    sizes = [partitions.size_of(job.requirements) for job in jobs]
-    decisions: list[Decision] = []
-    begin = 0
-    while begin < len(jobs):
-        end, pairs = begin, 0
-        while end < len(jobs) and (end == begin or pairs + sizes[end] <= chunk_pairs):
-            pairs += sizes[end]
-            end += 1
-        chunk = jobs[begin:end]
-        reqs: dict = {}
-        req_of_job = [reqs.setdefault(job.requirements, len(reqs)) for job in chunk]
-        cands = find_candidates(list(reqs), index, partitions)
-        decisions.extend(_plan_chunk(chunk, req_of_job, cands, index, places, now, top))
-        begin = end
+    with _collector_paused():
+        partitions = Partitions(index)
+        places = _Places(index, partitions)
+        sizes = [partitions.size_of(job.requirements) for job in jobs]
+        decisions: list[Decision] = []
+        begin = 0
+        while begin < len(jobs):
+            end, pairs = begin, 0
+            while end < len(jobs) and (end == begin or pairs + sizes[end] <= chunk_pairs):
+                pairs += sizes[end]
+                end += 1
+            chunk = jobs[begin:end]
+            reqs: dict = {}
+            req_of_job = [reqs.setdefault(job.requirements, len(reqs)) for job in chunk]
+            cands = find_candidates(list(reqs), index, partitions)
+            decisions.extend(_plan_chunk(chunk, req_of_job, cands, index, places, now, top))
+            begin = end
     return decisions
+
+
+@contextmanager
+def _collector_paused():
+    """Planning a batch allocates many small objects (placements, rejections) and makes
+    no reference cycles, yet the cyclic collector would scan them over and over: a
+    third of the batch's time. It runs again, as before, once the batch is planned."""
+    import gc
+
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if enabled:
+            gc.enable()
 
 
 class _Places:

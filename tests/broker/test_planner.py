@@ -272,3 +272,18 @@ def test_faster_gpu_can_be_cheaper_overall() -> None:
     assert best.accelerator == "H100"
     assert best.expected_hours == pytest.approx(10 / 2.5)
     assert best.expected_cost == pytest.approx(40.0 * 4)
+
+
+def test_batch_leaves_the_garbage_collector_as_it_found_it() -> None:
+    import gc
+
+    job = JobSpec("j", "t", Requirements(accelerators=(GpuAsk("A100", 8.0),)))
+    assert gc.isenabled()
+    plan_many([job], CATALOGS[0], NOW)
+    assert gc.isenabled()
+    gc.disable()
+    try:
+        plan_many([job], CATALOGS[0], NOW)
+        assert not gc.isenabled()
+    finally:
+        gc.enable()

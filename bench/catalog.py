@@ -27,9 +27,14 @@ sys.path.insert(0, str(REPO))
 HEAVY = ("pandas", "numpy", "boto3", "botocore", "google.cloud", "azure", "libcloud", "rich")
 
 
-def wall(command: list[str], runs: int, env: dict | None = None) -> dict:
+def wall(command: list[str], runs: int, env: dict | None = None, cold: bool = False) -> dict:
+    """Median and best wall time of `runs` runs; `cold`: empty caches for every run."""
     times = []
     for _ in range(runs):
+        if cold:
+            env = dict(
+                os.environ, XDG_DATA_HOME=tempfile.mkdtemp(), XDG_CACHE_HOME=tempfile.mkdtemp()
+            )
         start = time.perf_counter()
         subprocess.run(command, check=True, stdout=subprocess.DEVNULL, env=env)
         times.append(time.perf_counter() - start)

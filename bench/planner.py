@@ -15,7 +15,6 @@ import json
 import os
 import random
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
@@ -89,21 +88,6 @@ def generated_jobs(count: int, gpus: list[str], seed: int = 7, cpu_share: float 
         )
 
 
-def cold_wall(command: list[str], runs: int) -> dict:
-    """Wall time with empty caches every run."""
-    times = []
-    for _ in range(runs):
-        env = dict(os.environ, XDG_DATA_HOME=tempfile.mkdtemp(), XDG_CACHE_HOME=tempfile.mkdtemp())
-        start = time.perf_counter()
-        subprocess.run(command, check=True, stdout=subprocess.DEVNULL, env=env)
-        times.append(time.perf_counter() - start)
-    return {
-        "median_s": round(statistics.median(times), 4),
-        "min_s": round(min(times), 4),
-        "runs": runs,
-    }
-
-
 def manifest_load(count: int) -> dict:
     """Write `count` small manifests to a folder and time `load_manifests` on it."""
     from broker.manifest.load import load_manifests
@@ -147,8 +131,8 @@ def main() -> None:
         # spec and catalog caches); cold: a fresh cache directory for every run.
         "plan_one_job": wall([sys.executable, "-m", "broker", "plan", str(EXAMPLE)], args.runs, env)
         | {"target_s": 0.5},
-        "plan_one_job_cold": cold_wall(
-            [sys.executable, "-m", "broker", "plan", str(EXAMPLE)], args.runs
+        "plan_one_job_cold": wall(
+            [sys.executable, "-m", "broker", "plan", str(EXAMPLE)], args.runs, cold=True
         ),
     }
     path, origin = big_catalog(args.rows)

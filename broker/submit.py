@@ -7,7 +7,6 @@ may hold several), which is what the controller reads back.
 
 from __future__ import annotations
 
-from dataclasses import asdict
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -31,7 +30,10 @@ def document_texts(path: Path) -> list[str]:
 
 
 def submit_manifests(store: StateStore, manifests: list[Manifest]) -> list[SubmitResult]:
-    """Enqueue each manifest (a no-op for an unchanged one); results in the same order."""
+    """Enqueue each manifest (a no-op for an unchanged one); results in the same order.
+    The stored spec JSON is the spec cache's encoding (broker.manifest.spec_cache)."""
+    from broker.manifest.spec_cache import encode
+
     texts: dict[Path, list[str]] = {}
     results = []
     for manifest in manifests:
@@ -41,7 +43,7 @@ def submit_manifests(store: StateStore, manifests: list[Manifest]) -> list[Submi
         text = texts[manifest.path][manifest.index]
         results.append(
             store.submit(
-                _jsonable(asdict(spec)),
+                encode(spec),
                 text,
                 manifest.digest,
                 spec.team,
@@ -51,18 +53,3 @@ def submit_manifests(store: StateStore, manifests: list[Manifest]) -> list[Submi
             )
         )
     return results
-
-
-def _jsonable(value):
-    """Plain JSON types for the stored spec (the manifest text stays the exact record)."""
-    from datetime import datetime, timedelta
-
-    if isinstance(value, dict):
-        return {k: _jsonable(v) for k, v in value.items()}
-    if isinstance(value, list | tuple):
-        return [_jsonable(v) for v in value]
-    if isinstance(value, timedelta):
-        return {"seconds": value.total_seconds()}
-    if isinstance(value, datetime):
-        return value.isoformat()
-    return value

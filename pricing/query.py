@@ -117,9 +117,6 @@ class OfferIndex:
         """Positions of the offers of one GPU model ("" = CPU-only offers)."""
         return self._rows_of_gpu.get(gpu, self._all_rows[:0])
 
-    def all_rows(self) -> np.ndarray:
-        return self._all_rows
-
     def category_mask(self, column: str, wanted: tuple[str, ...]) -> np.ndarray:
         """Per-code boolean of `column` (cloud, region: globs, or country) passing `wanted`."""
         return self._category_mask(column, wanted)

@@ -101,13 +101,12 @@ class Controller:
         queued = self.store.queued()
         if not queued:
             return rows
-        taken: dict[tuple[str, str], int] = {}
+        room = self._room()
         ordered = self._ordered(queued, self._decisions(queued))
         for position, (job, decision, (verdict, best)) in enumerate(ordered, 1):
-            placement = self._first_free(decision, taken) if verdict.action == "launch" else None
+            placement = self._first_free(decision, room) if verdict.action == "launch" else None
             if placement is not None:
-                key = (placement.cloud, placement.region)
-                taken[key] = taken.get(key, 0) + placement.nodes
+                self._take(room, placement)
                 why = "starts on the next pass" + (f" ({verdict.reason})" if verdict.reason else "")
                 row = _row(job, now, placement.as_dict(), placement.expected_cost, why)
             else:
@@ -275,14 +274,16 @@ class Controller:
         if not queued:
             return
         decisions = self._decisions(queued)
-        taken: dict[tuple[str, str], int] = {}
+        room = self._room()
         for job, decision, (verdict, _best) in self._ordered(queued, decisions):
             if verdict.action != "launch":
                 report.waiting[job.name] = verdict.reason
                 continue
             for victim in verdict.preempts:
                 self.preempt(victim, f"preempted by {job.team}/{job.name}")
-            placement = self._first_free(decision, taken)
+            if verdict.preempts:
+                room = self._room()  # the victims' nodes are free again
+            placement = self._first_free(decision, room)
             if placement is None:
                 report.waiting[job.name] = "capacity: every planned place is full"
                 continue
@@ -295,8 +296,7 @@ class Controller:
                 expect=JobState.QUEUED,
             ):
                 continue  # another controller took it
-            key = (placement.cloud, placement.region)
-            taken[key] = taken.get(key, 0) + placement.nodes
+            self._take(room, placement)
             try:
                 attempt_id = self.store.start_attempt(
                     job.id,
@@ -355,23 +355,25 @@ class Controller:
         self._stop(job.id, "interrupted", reason)
         self.store.transition(job.id, JobState.QUEUED, reason, expect=JobState.INTERRUPTED)
 
-    def _first_free(
-        self, decision: Decision, taken: dict[tuple[str, str], int]
-    ) -> Placement | None:
-        """The best placement whose place still has room after this pass's launches."""
-        if not decision.placements:
-            return None
-        free = self._free_nodes()
+    def _first_free(self, decision: Decision, room: dict[tuple[str, str], int]) -> Placement | None:
+        """The best placement whose place still has room (`room`: nodes left per place
+        in this pass; places not listed are unlimited)."""
         for placement in decision.placements:
-            key = (placement.cloud, placement.region)
-            room = free.get(key)
-            if room is None or room - taken.get(key, 0) >= placement.nodes:
+            left = room.get((placement.cloud, placement.region))
+            if left is None or left >= placement.nodes:
                 return placement
         return None
 
-    def _free_nodes(self) -> dict[tuple[str, str], int]:
+    def _room(self) -> dict[tuple[str, str], int]:
+        """Nodes free per place now, read once per pass."""
         capacity = getattr(self.provider, "free_nodes", None)
         return capacity() if capacity is not None else {}
+
+    @staticmethod
+    def _take(room: dict[tuple[str, str], int], placement: Placement) -> None:
+        key = (placement.cloud, placement.region)
+        if key in room:
+            room[key] -= placement.nodes
 
     # --- helpers --------------------------------------------------------------------
 

@@ -154,20 +154,11 @@ class SandboxProvider:
 
     def offers(self) -> OfferTable:
         """The catalog's offers, `capacity` = nodes still free in the row's region."""
-        import numpy as np
-
         from pricing.table import OfferTable
 
-        table, used = self._offers, self._usage()
-        names = table.categories["cloud"], table.categories["region"]
-        n_regions = max(len(names[1]), 1)
-        pair = table.codes["cloud"].astype(np.int64) * n_regions + table.codes["region"]
-        distinct, inverse = np.unique(pair, return_inverse=True)
-        free = np.empty(len(distinct), dtype=np.float64)
-        for i, code in enumerate(distinct.tolist()):  # once per region, not per row
-            where = (str(names[0][code // n_regions]), str(names[1][code % n_regions]))
-            free[i] = max(0, self._limit(*where) - used.get(where, 0))
-        values = free[inverse] if len(table) else np.zeros(0)
+        table = self._offers
+        _, inverse, free = self._free_per_region()
+        values = free[inverse].astype("float64")
         return OfferTable({**table.numbers, "capacity": values}, table.codes, table.categories)
 
     def launch(self, request: LaunchRequest) -> Instance:
@@ -258,14 +249,27 @@ class SandboxProvider:
     def free_nodes(self) -> dict[tuple[str, str], int]:
         """Nodes free now per (cloud, region) of the catalog: what a controller may still
         place in this pass (every place is capacity-limited in the sandbox)."""
+        places, _, free = self._free_per_region()
+        return dict(zip(places, free.tolist(), strict=True))
+
+    def _free_per_region(self):
+        """(places, each row's place index, free nodes per place): one look at the
+        running instances, one pass per region rather than per offer."""
+        import numpy as np
+
         table, used = self._offers, self._usage()
-        clouds, regions = table.categories["cloud"], table.categories["region"]
-        pairs = set(zip(table.codes["cloud"].tolist(), table.codes["region"].tolist(), strict=True))
-        free = {}
-        for c, r in pairs:
-            where = (str(clouds[c]), str(regions[r]))
-            free[where] = max(0, self._limit(*where) - used.get(where, 0))
-        return free
+        names = table.categories["cloud"], table.categories["region"]
+        n_regions = max(len(names[1]), 1)
+        pair = table.codes["cloud"].astype(np.int64) * n_regions + table.codes["region"]
+        distinct, inverse = np.unique(pair, return_inverse=True)
+        places = [
+            (str(names[0][code // n_regions]), str(names[1][code % n_regions]))
+            for code in distinct.tolist()
+        ]
+        free = np.array(
+            [max(0, self._limit(*where) - used.get(where, 0)) for where in places], dtype=np.int64
+        )
+        return places, inverse, free
 
     def checkpoint_dir(self, job_id: str) -> Path:
         """The local directory standing for a job's checkpoint URI (BROKER_CHECKPOINT_DIR);

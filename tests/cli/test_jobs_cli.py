@@ -79,3 +79,21 @@ def test_run_drains_the_queue_and_logs_show_the_job_output(capsys, tmp_path):
     assert logs.code == 0
     assert "done at step 30" in logs.stdout
     assert run_cli(capsys, "logs", "nope", "--state", state).code == 2
+
+
+def test_submit_dry_run_plans_and_enqueues_nothing(capsys, tmp_path):
+    state = tmp_path / "state.db"
+    result = run_cli(
+        capsys,
+        "submit",
+        str(DEMO / "eval-eu.yaml"),
+        "--dry-run",
+        "--state",
+        str(state),
+        "-o",
+        "json",
+    )
+    assert result.code == 0, result.stderr
+    plan = json.loads(result.stdout)
+    assert plan["job"] == "eval-l4" and plan["placements"][0]["accelerator"] == "L4"
+    assert not state.exists()

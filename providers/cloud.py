@@ -1,0 +1,199 @@
+"""What the three cloud adapters share: endpoint overrides, bounded backoff, the
+capacity cool-down, the capacity view merged into the catalog, and `check` results.
+
+Nothing here imports a cloud SDK: each adapter imports its own, inside its package,
+so that `broker --help` and a machine without an extra stay fast and working.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import random
+import threading
+import time
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from typing import TYPE_CHECKING, TypeVar
+
+from providers.errors import RateLimited
+
+if TYPE_CHECKING:
+    from pricing.table import OfferTable
+    from providers.base import Clock
+
+T = TypeVar("T")
+
+# How long a (instance type, zone, market) that reported no capacity is skipped.
+CAPACITY_COOLDOWN_SECONDS = 300.0
+# Throttling: attempts and the ceiling of one pause (full jitter, AWS's advice).
+BACKOFF_ATTEMPTS = 5
+BACKOFF_BASE_SECONDS = 0.25
+BACKOFF_CAP_SECONDS = 8.0
+
+
+def endpoint_override(cloud: str) -> str | None:
+    """The private or test endpoint for `cloud` (BROKER_AWS_ENDPOINT, BROKER_GCP_ENDPOINT,
+    BROKER_AZURE_ENDPOINT), or None for the cloud's public one."""
+    return os.environ.get(f"BROKER_{cloud.upper()}_ENDPOINT") or None
+
+
+def with_backoff(
+    call: Callable[[], T],
+    *,
+    attempts: int = BACKOFF_ATTEMPTS,
+    base: float = BACKOFF_BASE_SECONDS,
+    cap: float = BACKOFF_CAP_SECONDS,
+    sleep: Callable[[float], None] = time.sleep,
+) -> T:
+    """`call()`, retried with capped exponential backoff and full jitter while it raises
+    RateLimited; the last RateLimited propagates after `attempts` tries (bounded: a
+    throttled cloud never hangs the controller)."""
+    for attempt in range(attempts):
+        try:
+            return call()
+        except RateLimited:
+            if attempt == attempts - 1:
+                raise
+            sleep(random.uniform(0, min(cap, base * 2**attempt)))
+    raise AssertionError("unreachable")
+
+
+class _WallClock:
+    def now(self) -> datetime:
+        return datetime.now(UTC)
+
+
+class CapacityCooldown:
+    """(instance type, zone or region, market) places that just reported no capacity,
+    skipped until their cool-down ends so that failover moves on at once."""
+
+    def __init__(self, clock: Clock | None = None, seconds: float = CAPACITY_COOLDOWN_SECONDS):
+        self.clock = clock or _WallClock()
+        self.seconds = seconds
+        self._until: dict[tuple[str, str, str], datetime] = {}
+        self._lock = threading.Lock()
+
+    def mark(self, instance_type: str, place: str, market: str) -> None:
+        """Record a capacity failure now."""
+        with self._lock:
+            self._until[(instance_type, place, market)] = self.clock.now() + timedelta(
+                seconds=self.seconds
+            )
+
+    def cooling(self, instance_type: str, place: str, market: str) -> bool:
+        """True while that place is in its cool-down."""
+        with self._lock:
+            until = self._until.get((instance_type, place, market))
+            return until is not None and self.clock.now() < until
+
+    def active(self) -> list[tuple[str, str, str]]:
+        """Every place still cooling down."""
+        now = self.clock.now()
+        with self._lock:
+            return sorted(key for key, until in self._until.items() if now < until)
+
+
+@dataclass(frozen=True)
+class Unavailable:
+    """An offer the account cannot launch now, and why (shown by `broker offers --live`).
+
+    `zone` "" means every zone of the region; `market` "" means both markets.
+    """
+
+    cloud: str
+    region: str
+    zone: str
+    instance_type: str
+    market: str
+    reason: str
+
+
+@dataclass(frozen=True)
+class Headroom:
+    """Free quota, in the unit the cloud counts (vCPUs, GPUs or instances), that offers
+    matching `applies` draw on. `market` "" when both markets share it."""
+
+    region: str
+    market: str
+    name: str  # the cloud's quota name, for the reason shown to humans
+    free: float
+    unit: str  # "vcpus" | "gpus" | "instances"
+    applies: Callable[[str], bool]  # instance type -> does this quota count it
+
+    def instances(self, vcpus: float, gpus: float) -> float:
+        """How many instances of that size still fit."""
+        need = {"vcpus": vcpus, "gpus": gpus, "instances": 1.0}[self.unit]
+        if not need or need != need:
+            return math.inf
+        return math.floor(self.free / need + 1e-9)
+
+
+def restrict_offers(
+    table: OfferTable,
+    cloud: str,
+    unavailable: Iterable[Unavailable] = (),
+    headroom: Iterable[Headroom] = (),
+) -> tuple[OfferTable, list[Unavailable]]:
+    """`table` as this account can buy it: rows of `cloud` listed as unavailable, or
+    whose quota cannot fit one instance, lose that market's price (NaN: not sold);
+    `capacity` becomes the instances quota still allows. Other clouds' rows are kept
+    as they are. Returns the new table and every reason (given and from quotas)."""
+    import numpy as np
+
+    from pricing.table import OfferTable
+
+    numbers = {name: column.copy() for name, column in table.numbers.items()}
+    text = {name: table.text(name) for name in ("cloud", "region", "zone", "instance_type")}
+    mine = text["cloud"] == cloud
+    reasons = list(unavailable)
+    market_column = {"spot": "price_spot", "on-demand": "price_on_demand"}
+    for item in reasons:
+        rows = (
+            mine & (text["region"] == item.region) & (text["instance_type"] == item.instance_type)
+        )
+        if item.zone:
+            rows &= (text["zone"] == item.zone) | (text["zone"] == "")
+        for market in (item.market,) if item.market else tuple(market_column):
+            numbers[market_column[market]][rows] = np.nan
+    quota_reasons: list[Unavailable] = []
+    for rule in headroom:
+        rows = np.flatnonzero(mine & (text["region"] == rule.region))
+        for row in rows:
+            instance_type = str(text["instance_type"][row])
+            if not rule.applies(instance_type):
+                continue
+            fits = rule.instances(numbers["vcpus"][row], numbers["accelerator_count"][row])
+            capacity = numbers["capacity"][row]
+            numbers["capacity"][row] = fits if capacity != capacity else min(capacity, fits)
+            if fits < 1:
+                markets = (rule.market,) if rule.market else tuple(market_column)
+                for market in markets:
+                    numbers[market_column[market]][row] = np.nan
+                quota_reasons.append(
+                    Unavailable(
+                        cloud,
+                        rule.region,
+                        str(text["zone"][row]),
+                        instance_type,
+                        rule.market,
+                        f"quota {rule.name}: {rule.free:g} {rule.unit} free",
+                    )
+                )
+    unsold = mine & np.isnan(numbers["price_spot"]) & np.isnan(numbers["price_on_demand"])
+    numbers["capacity"][unsold] = 0.0
+    return OfferTable(numbers, table.codes, table.categories), reasons + sorted(
+        set(quota_reasons), key=lambda u: (u.region, u.zone, u.instance_type, u.market)
+    )
+
+
+@dataclass(frozen=True)
+class CheckResult:
+    """Whether a cloud is usable from here, and if not, the one thing to fix."""
+
+    cloud: str
+    usable: bool
+    reason: str  # "ok", or why not: no credentials, extra missing, unreachable, denied
+    detail: str = ""  # account / project / subscription, endpoint; never a secret
+    seconds: float = 0.0

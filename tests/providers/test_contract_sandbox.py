@@ -1,0 +1,90 @@
+"""The provider contract, run against the sandbox (local processes)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pytest
+
+from broker.clock import SystemClock
+from pricing.catalog import read_offer_table
+from pricing.table import OfferTable
+from providers.base import Instance, LaunchRequest
+from providers.sandbox import SandboxProvider
+from tests.fakes.offers import write_catalog
+from tests.providers.contract import ProviderContract
+
+
+@dataclass
+class SandboxHarness:
+    offers: OfferTable
+    workdir: Path
+    error_kinds: tuple[str, ...] = ("capacity", "invalid")
+    made: list[SandboxProvider] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        self.provider = self.new_provider()
+
+    def new_provider(self) -> SandboxProvider:
+        provider = SandboxProvider(
+            self.offers, self.workdir, SystemClock(), terminate_grace=2.0, notice_seconds=2.0
+        )
+        self.made.append(provider)
+        return provider
+
+    def request(self, attempt: str, **changes) -> LaunchRequest:
+        fields = dict(
+            attempt_id=attempt,
+            job_id="j-contract",
+            cloud="aws",
+            region="us-east-1",
+            instance_type="g4dn.xlarge",
+            market="spot",
+            command="sleep 30",
+        )
+        return LaunchRequest(**(fields | changes))
+
+    def unknown_id(self) -> str:
+        return "sbx-never-launched"
+
+    def interrupt(self, instance: Instance) -> None:
+        self.provider.interrupt(instance.id)
+        self.provider.wait(instance.id, 30.0)
+
+    @contextmanager
+    def fail_launches(self, kind: str) -> Iterator[None]:
+        provider = self.provider
+        saved = provider.capacity, provider._offers, provider._index
+        if kind == "capacity":
+            provider.capacity = 0
+        elif kind == "invalid":  # the catalog no longer sells anything
+            provider._offers, provider._index = (
+                self.offers.take(self.offers.codes["cloud"][:0]),
+                None,
+            )
+        else:
+            raise ValueError(kind)
+        try:
+            yield
+        finally:
+            provider.capacity, provider._offers, provider._index = saved
+
+    def close(self) -> None:
+        for provider in self.made:
+            for instance in provider.list_instances():
+                provider.terminate(instance.id)
+
+
+@pytest.fixture
+def harness(tmp_path) -> Iterator[SandboxHarness]:
+    offers = read_offer_table(write_catalog(tmp_path / "offers.csv"))
+    harness = SandboxHarness(offers, tmp_path / "sandbox")
+    yield harness
+    harness.close()
+
+
+class TestSandboxContract(ProviderContract):
+    pass

@@ -97,9 +97,10 @@ class CapacityCooldown:
 
 @dataclass(frozen=True)
 class Unavailable:
-    """An offer the account cannot launch now, and why (shown by `broker offers --live`).
+    """An offer the account cannot launch now, and why (shown by `broker check --offers`).
 
-    `zone` "" means every zone of the region; `market` "" means both markets.
+    `zone` "" means the whole region (adapters say so when no zone of the region
+    offers the type); `market` "" means both markets.
     """
 
     cloud: str
@@ -138,7 +139,8 @@ def restrict_offers(
 ) -> tuple[OfferTable, list[Unavailable]]:
     """`table` as this account can buy it: rows of `cloud` listed as unavailable, or
     whose quota cannot fit one instance, lose that market's price (NaN: not sold);
-    `capacity` becomes the instances quota still allows. Other clouds' rows are kept
+    `capacity` becomes at most the instances quota still allows in the market with
+    the most room (the planner picks the market; capacity is per row). Other clouds' rows are kept
     as they are. Returns the new table and every reason (given and from quotas)."""
     import numpy as np
 
@@ -153,10 +155,12 @@ def restrict_offers(
         rows = (
             mine & (text["region"] == item.region) & (text["instance_type"] == item.instance_type)
         )
-        if item.zone:
-            rows &= (text["zone"] == item.zone) | (text["zone"] == "")
+        if item.zone:  # a region-wide row stays sold while another zone offers it
+            rows &= text["zone"] == item.zone
         for market in (item.market,) if item.market else tuple(market_column):
             numbers[market_column[market]][rows] = np.nan
+    # Instances each market's quotas still allow, per row (inf: no quota applies).
+    fits = {market: np.full(len(table), np.inf) for market in market_column}
     quota_reasons: list[Unavailable] = []
     for rule in headroom:
         rows = np.flatnonzero(mine & (text["region"] == rule.region))
@@ -164,13 +168,11 @@ def restrict_offers(
             instance_type = str(text["instance_type"][row])
             if not rule.applies(instance_type):
                 continue
-            fits = rule.instances(numbers["vcpus"][row], numbers["accelerator_count"][row])
-            capacity = numbers["capacity"][row]
-            numbers["capacity"][row] = fits if capacity != capacity else min(capacity, fits)
-            if fits < 1:
-                markets = (rule.market,) if rule.market else tuple(market_column)
-                for market in markets:
-                    numbers[market_column[market]][row] = np.nan
+            room = rule.instances(numbers["vcpus"][row], numbers["accelerator_count"][row])
+            markets = (rule.market,) if rule.market else tuple(market_column)
+            for market in markets:
+                fits[market][row] = min(fits[market][row], room)
+            if room < 1:
                 quota_reasons.append(
                     Unavailable(
                         cloud,
@@ -181,6 +183,14 @@ def restrict_offers(
                         f"quota {rule.name}: {rule.free:g} {rule.unit} free",
                     )
                 )
+    room = np.full(len(table), -np.inf)
+    for market, column in market_column.items():
+        numbers[column][fits[market] < 1] = np.nan
+        sold = ~np.isnan(numbers[column])
+        room[sold] = np.maximum(room[sold], fits[market][sold])
+    limited = mine & np.isfinite(room)
+    capacity = numbers["capacity"]
+    capacity[limited] = np.fmin(capacity[limited], room[limited])  # fmin: NaN = unknown
     unsold = mine & np.isnan(numbers["price_spot"]) & np.isnan(numbers["price_on_demand"])
     numbers["capacity"][unsold] = 0.0
     return OfferTable(numbers, table.codes, table.categories), reasons + sorted(

@@ -17,7 +17,7 @@ os.environ.setdefault("PYDANTIC_DISABLE_PLUGINS", "__all__")
 import typer  # noqa: E402
 
 from broker import __version__  # noqa: E402
-from broker.cli import jobs, offers, plan, pricing, run, schema, validate  # noqa: E402
+from broker.cli import check, jobs, offers, plan, pricing, run, schema, validate  # noqa: E402
 from broker.cli.exits import INTERRUPTED, CliExit, report  # noqa: E402
 
 app = typer.Typer(
@@ -40,6 +40,7 @@ app.command("cancel")(jobs.cancel)
 app.command("logs")(jobs.logs)
 app.command("run")(run.run)
 app.command("demo")(run.demo)
+app.command("check")(check.check)
 app.add_typer(pricing.app, name="pricing")
 
 

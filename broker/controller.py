@@ -48,6 +48,7 @@ class PassReport:
     finished: list[tuple[str, str]] = field(default_factory=list)  # (job name, outcome)
     waiting: dict[str, str] = field(default_factory=dict)  # job name -> reason
     terminated: list[str] = field(default_factory=list)  # instance ids
+    unreachable: list[str] = field(default_factory=list)  # "<instance id>: <why>", retried
 
     @property
     def changed(self) -> bool:
@@ -148,23 +149,25 @@ class Controller:
         open_states = (AttemptState.LAUNCHING, AttemptState.RUNNING)
         for job in self.store.jobs(states=(*ACTIVE, JobState.CANCELLED)):
             for attempt in self.store.attempts(job.id, states=open_states):
-                instance = self._instance_of(job, attempt)
+                instance = self._instance_of(job, attempt, report)
                 if instance is None:
                     continue
-                if job.state is JobState.CANCELLED and instance.ended_at is None:
+                if job.state is JobState.CANCELLED and instance.active:
                     self.provider.terminate(instance.id)
                     report.terminated.append(instance.id)
                     instance = self.provider.describe(instance.id)
-                if instance.ended_at is None:
+                if instance.active:
                     if attempt.state is AttemptState.LAUNCHING:
                         self.store.attempt_running(attempt.id, _instance_row(instance))
                     continue
                 outcome = self._finish(job, attempt, instance)
                 report.finished.append((job.name, outcome))
 
-    def _instance_of(self, job: Job, attempt: Attempt) -> Instance | None:
+    def _instance_of(self, job: Job, attempt: Attempt, report: PassReport) -> Instance | None:
         """The attempt's instance; relaunched (idempotently) when the store has none yet,
-        which is where a controller killed between `start_attempt` and the launch resumes."""
+        which is where a controller killed between `start_attempt` and the launch resumes.
+        A provider that cannot answer now (throttled, unreachable) leaves the attempt as it
+        is for the next pass: only NotFound means the instance is gone."""
         from providers.errors import NotFound, ProviderError
 
         known = self.store.instances(attempt_id=attempt.id)
@@ -173,6 +176,9 @@ class Controller:
                 return self.provider.describe(known[0].provider_id)
             except NotFound:
                 self._close(attempt, "failed", None, "instance vanished", 0.0, JobState.QUEUED)
+                return None
+            except ProviderError as exc:
+                report.unreachable.append(f"{known[0].provider_id}: {exc}")
                 return None
         try:
             request = self._request(job, attempt)
@@ -252,9 +258,15 @@ class Controller:
     def _sweep(self, report: PassReport) -> None:
         """Terminate running broker instances whose attempt is unknown or closed."""
         from broker.state import AttemptState, UnknownAttempt
+        from providers.errors import ProviderError
 
-        for instance in self.provider.list_instances():
-            if instance.ended_at is not None:
+        try:
+            instances = self.provider.list_instances()
+        except ProviderError as exc:  # unreachable now: sweep on a later pass
+            report.unreachable.append(f"list: {exc}")
+            return
+        for instance in instances:
+            if not instance.active:
                 continue
             attempt_id = dict(instance.tags).get("broker-attempt", "")
             try:
@@ -308,7 +320,7 @@ class Controller:
                 )
             except IllegalTransition:
                 continue  # another controller re-queued it meanwhile (see _recover)
-            self._instance_of(job, self.store.attempt(attempt_id))
+            self._instance_of(job, self.store.attempt(attempt_id), report)
             report.launched.append((job.name, f"{where} {placement.market}"))
 
     def _decisions(self, queued: list[Job]) -> list[Decision]:

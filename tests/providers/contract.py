@@ -62,6 +62,11 @@ class Harness(Protocol):
         ...
 
 
+def names_of(provider: Provider) -> set[str]:
+    """Names an error or notice may carry: the provider's, or a fleet member's."""
+    return {provider.name, *getattr(provider, "members", {})}
+
+
 def attempts_of(provider: Provider, attempt: str) -> list[Instance]:
     return [i for i in provider.list_instances() if i.attempt_id == attempt]
 
@@ -119,7 +124,7 @@ class ProviderContract:
         harness.interrupt(instance)
         notices = provider.interruptions()
         assert [n.instance_id for n in notices] == [instance.id]
-        assert notices[0].provider == provider.name and notices[0].kind
+        assert notices[0].provider in names_of(provider) and notices[0].kind
         assert provider.interruptions() == []
         assert provider.describe(instance.id).state == "interrupted"
 
@@ -129,7 +134,7 @@ class ProviderContract:
             request = harness.request(f"c-err-{kind}")
             with harness.fail_launches(kind), pytest.raises(ERRORS[kind]) as error:
                 harness.provider.launch(request)
-            assert error.value.provider == harness.provider.name, kind
+            assert error.value.provider in names_of(harness.provider), kind
             assert error.value.retryable == (kind in ("capacity", "throttle")), kind
             live = [i for i in attempts_of(harness.provider, request.attempt_id) if i.active]
             assert not live, f"{kind}: an instance was left behind"

@@ -1,0 +1,162 @@
+"""One Provider over several: each cloud is served by exactly one member.
+
+The controller speaks to one provider. With real clouds enabled (BROKER_CLOUDS),
+the fleet sends AWS requests to the AWS adapter, GCP ones to the GCP adapter, and
+everything else (on-prem pools, clouds not enabled) to the sandbox. Instance ids
+carry their member's name (`aws:us-east-1/i-0abc`), so describe and terminate
+reach the right member even after a restart.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any
+
+from providers.errors import NotFound, ProviderError
+
+if TYPE_CHECKING:
+    from pricing.table import OfferTable
+    from providers.base import Instance, InterruptionNotice, LaunchRequest, Provider
+
+SEPARATOR = ":"
+
+
+class Fleet:
+    """A `Provider` whose members each serve some clouds (see the module docstring).
+
+    `routes` maps a cloud name to the member serving it; member names must differ.
+    `default` serves every cloud not in `routes` (None: such requests are invalid).
+    """
+
+    name = "fleet"
+
+    def __init__(self, routes: Mapping[str, Provider], default: Provider | None = None) -> None:
+        self.routes = dict(routes)
+        self.default = default
+        self.members: dict[str, Provider] = {}
+        for member in (*self.routes.values(), *([default] if default else [])):
+            known = self.members.setdefault(member.name, member)
+            if known is not member:
+                raise ValueError(f"two fleet members are named {member.name!r}")
+
+    # --- routing ----------------------------------------------------------------------
+
+    def member_for(self, cloud: str) -> Provider:
+        """The member that launches on `cloud`."""
+        member = self.routes.get(cloud, self.default)
+        if member is None:
+            from providers.errors import InvalidRequest
+
+            raise InvalidRequest(self.name, f"no provider serves cloud {cloud!r} here")
+        return member
+
+    def _serves(self, member: Provider) -> tuple[set[str], bool]:
+        """(the clouds routed to `member`, whether it also serves every other cloud)."""
+        clouds = {cloud for cloud, routed in self.routes.items() if routed is member}
+        return clouds, member is self.default
+
+    def _split(self, instance_id: str) -> tuple[Provider, str]:
+        name, sep, own_id = instance_id.partition(SEPARATOR)
+        if not sep:
+            raise NotFound(self.name, f"instance {instance_id!r} is not a fleet id")
+        member = self.members.get(name)
+        if member is None:
+            # Launched by a member not enabled now: its fate is unknown, not "gone".
+            raise ProviderError(
+                self.name,
+                f"instance {instance_id} belongs to {name!r}, which is not enabled here "
+                "(see BROKER_CLOUDS)",
+            )
+        return member, own_id
+
+    @staticmethod
+    def _tagged(member: Provider, instance: Instance) -> Instance:
+        return dataclasses.replace(instance, id=f"{member.name}{SEPARATOR}{instance.id}")
+
+    # --- the Provider contract (docstrings in providers.base) --------------------------
+
+    def offers(self) -> OfferTable:
+        """Each member's offers for the clouds it serves, as one table."""
+        import numpy as np
+
+        from pricing.table import concat
+
+        parts = []
+        for member in self.members.values():
+            table = member.offers()
+            clouds, others = self._serves(member)
+            cloud = table.text("cloud")
+            routed_elsewhere = [c for c in self.routes if self.routes[c] is not member]
+            keep = np.isin(cloud, list(clouds))
+            if others:
+                keep |= ~np.isin(cloud, routed_elsewhere)
+            parts.append(table.take(np.flatnonzero(keep)))
+        return concat(parts)
+
+    def launch(self, request: LaunchRequest) -> Instance:
+        member = self.member_for(request.cloud)
+        if request.resume_from and not hasattr(member, "checkpoint_dir"):
+            # A cloud resumes from the durable checkpoint, never from a sandbox path.
+            request = dataclasses.replace(request, resume_from=request.checkpoint_uri)
+        return self._tagged(member, member.launch(request))
+
+    def describe(self, instance_id: str) -> Instance:
+        member, own_id = self._split(instance_id)
+        return self._tagged(member, member.describe(own_id))
+
+    def terminate(self, instance_id: str) -> bool:
+        member, own_id = self._split(instance_id)
+        return member.terminate(own_id)
+
+    def list_instances(self) -> list[Instance]:
+        return [
+            self._tagged(member, instance)
+            for member in self.members.values()
+            for instance in member.list_instances()
+        ]
+
+    def interruptions(self) -> list[InterruptionNotice]:
+        return [
+            dataclasses.replace(notice, instance_id=f"{member.name}{SEPARATOR}{notice.instance_id}")
+            for member in self.members.values()
+            for notice in member.interruptions()
+        ]
+
+    def object_store(self) -> Any:
+        if self.default is not None:
+            return self.default.object_store()
+        raise NotImplementedError("the fleet has no default member for checkpoints")
+
+    # --- optional verbs the controller uses when a provider has them -------------------
+
+    def free_nodes(self) -> dict[tuple[str, str], int]:
+        """Free nodes per (cloud, region) where a member knows them (the sandbox)."""
+        free: dict[tuple[str, str], int] = {}
+        for member in self.members.values():
+            known = getattr(member, "free_nodes", None)
+            if known is None:
+                continue
+            clouds, others = self._serves(member)
+            for (cloud, region), nodes in known().items():
+                if cloud in clouds or (others and cloud not in self.routes):
+                    free[(cloud, region)] = nodes
+        return free
+
+    def checkpoint_dir(self, job_id: str):
+        """The default member's checkpoint directory (launch swaps in the checkpoint URI
+        for members that have none)."""
+        if self.default is None or not hasattr(self.default, "checkpoint_dir"):
+            return ""
+        return self.default.checkpoint_dir(job_id)
+
+    def billed_hours(self, instance: Instance) -> float:
+        """The member's billing when it has its own (the sandbox's time scale), else the
+        time between launch and end."""
+        member, own_id = self._split(instance.id)
+        billed = getattr(member, "billed_hours", None)
+        if billed is not None:
+            return float(billed(dataclasses.replace(instance, id=own_id)))
+        if instance.launched_at is None or instance.ended_at is None:
+            return 0.0
+        return (instance.ended_at - instance.launched_at).total_seconds() / 3600.0

@@ -25,6 +25,7 @@ DEFAULTS: dict[str, Any] = {
     "pools": None,  # None: ~/.config/broker/pools.yaml when it exists
     "overlays": None,  # None: ~/.config/broker/overlays.yaml when it exists
     "freshness_days": 30,
+    "clouds": (),  # clouds launched for real (BROKER_CLOUDS=aws,gcp); others: the sandbox
 }
 
 

@@ -8,6 +8,7 @@ next to the state file, so one `--state` path is one self-contained broker.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -19,7 +20,7 @@ if TYPE_CHECKING:
     from broker.offers import OffersInForce
     from broker.queue import Policy
     from broker.state import StateStore
-    from providers.sandbox import SandboxProvider
+    from providers.base import Provider
 
 
 @dataclass
@@ -27,7 +28,7 @@ class Runtime:
     """An open state store, its provider and a controller over both."""
 
     store: StateStore
-    provider: SandboxProvider
+    provider: Provider
     controller: Controller
     workdir: Path
 
@@ -47,11 +48,14 @@ def open_runtime(
     capacity: int = 4,
     clock: Clock | None = None,
     policy: Policy | None = None,
+    clouds: Sequence[str] = (),
 ) -> Runtime:
     """Open the store at `state_path` and a sandbox provider over the offers in force.
 
     On-prem pools get as many sandbox slots as they have nodes; every cloud region
     gets `capacity` nodes. `time_scale` 3600 bills a wall second as an hour.
+    `clouds` are launched for real through their adapters (a Fleet routes by cloud);
+    the sandbox keeps serving on-prem pools and every other cloud.
     """
     from broker.controller import Controller
     from broker.scheduling import pool_gpus_of
@@ -66,6 +70,8 @@ def open_runtime(
     provider = SandboxProvider(
         table, workdir, clock, capacity={**_clouds(table, capacity), **slots}, time_scale=time_scale
     )
+    if clouds:
+        provider = _fleet(clouds, provider, table, clock)
     store = StateStore.open(state_path, clock)
     countries = view.index.extra_countries
 
@@ -75,6 +81,16 @@ def open_runtime(
     controller = Controller(store, provider, clock, index_of, policy, pool_gpus_of(view.index))
     _ship_example_trainer(workdir)
     return Runtime(store, provider, controller, workdir)
+
+
+def _fleet(clouds: Sequence[str], sandbox: Provider, table, clock: Clock) -> Provider:
+    """The sandbox plus a real adapter for each of `clouds` (built lazily: no cloud call
+    happens until the controller needs one)."""
+    from providers.fleet import Fleet
+    from providers.registry import load_provider
+
+    routes = {cloud: load_provider(cloud, catalog=table, clock=clock) for cloud in clouds}
+    return Fleet(routes, default=sandbox)
 
 
 def _ship_example_trainer(workdir: Path) -> None:

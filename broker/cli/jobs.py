@@ -8,13 +8,14 @@ from pathlib import Path
 
 import typer
 
-from broker.cli.exits import BAD_INPUT, fail
+from broker.cli.exits import BAD_INPUT, PROVIDER, fail
 from broker.cli.options import (
     CatalogOption,
     OutputOption,
     OverlaysOption,
     PoolsOption,
     offers_in_force,
+    split_list,
 )
 from broker.cli.render import Column, Output, number, render, usd
 
@@ -55,14 +56,35 @@ def state_path(flag: Path | None) -> Path:
     return resolve_path("state", flag) or default_state_path()
 
 
+def enabled_clouds() -> tuple[str, ...]:
+    """Clouds launched for real: BROKER_CLOUDS ("aws,gcp") or `clouds = [...]` in
+    broker.toml; none by default (everything runs in the sandbox)."""
+    from broker.config import resolve
+    from providers.checks import CLOUDS
+
+    value = resolve("clouds").value
+    clouds = split_list([value] if isinstance(value, str) else list(value or ()))
+    unknown = [cloud for cloud in clouds if cloud not in CLOUDS]
+    if unknown:
+        fail(f"clouds setting: unknown cloud {unknown[0]!r}; known: {', '.join(CLOUDS)}", BAD_INPUT)
+    return clouds
+
+
 @contextmanager
 def runtime(state: Path | None, catalog, pools, overlays, policy: Path | None = None):
     from broker.runtime import open_runtime
+    from providers.registry import ProviderUnavailable
 
     rules = load_policy_option(policy)
-    opened = open_runtime(
-        state_path(state), offers_in_force(catalog, pools, overlays), policy=rules
-    )
+    try:
+        opened = open_runtime(
+            state_path(state),
+            offers_in_force(catalog, pools, overlays),
+            policy=rules,
+            clouds=enabled_clouds(),
+        )
+    except ProviderUnavailable as exc:
+        fail(str(exc), PROVIDER)
     try:
         yield opened
     finally:

@@ -97,3 +97,10 @@ def test_submit_dry_run_plans_and_enqueues_nothing(capsys, tmp_path):
     plan = json.loads(result.stdout)
     assert plan["job"] == "eval-l4" and plan["placements"][0]["accelerator"] == "L4"
     assert not state.exists()
+
+
+def test_an_unknown_cloud_in_the_clouds_setting_is_bad_input(capsys, tmp_path, monkeypatch):
+    monkeypatch.setenv("BROKER_CLOUDS", "aws,gpc")
+    result = run_cli(capsys, "queue", "--state", str(tmp_path / "s.db"))
+    assert result.code == 2 and "unknown cloud 'gpc'" in result.stderr
+    assert not (tmp_path / "s.db").exists()

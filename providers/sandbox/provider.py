@@ -214,7 +214,11 @@ class SandboxProvider:
         return notices
 
     def object_store(self):
-        raise NotImplementedError("sandbox checkpoints are local directories for now")
+        """An ObjectStore (providers.storage): the sandbox's checkpoints are file:// URIs;
+        cloud URIs work too where their credentials are set."""
+        from providers.storage import ObjectStore
+
+        return ObjectStore()
 
     # --- sandbox-only verbs (tests, the simulator, the demo) ---------------------------
 
@@ -240,8 +244,16 @@ class SandboxProvider:
         return self._notice(record)
 
     def wait(self, instance_id: str, timeout: float) -> Instance:
-        """The instance once its process has ended, or as it is after `timeout` seconds."""
+        """The instance once its process has ended, or as it is after `timeout` seconds
+        (an interrupted one is killed when its notice runs out, as `describe` would)."""
         record = self._observe(self._require(instance_id))
+        if record.ended_at is None and record.interrupt_deadline:
+            # An interrupted job that ignores SIGTERM is killed at its notice's deadline.
+            left = datetime.fromisoformat(record.interrupt_deadline) - self.clock.now()
+            pause = min(timeout, max(0.0, left.total_seconds()))
+            if not self._wait_exit(record, pause):
+                record = self._observe(record)
+                timeout -= pause
         if record.ended_at is None:
             self._wait_exit(record, timeout)
         return self.describe(instance_id)

@@ -131,12 +131,13 @@ class ProviderContract:
     def test_launch_errors_are_classified(self, harness: Harness) -> None:
         assert harness.error_kinds, "a harness injects at least one error kind"
         for kind in harness.error_kinds:
+            provider = harness.new_provider()  # its own cool-down: kinds don't mask each other
             request = harness.request(f"c-err-{kind}")
             with harness.fail_launches(kind), pytest.raises(ERRORS[kind]) as error:
-                harness.provider.launch(request)
-            assert error.value.provider in names_of(harness.provider), kind
+                provider.launch(request)
+            assert error.value.provider in names_of(provider), kind
             assert error.value.retryable == (kind in ("capacity", "throttle")), kind
-            live = [i for i in attempts_of(harness.provider, request.attempt_id) if i.active]
+            live = [i for i in attempts_of(provider, request.attempt_id) if i.active]
             assert not live, f"{kind}: an instance was left behind"
 
 

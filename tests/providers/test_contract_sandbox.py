@@ -7,6 +7,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from broker.clock import SystemClock
@@ -56,21 +57,20 @@ class SandboxHarness:
 
     @contextmanager
     def fail_launches(self, kind: str) -> Iterator[None]:
-        provider = self.provider
-        saved = provider.capacity, provider._offers, provider._index
-        if kind == "capacity":
-            provider.capacity = 0
-        elif kind == "invalid":  # the catalog no longer sells anything
-            provider._offers, provider._index = (
-                self.offers.take(self.offers.codes["cloud"][:0]),
-                None,
-            )
-        else:
-            raise ValueError(kind)
+        """Every sandbox on the workdir (the "cloud") refuses launches of that kind."""
+        saved = [(p, p.capacity, p._offers, p._index) for p in self.made]
+        for provider in self.made:
+            if kind == "capacity":
+                provider.capacity = 0
+            elif kind == "invalid":  # the catalog no longer sells anything
+                provider._offers, provider._index = self.offers.take(np.arange(0)), None
+            else:
+                raise ValueError(kind)
         try:
             yield
         finally:
-            provider.capacity, provider._offers, provider._index = saved
+            for provider, capacity, offers, index in saved:
+                provider.capacity, provider._offers, provider._index = capacity, offers, index
 
     def close(self) -> None:
         for provider in self.made:

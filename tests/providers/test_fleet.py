@@ -74,12 +74,17 @@ class FleetHarness:
 
     @contextmanager
     def fail_launches(self, kind: str) -> Iterator[None]:
+        """Every AWS member on the workdir refuses launches for want of capacity."""
         assert kind == "capacity"
-        saved, self.aws.capacity = self.aws.capacity, 0
+        members = [m for m in self.made if isinstance(m, AwsSimulator)]
+        saved = [m.capacity for m in members]
+        for member in members:
+            member.capacity = 0
         try:
             yield
         finally:
-            self.aws.capacity = saved
+            for member, capacity in zip(members, saved, strict=True):
+                member.capacity = capacity
 
     def close(self) -> None:
         for member in self.made:

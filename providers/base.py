@@ -63,6 +63,9 @@ class LaunchRequest:
     zone: str = ""
     market: Market = "on-demand"
     nodes: int = 1
+    # The planned GPU: a cloud whose machine types take GPUs separately (GCE N1) needs it.
+    accelerator: str = ""
+    accelerator_count: float = 0.0
     job_name: str = ""
     team: str = ""
     image: str = ""

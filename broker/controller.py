@@ -242,7 +242,11 @@ class Controller:
         hours: float,
         to: JobState | None,
     ) -> None:
-        entries = [{"kind": "compute"}] if hours > 0 else []
+        from broker.state.charges import attempt_charges
+
+        spec = self._spec(self.store.job(attempt.job_id)) if hours > 0 else None
+        earlier = self.store.attempts(attempt.job_id) if hours > 0 else []
+        entries = attempt_charges(attempt, hours, spec, outcome, earlier)
         self.store.finish_attempt(attempt.id, outcome, code, reason, hours, entries, job_to=to)
 
     def _billed_hours(self, instance: Instance) -> float:
@@ -423,6 +427,8 @@ class Controller:
             instance_type=p["instance_type"],
             market=attempt.market,
             nodes=p.get("nodes", 1),
+            accelerator=p.get("accelerator", "") or "",
+            accelerator_count=p.get("accelerator_count", 0) or 0,
             command=spec.run.command,
             image=spec.run.image or "",
             env=spec.run.env,

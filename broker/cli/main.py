@@ -17,7 +17,8 @@ os.environ.setdefault("PYDANTIC_DISABLE_PLUGINS", "__all__")
 import typer  # noqa: E402
 
 from broker import __version__  # noqa: E402
-from broker.cli import check, jobs, offers, plan, pricing, run, schema, validate  # noqa: E402
+from broker.cli import check, ci, estimate, jobs, offers, plan, pricing, run, schema, validate  # noqa: E402
+from broker.cli import report as cost_report  # noqa: E402
 from broker.cli.exits import INTERRUPTED, CliExit, report  # noqa: E402
 
 app = typer.Typer(
@@ -33,6 +34,8 @@ app.command("offers")(offers.offers)
 app.command("validate")(validate.validate)
 app.command("schema")(schema.schema)
 app.command("plan")(plan.plan_command)
+app.command("estimate")(estimate.estimate_command)
+app.command("ci")(ci.ci)
 app.command("submit")(jobs.submit)
 app.command("queue")(jobs.queue)
 app.command("status")(jobs.status)
@@ -40,6 +43,7 @@ app.command("cancel")(jobs.cancel)
 app.command("logs")(jobs.logs)
 app.command("run")(run.run)
 app.command("demo")(run.demo)
+app.command("cost-report")(cost_report.cost_report)
 app.command("check")(check.check)
 app.add_typer(pricing.app, name="pricing")
 

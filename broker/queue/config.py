@@ -125,5 +125,6 @@ def _models() -> Any:
         preemption: Preemption = Preemption()
         backfill: bool = True
         teams: dict[str, Team] = {}
+        ci: dict[str, Any] | None = None  # rules of `broker ci`, read by broker.ci.policy
 
     return PolicyFile

@@ -202,6 +202,9 @@ class LedgerEntry:
     period_start: datetime
     period_end: datetime
     created_at: datetime
+    cloud: str = ""  # the place that bills it: the sender for egress, else the attempt's
+    region: str = ""
+    detail: str = ""  # what it was for, e.g. "input s3://... aws:us-east-1 -> gcp:..."
 
 
 # --- exact conversions -------------------------------------------------------------
@@ -283,7 +286,7 @@ def json_text(value: Any) -> str:
 
 _LEDGER_KEYS = {
     "kind", "quantity", "unit", "unit_price_usd", "amount_usd", "market", "price_source",
-    "price_as_of", "period_start", "period_end",
+    "price_as_of", "period_start", "period_end", "cloud", "region", "detail",
 }  # fmt: skip
 
 
@@ -295,9 +298,10 @@ def ledger_columns(
     Keys: kind (compute|egress|onprem), quantity, unit, unit_price_usd, amount_usd
     (default quantity x unit price, multiplied exactly), market, price_source,
     price_as_of (default the attempt's: the price in force at launch), period_start
-    (default the attempt's start), period_end (default now). Compute and onprem
-    entries default to the billed hours at the attempt's hourly price; egress
-    entries must give quantity (GB) and unit_price_usd.
+    (default the attempt's start), period_end (default now), cloud and region (the
+    place that bills the entry; default the attempt's placement) and detail (free
+    text). Compute and onprem entries default to the billed hours at the attempt's
+    hourly price; egress entries must give quantity (GB) and unit_price_usd.
     """
     unknown = set(entry) - _LEDGER_KEYS
     if unknown:
@@ -312,6 +316,7 @@ def ledger_columns(
     unit_price = to_decimal(entry.get("unit_price_usd", attempt["price_per_hour_usd"]))
     given = entry.get("amount_usd")
     amount = to_decimal(given) if given is not None else multiply(quantity, unit_price)
+    placement = json.loads(attempt["placement_json"])
     return {
         "kind": kind,
         "amount_usd": decimal_text(amount),
@@ -323,6 +328,9 @@ def ledger_columns(
         "price_as_of": str(entry.get("price_as_of", attempt["price_as_of"])),
         "period_start": _ts_arg(entry.get("period_start"), attempt["started_at"]),
         "period_end": _ts_arg(entry.get("period_end"), now),
+        "cloud": str(entry.get("cloud", placement.get("cloud", ""))),
+        "region": str(entry.get("region", placement.get("region", ""))),
+        "detail": str(entry.get("detail", "")),
     }
 
 
@@ -394,7 +402,8 @@ def ledger_of(row: Any) -> LedgerEntry:
         unit_price_usd=Decimal(row["unit_price_usd"]), market=row["market"],
         price_source=row["price_source"], price_as_of=row["price_as_of"],
         period_start=_at(row["period_start"]), period_end=_at(row["period_end"]),
-        created_at=_at(row["created_at"]),
+        created_at=_at(row["created_at"]), cloud=row["cloud"], region=row["region"],
+        detail=row["detail"],
     )  # fmt: skip
 
 

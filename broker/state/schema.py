@@ -135,7 +135,18 @@ INITIAL = Migration(
     ),
 )
 
-MIGRATIONS: list[Migration] = [INITIAL]
+LEDGER_PLACE = Migration(
+    2,
+    "ledger: the place that bills each entry, and what it was for",
+    (
+        # '' on rows written before: readers take the attempt's placement instead.
+        "ALTER TABLE ledger ADD COLUMN cloud TEXT NOT NULL DEFAULT ''",
+        "ALTER TABLE ledger ADD COLUMN region TEXT NOT NULL DEFAULT ''",
+        "ALTER TABLE ledger ADD COLUMN detail TEXT NOT NULL DEFAULT ''",
+    ),
+)
+
+MIGRATIONS: list[Migration] = [INITIAL, LEDGER_PLACE]
 
 _BOOKKEEPING = """CREATE TABLE IF NOT EXISTS schema_migrations (
     version INTEGER PRIMARY KEY,

@@ -341,6 +341,18 @@ class StateStore:
             self._settle(job_id, now)
             return True
 
+    def record_checkpoint(self, attempt_id: str, at: datetime | None = None, uri: str = "") -> None:
+        """Note that an attempt's work up to `at` (default now) is safe in a checkpoint.
+
+        An event (kind "checkpoint"), nothing else: reports count an interrupted
+        attempt's lost work from its last checkpoint rather than from its start.
+        """
+        with self._write() as now:
+            att = self._attempt_row(attempt_id)
+            data = {"at": ts_text(at) if at is not None else now, "uri": uri}
+            message = f"attempt {att['number']} checkpointed"
+            self._event(att["job_id"], attempt_id, now, "checkpoint", message, data)
+
     # --- instances ------------------------------------------------------------------
 
     def record_instance(
@@ -495,6 +507,16 @@ class StateStore:
                 params.append(ts_text(moment))
         sql = f"{LEDGER_SELECT}{where} ORDER BY l.period_end, l.id"
         return [ledger_of(r) for r in self._conn.execute(sql, params)]
+
+    def checkpoints(self) -> dict[str, datetime]:
+        """The time of each attempt's last recorded checkpoint (attempts without one: absent)."""
+        sql = "SELECT attempt_id, data_json FROM events WHERE kind = 'checkpoint'"
+        last: dict[str, str] = {}
+        for row in self._conn.execute(sql):
+            at = json.loads(row["data_json"])["at"]
+            if row["attempt_id"] is not None and at > last.get(row["attempt_id"], ""):
+                last[row["attempt_id"]] = at
+        return {attempt: datetime.fromisoformat(at) for attempt, at in last.items()}
 
     # --- helpers (inside a write transaction) -------------------------------------------
 

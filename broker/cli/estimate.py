@@ -1,0 +1,119 @@
+"""`broker estimate PATH...`: what each job is expected to cost, and the total; no state touched."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import typer
+
+from broker.cli.exits import BAD_INPUT, NO_PLACEMENT, fail
+from broker.cli.options import (
+    CatalogOption,
+    OutputOption,
+    OverlaysOption,
+    PoolsOption,
+    catalog_banner,
+    offers_in_force,
+)
+from broker.cli.plan import PLACEMENT_COLUMNS
+from broker.cli.render import Column, Output, number, render
+
+if TYPE_CHECKING:
+    from broker.manifest.load import Manifest
+    from broker.offers import OffersInForce
+
+_BY_KEY = {c.key: c for c in PLACEMENT_COLUMNS}  # the headers and formats of `broker plan`
+
+
+def _hours(value: object) -> str:
+    return "-" if value is None else f"{value:.2f}"
+
+
+TABLE_COLUMNS = (
+    Column("job", "job"),
+    Column("team", "team"),
+    Column("file", "file"),
+    *(_BY_KEY[k] for k in ("cloud", "region", "instance_type", "market")),
+    Column("runtime_hours", "runtime est. h", number, numeric=True),
+    Column("expected_hours", _BY_KEY["expected_hours"].header, _hours, numeric=True),
+    *(_BY_KEY[k] for k in ("interruption_overhead", "egress", "expected_cost")),
+)
+DATA_COLUMNS = (
+    *TABLE_COLUMNS,
+    Column("feasible", "feasible"),
+    _BY_KEY["gpus"],
+    _BY_KEY["nodes"],
+    _BY_KEY["price_per_hour"],
+    _BY_KEY["compute"],
+    Column("assumptions", "assumptions"),
+)
+
+
+def estimate_command(
+    paths: list[Path] = typer.Argument(..., help="Manifest files or directories (recursive)."),
+    output: Output = OutputOption,
+    catalog: Path = CatalogOption,
+    pools: Path = PoolsOption,
+    overlays: Path = OverlaysOption,
+) -> None:
+    """Expected cost of each job (its cheapest compliant placement), the assumptions, the total.
+
+    Exit 2 for a bad manifest (nothing estimated), 3 when a job has no feasible placement.
+    """
+    from broker.clock import SystemClock
+    from broker.estimate import estimate, total
+
+    manifests = load_jobs(paths)
+    view = offers_in_force(catalog, pools, overlays)
+    estimates = estimate(manifests, view.index, SystemClock().now())
+    rows = [e.row() for e in estimates]
+    infeasible = [f"{e.spec.team}/{e.spec.name}" for e in estimates if not e.feasible]
+    grand = total(estimates)
+    if output == Output.json:
+        meta = {"total_expected_cost": grand, "infeasible": infeasible, "prices": prices(view)}
+        render(rows, DATA_COLUMNS, output, json_key="jobs", meta=meta)
+    elif output == Output.csv:
+        print(prices(view), file=sys.stderr)
+        for row in rows:
+            row["assumptions"] = "; ".join(row["assumptions"])
+        render(rows, DATA_COLUMNS, output)
+    else:
+        notes = [
+            f"{row['team']}/{row['job']}: " + "; ".join(row["assumptions"])
+            for row in rows
+            if row["assumptions"]
+        ]
+        notes += [
+            f"{job}: no feasible placement (`broker plan` says what to relax)" for job in infeasible
+        ]
+        print(prices(view))
+        title = f"{len(rows)} job(s), expected total {grand:,.2f} USD"
+        rows.append({"job": "total", "expected_cost": grand})
+        render(rows, TABLE_COLUMNS, output, title=title, notes=notes)
+    if infeasible:
+        fail(f"no feasible placement for: {', '.join(infeasible)}", NO_PLACEMENT)
+
+
+def load_jobs(paths: list[Path]) -> list[Manifest]:
+    """The manifests under `paths`; any error is printed (file:line) and exits 2."""
+    from broker.manifest.load import load_manifests
+
+    loaded = load_manifests(paths)
+    if loaded.errors:
+        for error in loaded.errors:
+            print(error.one_line(), file=sys.stderr)
+        fail(f"{len(loaded.errors)} error(s) in manifests; nothing estimated", BAD_INPUT)
+    if not loaded.manifests:
+        fail("no broker/v1 manifest found in " + ", ".join(map(str, paths)), BAD_INPUT)
+    return loaded.manifests
+
+
+def prices(view: OffersInForce) -> str:
+    """The catalog banner (which catalog, how old) for today."""
+    from datetime import date
+
+    from broker.config import resolve
+
+    return catalog_banner(view, date.today(), int(resolve("freshness_days").value))

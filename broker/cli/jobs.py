@@ -73,6 +73,7 @@ def enabled_clouds() -> tuple[str, ...]:
 @contextmanager
 def runtime(state: Path | None, catalog, pools, overlays, policy: Path | None = None):
     from broker.runtime import open_runtime
+    from providers.errors import ProviderError
     from providers.registry import ProviderUnavailable
 
     rules = load_policy_option(policy)
@@ -83,7 +84,7 @@ def runtime(state: Path | None, catalog, pools, overlays, policy: Path | None = 
             policy=rules,
             clouds=enabled_clouds(),
         )
-    except ProviderUnavailable as exc:
+    except (ProviderUnavailable, ProviderError) as exc:  # e.g. an enabled cloud's credentials
         fail(str(exc), PROVIDER)
     try:
         yield opened

@@ -69,6 +69,12 @@ def offers(
     summary: bool = typer.Option(
         False, "--summary", help="One row per GPU model: cheapest $/GPU-hour per cloud and market."
     ),
+    live: bool = typer.Option(
+        False,
+        "--live",
+        help="Ask the enabled clouds (BROKER_CLOUDS, else --cloud) what this account can "
+        "launch: zones, restrictions, quotas.",
+    ),
     output: Output = OutputOption,
     catalog: Path = CatalogOption,
     pools: Path = PoolsOption,
@@ -82,6 +88,9 @@ def offers(
     if sort not in ("price", "price-per-gpu"):
         fail(f"--sort must be price or price-per-gpu, not {sort!r}", BAD_INPUT)
     view = offers_in_force(catalog, pools, overlays)
+    unavailable = _go_live(view, split_list(cloud)) if live else None
+    if unavailable is not None:
+        view, unavailable = unavailable
     today = date.today()
     freshness = int(resolve("freshness_days").value)
     banner = catalog_banner(view, today, freshness)
@@ -127,6 +136,8 @@ def offers(
         }
         columns = tuple(c for c in OFFER_COLUMNS if c.key not in TABLE_HIDDEN | blank)
     notes = [] if rows else ["No offer matches; relax a filter (see `broker offers --help`)."]
+    if unavailable:
+        notes += _unavailable_notes(unavailable)
     render(
         rows,
         columns,
@@ -139,8 +150,39 @@ def offers(
             "origin": view.catalog.origin,
             "as_of": view.catalog.as_of_range()[0],
             "freshness_days": freshness,
+            **({"unavailable": [vars(u) for u in unavailable]} if live else {}),
         },
     )
+
+
+def _go_live(view, asked: tuple[str, ...]):
+    """(the view as the account can buy it, the reasons), for the enabled clouds."""
+    from broker.cli.exits import PROVIDER
+    from broker.cli.jobs import enabled_clouds
+    from broker.live import live_offers
+    from providers.checks import CLOUDS
+    from providers.errors import ProviderError
+    from providers.registry import ProviderUnavailable
+
+    clouds = enabled_clouds() or tuple(c for c in asked if c in CLOUDS)
+    if not clouds:
+        fail("--live needs clouds: set BROKER_CLOUDS=aws,gcp or pass --cloud aws", BAD_INPUT)
+    try:
+        return live_offers(view, clouds)
+    except (ProviderError, ProviderUnavailable) as exc:
+        fail(f"--live: {exc}", PROVIDER)
+
+
+def _unavailable_notes(unavailable, shown: int = 5) -> list[str]:
+    """A few reasons, then how many more: the whole list is in the JSON output."""
+    lines = [
+        f"not launchable: {u.cloud} {u.zone or u.region} {u.instance_type}"
+        f"{' ' + u.market if u.market else ''}: {u.reason}"
+        for u in unavailable[:shown]
+    ]
+    if len(unavailable) > shown:
+        lines.append(f"... and {len(unavailable) - shown} more (-o json lists them all)")
+    return lines
 
 
 def _blank(value) -> bool:

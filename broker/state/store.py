@@ -402,7 +402,7 @@ class StateStore:
         attempt_id = row.get("attempt_id")
         if attempt_id is not None and (old is None or old["state"] != state):
             job_id = self._attempt_row(attempt_id)["job_id"]
-            message = f"instance {key['cloud']}:{key['provider_id']} {state}"
+            message = f"instance {key['provider_id']} on {key['cloud']} {state}"
             self._event(job_id, attempt_id, now, "instance", message, {**key, "state": state})
 
     # --- reads ----------------------------------------------------------------------

@@ -459,7 +459,7 @@ def test_attempt_lifecycle_records_placement_price_and_instance(store, clock):
     gone = store.record_instance("aws", "i-0abc", "terminated")
     assert gone.terminated_at == clock.now() and gone.tags == {"broker-attempt": attempt_id}
     assert store.instances(state="running") == [] and store.instances(attempt_id=attempt_id)
-    assert store.events(job)[-1].message == "instance aws:i-0abc terminated"
+    assert store.events(job)[-1].message == "instance i-0abc on aws terminated"
     with pytest.raises(UnknownAttempt):
         store.record_instance("aws", "i-x", "running", attempt_id="a-000000000000")
     unowned = store.record_instance("gcp", "us-central1-a/vm-1", "running", region="us-central1")

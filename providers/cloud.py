@@ -198,6 +198,36 @@ def restrict_offers(
     )
 
 
+def cooling_unavailable(
+    table: OfferTable, cloud: str, cooldown: CapacityCooldown
+) -> list[Unavailable]:
+    """The rows of `cloud` in places cooling down after a capacity failure, as
+    unavailable offers: the planner moves on instead of asking the same place again."""
+    import numpy as np
+
+    active = cooldown.active()
+    if not active:
+        return []
+    text = {name: table.text(name) for name in ("cloud", "region", "zone", "instance_type")}
+    items = []
+    for instance_type, place, market in active:
+        rows = (text["cloud"] == cloud) & (text["instance_type"] == instance_type)
+        rows &= (text["zone"] == place) | (text["region"] == place)
+        for row in np.flatnonzero(rows):
+            zone = str(text["zone"][row])
+            items.append(
+                Unavailable(
+                    cloud,
+                    str(text["region"][row]),
+                    zone,
+                    instance_type,
+                    market,
+                    "no capacity at the last launch: cooling down",
+                )
+            )
+    return items
+
+
 @dataclass(frozen=True)
 class CheckResult:
     """Whether a cloud is usable from here, and if not, the one thing to fix."""

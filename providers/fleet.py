@@ -81,6 +81,7 @@ class Fleet:
         import numpy as np
 
         from pricing.table import concat
+        from providers.cloud import cooling_unavailable, restrict_offers
 
         parts = []
         for member in self.members.values():
@@ -91,7 +92,14 @@ class Fleet:
             keep = np.isin(cloud, list(clouds))
             if others:
                 keep |= ~np.isin(cloud, routed_elsewhere)
-            parts.append(table.take(np.flatnonzero(keep)))
+            table = table.take(np.flatnonzero(keep))
+            cooldown = getattr(member, "cooldown", None)
+            if cooldown is not None:  # don't plan onto a place that just ran out
+                for cloud in clouds:
+                    cooling = cooling_unavailable(table, cloud, cooldown)
+                    if cooling:
+                        table, _ = restrict_offers(table, cloud, cooling)
+            parts.append(table)
         return concat(parts)
 
     def launch(self, request: LaunchRequest) -> Instance:

@@ -15,6 +15,7 @@ from providers.cloud import (
     CapacityCooldown,
     Headroom,
     Unavailable,
+    cooling_unavailable,
     endpoint_override,
     restrict_offers,
     with_backoff,
@@ -137,3 +138,21 @@ def test_gpu_quota_counts_gpus(table):
     a2 = rows(restricted, "gcp")[("us-central1", "us-central1-a", "a2-highgpu-8g")]
     assert a2["capacity"] == 0 and math.isnan(a2["price_on_demand"])
     assert reasons[0].reason == "quota NVIDIA_A100_GPUS: 4 gpus free"
+
+
+def test_places_cooling_down_are_not_sold_until_the_cool_down_ends(table):
+    clock = FixedClock(datetime(2026, 11, 29, tzinfo=UTC))
+    cooldown = CapacityCooldown(clock, seconds=300)
+    cooldown.mark("a2-highgpu-8g", "us-central1-a", "spot")
+    cooldown.mark("p4d.24xlarge", "us-east-1", "on-demand")
+    items = cooling_unavailable(table, "gcp", cooldown)
+    assert [(u.zone, u.instance_type, u.market) for u in items] == [
+        ("us-central1-a", "a2-highgpu-8g", "spot")
+    ]
+    restricted, _ = restrict_offers(table, "gcp", items)
+    a2 = rows(restricted, "gcp")[("us-central1", "us-central1-a", "a2-highgpu-8g")]
+    assert math.isnan(a2["price_spot"]) and a2["price_on_demand"] == 29.39
+    aws = cooling_unavailable(table, "aws", cooldown)
+    assert [(u.region, u.zone, u.market) for u in aws] == [("us-east-1", "", "on-demand")]
+    clock.advance(timedelta(seconds=300))
+    assert cooling_unavailable(table, "gcp", cooldown) == []

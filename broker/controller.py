@@ -181,6 +181,7 @@ class Controller:
                 report.unreachable.append(f"{known[0].provider_id}: {exc}")
                 return None
         try:
+            self._migrate(job, attempt)
             request = self._request(job, attempt)
         except ValueError as exc:  # the job cannot run on this provider (e.g. no command)
             self._close(attempt, "failed", None, f"cannot launch: {exc}", 0.0, None)
@@ -224,6 +225,8 @@ class Controller:
             retry = restarts_used < spec.max_restarts_on_error
             outcome, to = "failed", (JobState.QUEUED if retry else None)
         reason = f"exit code {code}" if code is not None else f"{instance.state}, no exit code"
+        if outcome == "interrupted":
+            reason += self._lost_work(job, attempt, instance, hours)
         self._close(attempt, outcome, code, reason, hours, to)
         if outcome == "interrupted":
             # Spot survival proper (migration) is issue 6; for now the job goes back to
@@ -242,11 +245,21 @@ class Controller:
         hours: float,
         to: JobState | None,
     ) -> None:
+        from broker.recovery import with_checkpoint_at
+        from broker.spec import Place
         from broker.state.charges import attempt_charges
 
         spec = self._spec(self.store.job(attempt.job_id)) if hours > 0 else None
         earlier = self.store.attempts(attempt.job_id) if hours > 0 else []
-        entries = attempt_charges(attempt, hours, spec, outcome, earlier)
+        moved = []
+        p = attempt.placement
+        if spec is not None and spec.checkpoint is not None:
+            if self._checkpoint_store(attempt.job_id, p["cloud"], p["region"]) is not None:
+                # Checkpoints live in the place's own store: writes and restores are local;
+                # what crossed places is the migration, charged once, from where it came.
+                spec = with_checkpoint_at(spec, Place(p["cloud"], p["region"]))
+                moved = self._migration_charge(attempt, spec)
+        entries = attempt_charges(attempt, hours, spec, outcome, earlier) + moved
         self.store.finish_attempt(attempt.id, outcome, code, reason, hours, entries, job_to=to)
 
     def _billed_hours(self, instance: Instance) -> float:
@@ -329,9 +342,13 @@ class Controller:
 
     def _decisions(self, queued: list[Job]) -> list[Decision]:
         from broker.planner.plan import plan_many
+        from broker.recovery import adjust_index, checkpoint_place, with_checkpoint_at
 
-        specs = [self._spec(job) for job in queued]
-        return plan_many(specs, self.index_of(self.provider), self.clock.now())
+        now = self.clock.now()
+        specs = [
+            with_checkpoint_at(self._spec(job), checkpoint_place(self.store, job)) for job in queued
+        ]
+        return plan_many(specs, adjust_index(self.index_of(self.provider), self.store, now), now)
 
     def _ordered(self, queued: list[Job], decisions: list[Decision]):
         """(job, decision, (verdict, placement)) in the policy's order."""
@@ -391,6 +408,79 @@ class Controller:
         if key in room:
             room[key] -= placement.nodes
 
+    # --- spot survival: checkpoints that move with the job -----------------------------
+
+    def _checkpoint_store(self, job_id: str, cloud: str, region: str) -> str | None:
+        """The provider's checkpoint store for a job in (cloud, region), as a path or URI;
+        None when the provider keeps none per place (clouds read the manifest's URI)."""
+        keeper = getattr(self.provider, "checkpoint_dir", None)
+        found = keeper(job_id, cloud, region) if keeper is not None else None
+        return str(found) if found is not None else None
+
+    def _migrate(self, job: Job, attempt: Attempt) -> None:
+        """Before a resumed attempt starts elsewhere, copy the job's checkpoint from the
+        store where it was written to the new place's store (streamed by the ObjectStore).
+        Done once per attempt: the copy is recorded, so a controller killed mid-copy
+        copies again on restart (same bytes) and one that died after it does not."""
+        from broker.recovery import checkpoint_place
+
+        spec = self._spec(job)
+        if attempt.number == 1 or spec.checkpoint is None or self.store.migration(attempt.id):
+            return
+        source, p = checkpoint_place(self.store, job), attempt.placement
+        if source is None or (source.cloud, source.region) == (p["cloud"], p["region"]):
+            return
+        src = self._checkpoint_store(job.id, source.cloud, source.region)
+        dst = self._checkpoint_store(job.id, p["cloud"], p["region"])
+        if src is None or dst is None or not Path(src).is_dir() or not any(Path(src).iterdir()):
+            return  # nothing written yet, or the clouds read the durable URI in place
+        from providers.storage import ObjectStore
+
+        copied = ObjectStore().copy_tree(Path(src).as_uri(), Path(dst).as_uri())
+        self.store.record_migration(
+            attempt.id,
+            f"{source.cloud}/{source.region}",
+            f"{p['cloud']}/{p['region']}",
+            sum(item.size for item in copied),
+        )
+
+    def _migration_charge(self, attempt: Attempt, spec: JobSpec) -> list[dict]:
+        """The egress entry of the checkpoint copy into this attempt, priced at the
+        manifest's checkpoint size (what the plan priced), billed by the sending cloud."""
+        from broker.spec import Place
+        from broker.state.charges import egress_entry
+        from broker.state.model import to_decimal
+
+        moved = self.store.migration(attempt.id)
+        if moved is None or spec.checkpoint is None or not spec.checkpoint.size_gb:
+            return []
+        cloud, _, region = moved["from"].partition("/")
+        p = attempt.placement
+        entry = egress_entry(
+            Place(cloud, region),
+            (p["cloud"], p["region"]),
+            to_decimal(spec.checkpoint.size_gb),
+            f"checkpoint migration {spec.checkpoint.uri}",
+            {},
+        )
+        return [entry] if entry is not None else []
+
+    def _lost_work(self, job: Job, attempt: Attempt, instance: Instance, hours: float) -> str:
+        """Record when the interrupted attempt last checkpointed; say how much work it lost
+        (billed hours since that checkpoint, or since its start without one)."""
+        p = attempt.placement
+        seen = getattr(self.provider, "last_checkpoint_at", None)
+        at = seen(job.id, p["cloud"], p["region"]) if seen is not None else None
+        start, end = instance.launched_at, instance.ended_at
+        if at is not None and start is not None and at > start:
+            self.store.record_checkpoint(attempt.id, at)
+        else:
+            at = start
+        if at is None or start is None or end is None or end <= start:
+            return ""
+        lost = hours * max(0.0, (end - at).total_seconds()) / (end - start).total_seconds()
+        return f"; lost {lost:.2f} h of work since the last checkpoint"
+
     # --- helpers --------------------------------------------------------------------
 
     def _spec(self, job: Job) -> JobSpec:
@@ -413,9 +503,8 @@ class Controller:
         p = attempt.placement
         resume = ""
         if attempt.number > 1 and spec.checkpoint is not None:
-            resume = getattr(self.provider, "checkpoint_dir", lambda _job: spec.checkpoint.uri)(
-                job.id
-            )
+            store = self._checkpoint_store(job.id, p["cloud"], p["region"])
+            resume = store if store is not None else spec.checkpoint.uri
         return LaunchRequest(
             attempt_id=attempt.id,
             job_id=job.id,

@@ -151,12 +151,18 @@ class Fleet:
                     free[(cloud, region)] = nodes
         return free
 
-    def checkpoint_dir(self, job_id: str):
-        """The default member's checkpoint directory (launch swaps in the checkpoint URI
-        for members that have none)."""
-        if self.default is None or not hasattr(self.default, "checkpoint_dir"):
-            return ""
-        return self.default.checkpoint_dir(job_id)
+    def checkpoint_dir(self, job_id: str, cloud: str, region: str):
+        """The checkpoint store of (cloud, region) when the member serving that cloud
+        keeps one (the sandbox); None for a cloud, whose jobs read the manifest's URI."""
+        member = self.routes.get(cloud, self.default)
+        keeper = getattr(member, "checkpoint_dir", None)
+        return keeper(job_id, cloud, region) if keeper is not None else None
+
+    def last_checkpoint_at(self, job_id: str, cloud: str, region: str):
+        """When the member serving `cloud` last saw the job checkpoint there, if it can tell."""
+        member = self.routes.get(cloud, self.default)
+        seen = getattr(member, "last_checkpoint_at", None)
+        return seen(job_id, cloud, region) if seen is not None else None
 
     def billed_hours(self, instance: Instance) -> float:
         """The member's billing when it has its own (the sandbox's time scale), else the

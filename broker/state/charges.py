@@ -72,7 +72,7 @@ def attempt_charges(
             size = multiply(to_decimal(writes), to_decimal(ckpt.size_gb))  # exact
             moves.append((_place(here), target, size, what))
     for source, target, size_gb, what in moves:
-        entry = _egress(source, target, size_gb, what, countries or {})
+        entry = egress_entry(source, target, size_gb, what, countries or {})
         if entry is not None:
             entries.append(entry)
     return entries
@@ -90,7 +90,7 @@ def _place(pair: tuple[str, str]) -> Place:
     return Place(*pair)
 
 
-def _egress(
+def egress_entry(
     source: Place,
     target: tuple[str, str],
     size_gb: Decimal,

@@ -353,6 +353,22 @@ class StateStore:
             message = f"attempt {att['number']} checkpointed"
             self._event(att["job_id"], attempt_id, now, "checkpoint", message, data)
 
+    def record_migration(self, attempt_id: str, source: str, target: str, size: int) -> None:
+        """Note that the checkpoint an attempt resumes from was copied from `source` to
+        `target` (`size` bytes): once per attempt, so a restarted controller does not
+        copy again."""
+        with self._write() as now:
+            att = self._attempt_row(attempt_id)
+            data = {"from": source, "to": target, "bytes": size}
+            message = f"attempt {att['number']}: checkpoint copied from {source} to {target}"
+            self._event(att["job_id"], attempt_id, now, "checkpoint_migrated", message, data)
+
+    def migration(self, attempt_id: str) -> dict[str, Any] | None:
+        """The recorded checkpoint copy of an attempt, or None."""
+        sql = "SELECT data_json FROM events WHERE kind = 'checkpoint_migrated' AND attempt_id = ?"
+        row = self._conn.execute(sql, (attempt_id,)).fetchone()
+        return json.loads(row["data_json"]) if row is not None else None
+
     # --- instances ------------------------------------------------------------------
 
     def record_instance(

@@ -9,7 +9,11 @@ reconcile:
     <workdir>/<attempt_id>/instance.json  tags, pid, /proc start time, boot id, times
     <workdir>/<attempt_id>/log.txt        the job's stdout and stderr
     <workdir>/<attempt_id>/exit_code      written by the script when the command ends
-    <workdir>/checkpoints/<job_id>/       BROKER_CHECKPOINT_DIR (stands for the URI)
+    <workdir>/checkpoints/<cloud>/<region>/<job_id>/
+                                          BROKER_CHECKPOINT_DIR: the checkpoint store of
+                                          that place (a bucket in that region, played
+                                          locally); a job resumed elsewhere has its
+                                          checkpoint copied there first (the controller)
 
 A pid alone cannot tell a live job from a recycled pid, so a record also keeps the
 process start time from /proc and the boot id. Changes to the workdir happen under
@@ -33,6 +37,7 @@ import select
 import signal
 import subprocess
 import threading
+import time
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import asdict, dataclass, replace
 from datetime import datetime, timedelta
@@ -283,10 +288,23 @@ class SandboxProvider:
         )
         return places, inverse, free
 
-    def checkpoint_dir(self, job_id: str) -> Path:
-        """The local directory standing for a job's checkpoint URI (BROKER_CHECKPOINT_DIR);
-        a relaunch resumes from it."""
-        return self.workdir / "checkpoints" / job_id
+    def checkpoint_dir(self, job_id: str, cloud: str, region: str) -> Path:
+        """The directory standing for a job's checkpoint store in (cloud, region): what
+        an attempt placed there sees as BROKER_CHECKPOINT_DIR, and resumes from."""
+        return self.workdir / "checkpoints" / cloud / region / job_id
+
+    def last_checkpoint_at(self, job_id: str, cloud: str, region: str) -> datetime | None:
+        """When the job last wrote a checkpoint file in (cloud, region), by the files'
+        modification times (None: never), on the provider's clock."""
+        folder = self.checkpoint_dir(job_id, cloud, region)
+        newest = max(
+            (entry.stat().st_mtime for entry in folder.rglob("*") if entry.is_file()),
+            default=None,
+        )
+        if newest is None:
+            return None
+        age = time.time() - newest  # how long ago, in wall seconds
+        return self.clock.now() - timedelta(seconds=max(0.0, age))
 
     def billed_hours(self, instance: Instance) -> float:
         """Hours to bill: clock seconds from launch to end (or now) × time_scale / 3600."""
@@ -340,7 +358,7 @@ class SandboxProvider:
 
     def _start(self, request: LaunchRequest, zone: str, digest: str) -> _Record:
         run_dir = self.workdir / request.attempt_id
-        checkpoints = self.workdir / "checkpoints" / request.job_id
+        checkpoints = self.checkpoint_dir(request.job_id, request.cloud, request.region)
         run_dir.mkdir(parents=True, exist_ok=True)
         checkpoints.mkdir(parents=True, exist_ok=True)
         request = replace(request, zone=zone, checkpoint_dir=str(checkpoints))

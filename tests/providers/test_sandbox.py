@@ -128,7 +128,9 @@ def test_train_runs_to_completion_and_checkpoints(make):
     log = Path(done.log_path).read_text()
     assert done.state == "succeeded" and done.exit_code == 0, log
     assert done.ended_at is not None and done.ended_at >= done.launched_at
-    checkpoint = json.loads((provider.workdir / "checkpoints/j-1/checkpoint.json").read_text())
+    checkpoint = json.loads(
+        (provider.checkpoint_dir("j-1", "aws", "us-east-1") / "checkpoint.json").read_text()
+    )
     assert checkpoint["step"] == 60 and checkpoint["done"] and len(checkpoint["weights"]) == 4
     assert "step 20/60" in log and "done at step 60" in log
     assert Path(done.log_path) == provider.workdir / "a-1" / "log.txt"
@@ -144,7 +146,9 @@ def test_job_environment(make, monkeypatch):
     seen = dict(line.split("=", 1) for line in lines if "=" in line)
     assert seen["BROKER_JOB"] == "j-1" and seen["BROKER_ATTEMPT"] == "a-1"
     assert seen["BROKER_CLOUD"] == "aws" and seen["BROKER_REGION"] == "us-east-1"
-    assert seen["BROKER_CHECKPOINT_DIR"] == str(provider.workdir / "checkpoints" / "j-1")
+    assert seen["BROKER_CHECKPOINT_DIR"] == str(
+        provider.workdir / "checkpoints" / "aws" / "us-east-1" / "j-1"
+    )
     assert seen["BROKER_RESUME_FROM"] == "" and seen["BROKER_MARKET"] == "on-demand"
     assert seen["GREETING"] == env[0][1] and seen["DOLLARS"] == "$HOME"
     assert "AWS_SECRET_ACCESS_KEY" not in seen  # the controller's credentials stay home
@@ -260,7 +264,7 @@ def test_interrupt_checkpoints_and_a_relaunch_resumes(make, tmp_path):
     steps, every = 1500, 25
     command = train("--steps", steps, "--checkpoint-every", every, "--step-seconds", 0.002)
     first = provider.launch(request("a-1", command))
-    checkpoint = provider.workdir / "checkpoints" / "j-1" / "checkpoint.json"
+    checkpoint = provider.checkpoint_dir("j-1", "aws", "us-east-1") / "checkpoint.json"
     assert wait_until(checkpoint.exists)
     notice = provider.interrupt(first.id)
     assert notice is not None and notice.kind == "spot-reclaim"
@@ -328,8 +332,10 @@ def test_billed_hours_follow_the_clock_and_time_scale(make):
 def test_object_store_puts_and_gets_file_uris(make, tmp_path):
     provider = make()
     store = provider.object_store()
-    uri = provider.checkpoint_dir("job-1").as_uri() + "/step-1/weights.bin"
+    uri = provider.checkpoint_dir("job-1", "aws", "us-east-1").as_uri() + "/step-1/weights.bin"
     assert store.put(b"weights", uri).size == 7
-    assert store.exists(uri) and store.list(provider.checkpoint_dir("job-1").as_uri()) == [uri]
+    assert store.exists(uri) and store.list(
+        provider.checkpoint_dir("job-1", "aws", "us-east-1").as_uri()
+    ) == [uri]
     assert store.get(uri, tmp_path / "restored.bin").size == 7
     assert (tmp_path / "restored.bin").read_bytes() == b"weights"

@@ -1,0 +1,168 @@
+"""Spot survival: what the broker learns from interruptions, and where a checkpoint lives.
+
+- A place (cloud, region, zone, instance type) that just reclaimed spot capacity is
+  not offered spot for a cool-down that doubles with each reclaim there in the last
+  day (10 minutes, 20, 40... at most 4 hours). The planner therefore moves a job
+  elsewhere, and a job cannot ping-pong between two preempting regions: both stay
+  closed longer each time.
+- Each place with reclaims gets a learned interruption rate (reclaims per spot hour
+  run there, over the last day) when it is higher than the catalog's: the planner's
+  risk-adjusted cost then prefers steadier places, or on-demand.
+- A job's checkpoint lives where its last attempt ran; the planner prices moving it
+  (egress and copy time) to each candidate, and the controller copies it before the
+  next attempt starts (`Controller._migrate`).
+
+All of it is read from the state store, so a restarted controller knows it too.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from dataclasses import dataclass, replace
+from datetime import datetime, timedelta
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from broker.spec import JobSpec, Place
+    from broker.state import Job, StateStore
+    from pricing.query import OfferIndex
+    from providers.cloud import Unavailable
+
+COOLDOWN_BASE = timedelta(minutes=10)
+COOLDOWN_MAX = timedelta(hours=4)
+HISTORY = timedelta(hours=24)
+REASON = "spot reclaimed here"
+
+
+@dataclass(frozen=True)
+class Reclaim:
+    """One spot attempt that ended by interruption."""
+
+    cloud: str
+    region: str
+    zone: str
+    instance_type: str
+    at: datetime
+    hours: float  # billed hours of the attempt
+
+
+def recent_reclaims(store: StateStore, now: datetime) -> list[Reclaim]:
+    """Spot attempts interrupted within HISTORY of `now`, oldest first."""
+    from broker.state import AttemptState
+
+    reclaims = []
+    for attempt in store.attempts(states=(AttemptState.INTERRUPTED,)):
+        if attempt.market != "spot" or attempt.ended_at is None:
+            continue
+        if now - attempt.ended_at > HISTORY:
+            continue
+        p = attempt.placement
+        reclaims.append(
+            Reclaim(
+                p.get("cloud", ""),
+                p.get("region", ""),
+                p.get("zone", "") or "",
+                p.get("instance_type", ""),
+                attempt.ended_at,
+                float(attempt.billed_hours or 0),
+            )
+        )
+    return reclaims
+
+
+def cooldown(reclaims_here: int) -> timedelta:
+    """How long spot stays closed after the n-th reclaim at one place within HISTORY."""
+    return min(COOLDOWN_BASE * 2 ** max(0, reclaims_here - 1), COOLDOWN_MAX)
+
+
+def closed_places(reclaims: list[Reclaim], now: datetime) -> list[Unavailable]:
+    """Places whose spot market is still cooling down, with the reason shown to users."""
+    from providers.cloud import Unavailable
+
+    by_place: dict[tuple[str, str, str, str], list[datetime]] = defaultdict(list)
+    for r in reclaims:
+        by_place[(r.cloud, r.region, r.zone, r.instance_type)].append(r.at)
+    closed = []
+    for (cloud, region, zone, instance_type), times in sorted(by_place.items()):
+        until = max(times) + cooldown(len(times))
+        if now < until:
+            closed.append(
+                Unavailable(
+                    cloud,
+                    region,
+                    zone,
+                    instance_type,
+                    "spot",
+                    f"{REASON} {len(times)}x in 24 h: closed until {until:%H:%M} UTC",
+                )
+            )
+    return closed
+
+
+def learned_rates(reclaims: list[Reclaim], spot_hours: dict) -> dict[tuple[str, str, str], float]:
+    """Reclaims per spot hour per (cloud, region, instance type); at least one hour of
+    exposure is assumed, so a single early reclaim does not read as an infinite rate."""
+    counts: dict[tuple[str, str, str], int] = defaultdict(int)
+    for r in reclaims:
+        counts[(r.cloud, r.region, r.instance_type)] += 1
+    return {key: n / max(1.0, spot_hours.get(key, 0.0)) for key, n in counts.items()}
+
+
+def spot_exposure(store: StateStore, now: datetime) -> dict[tuple[str, str, str], float]:
+    """Billed spot hours per (cloud, region, instance type) over HISTORY, every outcome."""
+    hours: dict[tuple[str, str, str], float] = defaultdict(float)
+    for attempt in store.attempts():
+        if attempt.market != "spot" or attempt.ended_at is None:
+            continue
+        if now - attempt.ended_at > HISTORY:
+            continue
+        p = attempt.placement
+        key = (p.get("cloud", ""), p.get("region", ""), p.get("instance_type", ""))
+        hours[key] += float(attempt.billed_hours or 0)
+    return hours
+
+
+def adjust_index(index: OfferIndex, store: StateStore, now: datetime) -> OfferIndex:
+    """`index` with spot closed where it is cooling down and learned interruption rates
+    applied; the same index when nothing was reclaimed lately (the common case)."""
+    reclaims = recent_reclaims(store, now)
+    if not reclaims:
+        return index
+    import numpy as np
+
+    from pricing.query import OfferIndex
+    from pricing.table import OfferTable
+    from providers.cloud import restrict_offers
+
+    table = index.offers
+    closed = closed_places(reclaims, now)
+    for cloud in sorted({u.cloud for u in closed}):
+        table, _ = restrict_offers(table, cloud, [u for u in closed if u.cloud == cloud])
+    rates = learned_rates(reclaims, spot_exposure(store, now))
+    numbers = dict(table.numbers)
+    column = numbers["spot_interruption_rate"].copy()
+    cloud, region, itype = (table.text(n) for n in ("cloud", "region", "instance_type"))
+    for (c, r, t), rate in rates.items():
+        rows = (cloud == c) & (region == r) & (itype == t)
+        column[rows] = np.fmax(column[rows], rate)  # fmax: a NaN (unknown) takes the rate
+    numbers["spot_interruption_rate"] = column
+    table = OfferTable(numbers, table.codes, table.categories)
+    return OfferIndex(table, extra_countries=index.extra_countries)
+
+
+def checkpoint_place(store: StateStore, job: Job) -> Place | None:
+    """Where the job's checkpoint lives now: the place of its last attempt that ran."""
+    from broker.spec import Place
+
+    ran = [a for a in store.attempts(job.id) if a.running_at is not None]
+    if not ran:
+        return None
+    p = ran[-1].placement
+    return Place(p.get("cloud", ""), p.get("region", ""))
+
+
+def with_checkpoint_at(spec: JobSpec, place: Place | None) -> JobSpec:
+    """`spec` with its checkpoint located at `place` (the planner then prices moving it)."""
+    if place is None or spec.checkpoint is None:
+        return spec
+    return replace(spec, checkpoint=replace(spec.checkpoint, location=place))

@@ -243,7 +243,35 @@ def job_environment(request: LaunchRequest) -> tuple[tuple[str, str], ...]:
     )
 
 
-def startup_script(request: LaunchRequest, *, exit_code_path: str | None = None) -> str:
+# How a VM learns that its cloud is reclaiming it (instance metadata, from inside):
+# each snippet exits 0 once the notice is there. `$broker_md` is the metadata base URL.
+NOTICE_CHECKS: dict[str, tuple[str, str]] = {
+    # AWS: the spot instance-action document appears about 2 minutes before (IMDSv2).
+    "aws": (
+        "http://169.254.169.254",
+        'broker_t=$(curl -sf -m 2 -X PUT "$broker_md/latest/api/token" '
+        '-H "X-aws-ec2-metadata-token-ttl-seconds: 60") && '
+        'curl -sf -m 2 -H "X-aws-ec2-metadata-token: $broker_t" '
+        '"$broker_md/latest/meta-data/spot/instance-action" >/dev/null',
+    ),
+    # GCE: instance/preempted turns TRUE about 30 s before a spot VM stops.
+    "gcp": (
+        "http://metadata.google.internal",
+        '[ "$(curl -sf -m 2 -H "Metadata-Flavor: Google" '
+        '"$broker_md/computeMetadata/v1/instance/preempted")" = TRUE ]',
+    ),
+    # Azure: Scheduled Events lists a Preempt event at least 30 s before eviction.
+    "azure": (
+        "http://169.254.169.254",
+        'curl -sf -m 2 -H "Metadata: true" '
+        '"$broker_md/metadata/scheduledevents?api-version=2020-07-01" | grep -q Preempt',
+    ),
+}
+
+
+def startup_script(
+    request: LaunchRequest, *, exit_code_path: str | None = None, watch_notices: bool = True
+) -> str:
     """The job's start-up shell script: exports, then the command (clouds pass it as user
     data, the sandbox runs it with /bin/sh).
 
@@ -251,6 +279,12 @@ def startup_script(request: LaunchRequest, *, exit_code_path: str | None = None)
     With `exit_code_path`, the script records the command's exit status there (atomically)
     when it ends, also after SIGTERM: the shell lets the job finish its checkpoint, then
     stops without running further commands.
+
+    For a spot VM on a cloud (and with `watch_notices`), the command runs in its own session while a
+    watcher polls the instance metadata for the cloud's reclaim notice (NOTICE_CHECKS,
+    every BROKER_NOTICE_POLL seconds, default 5; base URL BROKER_METADATA_URL) and
+    sends the job SIGTERM when it appears: the job contract (SIGTERM -> checkpoint ->
+    exit) then runs before the VM goes away. The sandbox signals its jobs itself.
     """
     lines = [
         "#!/bin/sh",
@@ -271,5 +305,30 @@ def startup_script(request: LaunchRequest, *, exit_code_path: str | None = None)
             "# The job gets a signal too; the shell waits for it, then exits with its status.",
             "trap 'exit $?' TERM INT HUP",
         ]
-    lines.append(request.command)
+    spot = watch_notices and request.market == "spot"  # only spot VMs get reclaim notices
+    notice = NOTICE_CHECKS.get(request.cloud) if spot else None
+    if notice is None:
+        lines.append(request.command)
+        return "\n".join(lines) + "\n"
+    base, check = notice
+    lines += [
+        f'broker_md="${{BROKER_METADATA_URL:-{base}}}"',
+        f"broker_notice() {{ {check}; }}",
+        f"setsid /bin/sh -c {shlex.quote(request.command)} &",
+        "broker_job=$!",
+        "( while kill -0 \"$broker_job\" 2>/dev/null; do",
+        "    if broker_notice; then",
+        f"      echo 'broker: {request.cloud} is reclaiming this instance: SIGTERM to the job' >&2",
+        '      kill -TERM "-$broker_job" 2>/dev/null',  # the job's whole session
+        "      exit 0",
+        "    fi",
+        '    sleep "${BROKER_NOTICE_POLL:-5}"',
+        "  done ) &",
+        "broker_watch=$!",
+        'wait "$broker_job"; broker_status=$?',
+        "# The shell running the command may end first: wait for the job's processes.",
+        'while kill -0 "-$broker_job" 2>/dev/null; do sleep 0.1; done',
+        'kill "$broker_watch" 2>/dev/null',
+        'exit "$broker_status"',
+    ]
     return "\n".join(lines) + "\n"

@@ -364,7 +364,9 @@ class SandboxProvider:
         request = replace(request, zone=zone, checkpoint_dir=str(checkpoints))
         (run_dir / EXIT_CODE).unlink(missing_ok=True)
         script = run_dir / SCRIPT
-        script.write_text(startup_script(request, exit_code_path=str(run_dir / EXIT_CODE)))
+        script.write_text(
+            startup_script(request, exit_code_path=str(run_dir / EXIT_CODE), watch_notices=False)
+        )
         log_path = run_dir / LOG
         try:
             with log_path.open("ab") as log:

@@ -62,7 +62,8 @@ def run_script(script: str, tmp_path) -> subprocess.CompletedProcess:
 
 
 def test_script_exports_env_then_broker_variables_then_command():
-    script = startup_script(request(env=(("WANDB_PROJECT", "llama"),)))
+    # the sandbox's form (no notice watcher: it polls the cloud's metadata service)
+    script = startup_script(request(env=(("WANDB_PROJECT", "llama"),)), watch_notices=False)
     lines = script.splitlines()
     assert lines[0] == "#!/bin/sh"
     assert lines[-1] == "echo hi"
@@ -77,7 +78,8 @@ def test_script_quotes_values_so_the_job_sees_them_verbatim(tmp_path):
     names = sorted(AWKWARD)
     printing = " ".join(f'"${name}"' for name in names)
     script = startup_script(
-        request(env=tuple(AWKWARD.items()), command=f"printf '%s|' {printing} \"$BROKER_JOB\"")
+        request(env=tuple(AWKWARD.items()), command=f"printf '%s|' {printing} \"$BROKER_JOB\""),
+        watch_notices=False,
     )
     out = run_script(script, tmp_path)
     assert out.returncode == 0, out.stderr
@@ -99,7 +101,10 @@ def test_broker_environment_values(tmp_path):
 def test_script_records_the_exit_code(tmp_path, command, code):
     target = tmp_path / "odd dir's" / "exit_code"
     target.parent.mkdir()
-    out = run_script(startup_script(request(command=command), exit_code_path=str(target)), tmp_path)
+    out = run_script(
+        startup_script(request(command=command), exit_code_path=str(target), watch_notices=False),
+        tmp_path,
+    )
     assert out.returncode == code
     assert target.read_text() == f"{code}\n"
     assert not target.with_name("exit_code.tmp").exists()

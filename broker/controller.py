@@ -162,6 +162,8 @@ class Controller:
                     continue
                 outcome = self._finish(job, attempt, instance)
                 report.finished.append((job.name, outcome))
+                if instance.state == "interrupted":
+                    self._release(instance, report)
 
     def _instance_of(self, job: Job, attempt: Attempt, report: PassReport) -> Instance | None:
         """The attempt's instance; relaunched (idempotently) when the store has none yet,
@@ -409,6 +411,18 @@ class Controller:
             room[key] -= placement.nodes
 
     # --- spot survival: checkpoints that move with the job -----------------------------
+
+    def _release(self, instance: Instance, report: PassReport) -> None:
+        """Delete what a reclaimed instance leaves behind (a deallocated Azure VM, a
+        stopped GCE VM keep their disks, which cost money); safe to repeat."""
+        from providers.errors import NotFound, ProviderError
+
+        try:
+            self.provider.terminate(instance.id)
+        except NotFound:
+            pass  # the cloud deleted it itself
+        except ProviderError as exc:
+            report.unreachable.append(f"{instance.id}: {exc}")
 
     def _checkpoint_store(self, job_id: str, cloud: str, region: str) -> str | None:
         """The provider's checkpoint store for a job in (cloud, region), as a path or URI;

@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import typer
 
-from broker.cli.exits import FAILED, fail
+from broker.cli.exits import BAD_INPUT, FAILED, fail
 from broker.cli.jobs import PolicyOption, StateOption, runtime
 from broker.cli.options import CatalogOption, OverlaysOption, PoolsOption
 from broker.cli.render import Column, Output, render, usd
@@ -24,23 +26,42 @@ def run(
     pools: Path = PoolsOption,
     overlays: Path = OverlaysOption,
     policy: Path = PolicyOption,
+    reclaim_rate: float = typer.Option(
+        0.0,
+        "--sandbox-reclaim-rate",
+        help="Sandbox only: reclaim spot instances at random, this many times per billed "
+        "hour on average (try spot survival without a cloud).",
+    ),
+    seed: int = typer.Option(0, "--seed", help="Seed of the sandbox's random reclaims."),
 ) -> None:
     """The controller: plan queued jobs, launch, watch and finish them, until the queue
     is drained (Ctrl-C stops it cleanly; running jobs keep running)."""
+    from broker.reclaims import RandomReclaims
+
+    if reclaim_rate < 0:
+        fail("--sandbox-reclaim-rate must be 0 or more", BAD_INPUT)
+    hook = RandomReclaims(reclaim_rate, seed) if reclaim_rate else None
     with runtime(state, catalog, pools, overlays, policy) as rt:
-        drive(rt, once=once, poll=poll)
+        drive(rt, once=once, poll=poll, after_pass=hook)
 
 
-def drive(rt, once: bool = False, poll: float = 0.5, limit_s: float | None = None) -> None:
+def drive(
+    rt,
+    once: bool = False,
+    poll: float = 0.5,
+    limit_s: float | None = None,
+    after_pass: Callable[[Any], None] | None = None,
+) -> None:
     """Run passes until nothing is queued or in flight: a live table of the queue on a
-    terminal, one plain line per launch and end otherwise (logs, CI)."""
+    terminal, one plain line per launch and end otherwise (logs, CI). `after_pass(rt)`
+    runs after every pass (the demo injects its spot reclaim there)."""
     live = _live_view() if sys.stderr.isatty() and not once else None
     try:
         if live is not None:
             with live:
-                _loop(rt, once, poll, limit_s, live)
+                _loop(rt, once, poll, limit_s, live, after_pass)
         else:
-            _loop(rt, once, poll, limit_s, None)
+            _loop(rt, once, poll, limit_s, None, after_pass)
     except KeyboardInterrupt:
         print(
             "stopped; running jobs keep running, `broker run` picks them up again", file=sys.stderr
@@ -73,10 +94,12 @@ def _jobs_table(rows: list[dict]):
     return table
 
 
-def _loop(rt, once: bool, poll: float, limit_s: float | None, live) -> None:
+def _loop(rt, once: bool, poll: float, limit_s: float | None, live, after_pass) -> None:
     started = time.monotonic()
     while True:
         report = rt.controller.run_pass()
+        if after_pass is not None:
+            after_pass(rt)
         if live is not None:
             live.update(_jobs_table(_summary(rt.store)))
         else:
@@ -109,6 +132,7 @@ def demo(
     import tempfile
 
     from broker.manifest.load import load_manifests
+    from broker.reclaims import ReclaimOnce
     from broker.submit import submit_manifests
 
     state = state or Path(tempfile.mkdtemp(prefix="broker-demo-")) / "state.db"
@@ -120,35 +144,76 @@ def demo(
     ) as rt:
         submit_manifests(rt.store, loaded.manifests)
         print(f"demo: {len(loaded.manifests)} jobs submitted to {state}", file=sys.stderr)
-        drive(rt, poll=0.2, limit_s=60)
-        rows = _summary(rt.store)
+        drive(rt, poll=0.2, limit_s=90, after_pass=ReclaimOnce(DEMO_RECLAIMED))
+        rows = _summary(rt.store, rt.controller.index_of(rt.provider).offers)
     columns = (
         Column("name", "job"),
         Column("team", "team"),
         Column("state", "state"),
         Column("where", "ran on"),
         Column("market", "market"),
+        Column("attempts", "attempts", numeric=True),
         Column("hours", "billed h"),
+        Column("lost_hours", "lost h"),
+        Column("egress", "egress $", usd, True),
         Column("cost", "cost $", usd, True),
+        Column("on_demand", "on-demand $", usd, True),
     )
     total = sum(row["cost"] for row in rows)
+    baseline = sum(row["on_demand"] or 0 for row in rows)
     render(
         rows,
         columns,
         output,
         title="demo: queue history and cost",
         json_key="jobs",
-        notes=[f"total {total:.2f} USD at catalog prices; state kept in {state}"],
+        notes=[
+            f"total {total:.2f} USD at catalog prices; the same GPU hours on demand in each "
+            f"job's cheapest region: {baseline:.2f} USD",
+            _recovery_note(rt_store_path=state),
+            f"state kept in {state}",
+        ],
     )
 
 
-def _summary(store) -> list[dict]:
+DEMO_RECLAIMED = "llama-ft"
+
+
+def _recovery_note(rt_store_path: Path) -> str:
+    """What happened to the reclaimed job, from its recorded events."""
+    from broker.clock import SystemClock
+    from broker.state import StateStore
+
+    store = StateStore.open(rt_store_path, SystemClock())
+    try:
+        jobs = [j for j in store.jobs() if j.name == DEMO_RECLAIMED]
+        events = store.events(jobs[0].id) if jobs else []
+    finally:
+        store.close()
+    if not any(e.kind == "attempt_finished" and "interrupted" in e.message for e in events):
+        return f"{DEMO_RECLAIMED} was not reclaimed this time (it ended first)"
+    moved = [e.message.split(": ", 1)[1] for e in events if e.kind == "checkpoint_migrated"]
+    where = moved[0] if moved else "resumed in the same region, from its own checkpoint store"
+    return f"{DEMO_RECLAIMED} was reclaimed once mid-run (a played spot interruption): {where}"
+
+
+def _summary(store, offers=None) -> list[dict]:
+    """One row per job; with the offers in force, lost work, egress and the on-demand
+    baseline come from the cost report's figures (one way to count them)."""
+    figures = {}
+    if offers is not None:
+        from broker.reports.report import build_report
+        from broker.reports.savings import OnDemandPrices
+
+        report = build_report(store, ["job"], prices=OnDemandPrices.from_offers(offers))
+        figures = {group.keys[0]: group.figures for group in report.groups}
     rows = []
     for job in store.jobs():
         attempts = store.attempts(job.id)
         last = attempts[-1] if attempts else None
         cost = sum(float(e.amount_usd) for e in store.ledger(job_id=job.id))
         hours = sum(float(a.billed_hours or 0) for a in attempts)
+        seen = figures.get(f"{job.team}/{job.name}")
         where = (
             "/".join(str(last.placement.get(k, "")) for k in ("cloud", "region", "instance_type"))
             if last
@@ -163,6 +228,23 @@ def _summary(store) -> list[dict]:
                 "market": last.market if last else "",
                 "hours": f"{hours:.2f}",
                 "cost": cost,
+                "attempts": len(attempts),
+                "lost_hours": f"{float(seen.lost_gpu_hours) / _gpus(last):.2f}" if seen else "",
+                "egress": float(seen.egress) if seen else None,
+                "on_demand": _on_demand(seen),
             }
         )
     return rows
+
+
+def _gpus(attempt) -> float:
+    """GPUs of an attempt's placement (lost GPU-hours to lost hours); 1 for CPU jobs."""
+    p = attempt.placement if attempt else {}
+    return float(p.get("accelerator_count") or 1) * float(p.get("nodes") or 1)
+
+
+def _on_demand(figures) -> float | None:
+    """What the job's GPU hours would have cost on demand (None: no such GPUs on sale)."""
+    if figures is None or figures.unpriced:
+        return None
+    return float(figures.baseline)

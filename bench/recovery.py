@@ -1,0 +1,163 @@
+"""Spot-survival benchmark (issue 6). Prints one JSON document of figures; asserts nothing.
+
+    python bench/recovery.py [--reclaims 5] [--checkpoint-mb 200]
+
+In the sandbox, with real processes: a job checkpoints, its spot instance is reclaimed,
+and the controller (passes back to back, no polling delay) closes the attempt, re-plans
+(the reclaimed place is closed for spot), copies the checkpoint to the new place's
+store with the ObjectStore, and relaunches it. Measured per reclaim:
+
+- recovery: from the notice to the job running again, minus the launch call itself
+  (a cloud's provisioning time is not the broker's);
+- the share of recovery spent copying the checkpoint (`--checkpoint-mb` of extra state
+  is put beside the training script's checkpoint so the copy has real bytes to move);
+- lost work: training steps redone after the resume, and the hours the controller
+  recorded as lost since the last checkpoint.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+
+JOB = """\
+apiVersion: broker/v1
+name: survivor-{n}
+team: bench
+resources:
+  accelerators: T4:1
+placement:
+  clouds: [aws, gcp, azure]
+  spot: only
+run:
+  command: python3 ../train.py --steps 100000 --checkpoint-every 50 --step-seconds 0.002
+runtime:
+  estimate_hours: 1
+checkpoint:
+  uri: s3://bench/survivor-{n}/
+  interval_minutes: 30
+  size_gb: {size_gb}
+"""
+
+
+class Timed:
+    """Wraps a callable and keeps how long each call took."""
+
+    def __init__(self, call):
+        self.call, self.seconds = call, []
+
+    def __call__(self, *args, **kwargs):
+        start = time.perf_counter()
+        try:
+            return self.call(*args, **kwargs)
+        finally:
+            self.seconds.append(time.perf_counter() - start)
+
+
+def wait_until(condition, timeout: float = 60.0) -> bool:
+    pause, deadline = threading.Event(), time.monotonic() + timeout
+    while not condition():
+        if time.monotonic() > deadline:
+            return False
+        pause.wait(0.005)
+    return True
+
+
+def one_reclaim(rt, n: int, checkpoint_mb: int) -> dict:
+    from broker.manifest.load import load_manifests
+    from broker.submit import submit_manifests
+
+    path = rt.workdir.parent / f"survivor-{n}.yaml"
+    path.write_text(JOB.format(n=n, size_gb=max(checkpoint_mb / 1024, 0.001)))
+    (result,) = submit_manifests(rt.store, load_manifests([path]).manifests)
+    job_id = result.job_id
+    rt.controller.run_pass()
+    (first,) = rt.store.attempts(job_id)
+    place = first.placement
+    store = rt.provider.checkpoint_dir(job_id, place["cloud"], place["region"])
+    wait_until((store / "checkpoint.json").exists)
+    with open(store / "state.bin", "wb") as blob:  # the bulk of a real checkpoint
+        for _ in range(checkpoint_mb):
+            blob.write(os.urandom(1 << 20))
+    (instance,) = rt.store.instances(attempt_id=first.id)
+
+    launch = rt.provider.launch = Timed(rt.provider.launch)
+    from providers.storage import ObjectStore
+
+    copy = Timed(ObjectStore.copy_tree)
+    ObjectStore.copy_tree = lambda self, *a, **k: copy(self, *a, **k)
+    try:
+        noticed = time.perf_counter()
+        rt.provider.interrupt(instance.provider_id)
+        while len(rt.store.attempts(job_id)) < 2 or not rt.store.instances(
+            attempt_id=rt.store.attempts(job_id)[-1].id
+        ):
+            rt.controller.run_pass()
+        running = time.perf_counter()
+    finally:
+        ObjectStore.copy_tree = copy.call
+        del rt.provider.launch
+    second = rt.store.attempts(job_id)[-1]
+    interrupted = rt.store.attempt(first.id)
+    log = (rt.workdir / first.id / "log.txt").read_text()
+    saved = int(log.split("interrupted by SIGTERM at step ")[1].split(":")[0])
+    for known in rt.store.instances(attempt_id=second.id):
+        rt.provider.terminate(known.provider_id)
+    rt.controller.run_pass()
+    recovery = running - noticed - sum(launch.seconds)
+    moved = rt.store.migration(second.id)
+    return {
+        "recovery_s": recovery,
+        "copy_s": sum(copy.seconds),
+        "copy_share": sum(copy.seconds) / recovery if recovery > 0 else None,
+        "launch_s": sum(launch.seconds),
+        "moved": f"{moved['from']} -> {moved['to']}" if moved else "same region",
+        "copied_mb": round(moved["bytes"] / 2**20, 1) if moved else 0,
+        "steps_saved_at_notice": saved,
+        "lost_reason": interrupted.reason.split("; ", 1)[-1],
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--reclaims", type=int, default=5)
+    parser.add_argument("--checkpoint-mb", type=int, default=200)
+    args = parser.parse_args()
+
+    from broker.clock import SystemClock
+    from broker.offers import load_offers
+    from broker.runtime import open_runtime
+
+    with tempfile.TemporaryDirectory(prefix="broker-bench-recovery-") as tmp:
+        rt = open_runtime(Path(tmp) / "state.db", load_offers(), clock=SystemClock())
+        try:
+            runs = [one_reclaim(rt, n, args.checkpoint_mb) for n in range(args.reclaims)]
+        finally:
+            for instance in rt.provider.list_instances():
+                rt.provider.terminate(instance.id)
+            rt.close()
+    figures = {
+        "reclaims": len(runs),
+        "checkpoint_mb": args.checkpoint_mb,
+        "recovery_s_median": statistics.median(r["recovery_s"] for r in runs),
+        "recovery_s_max": max(r["recovery_s"] for r in runs),
+        "copy_share_median": statistics.median(r["copy_share"] or 0 for r in runs),
+        "launch_s_median": statistics.median(r["launch_s"] for r in runs),
+        "runs": runs,
+    }
+    json.dump(figures, sys.stdout, indent=2)
+    print()
+
+
+if __name__ == "__main__":
+    main()

@@ -322,7 +322,7 @@ class Controller:
             if not self.store.transition(
                 job.id,
                 JobState.PLANNED,
-                f"planned on {where}",
+                f"planned on {where}: {_decision_figures(placement)}",
                 {"placement": placement.as_dict()},
                 expect=JobState.QUEUED,
             ):
@@ -574,3 +574,20 @@ def _instance_row(instance: Instance) -> dict:
         "instance_type": instance.instance_type,
         "tags": dict(instance.tags),
     }
+
+
+def _decision_figures(placement: Placement) -> str:
+    """The figures behind a placement, for the job's timeline (`broker status`)."""
+    cost = placement.cost
+    text = (
+        f"{placement.market} {placement.price_per_hour:.4g} USD/h x "
+        f"{placement.expected_hours:.3g} h expected = {placement.expected_cost:.2f} USD"
+    )
+    if cost.egress:
+        text += f" incl. {cost.egress:.2f} USD egress"
+    if cost.expected_interruptions:
+        text += (
+            f"; {cost.expected_interruptions:.2g} reclaims expected at "
+            f"{cost.interruption_rate:.2g}/h ({cost.interruption_rate_source})"
+        )
+    return text

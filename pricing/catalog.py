@@ -3,6 +3,8 @@
 Which catalog is in force, in order: an explicit path (`--catalog`,
 `BROKER_CATALOG`), else the user catalog (written by `broker pricing import`
 or `refresh`) when it exists, else the snapshot bundled in this package.
+Catalogs are written atomically (`atomic_write`); a live refresh keeps its
+per-source status beside the catalog (`status_path`).
 
 A catalog is a CSV (the source of truth, readable and diffable). Reading one
 compiles it to an `OfferTable` and caches that under the user cache directory,
@@ -13,10 +15,11 @@ numpy arrays instead of parsing text (and need no pandas at all).
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import date
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import IO, TYPE_CHECKING
 
 from pricing.schema import COLUMN_NAMES, FLOAT_COLUMNS, STRING_COLUMNS, SchemaError, conform
 from pricing.table import TABLE_FORMAT, OfferTable
@@ -64,6 +67,16 @@ def user_catalog_path() -> Path:
     return user_data_dir() / "offers.csv"
 
 
+def status_path(catalog: Path) -> Path:
+    """The refresh status beside a catalog: ``offers.csv`` -> ``offers.status.json``."""
+    return catalog.with_name(f"{catalog.stem}.status.json")
+
+
+def spot_history_path(catalog: Path) -> Path:
+    """The 30-day spot price summary beside a catalog: ``offers.spot-history.csv``."""
+    return catalog.with_name(f"{catalog.stem}.spot-history.csv")
+
+
 def read_offers_csv(path: Path) -> pd.DataFrame:
     """Read an offers CSV written by `write_offers_csv` (or by hand) and check its schema."""
     import pandas as pd
@@ -88,13 +101,40 @@ def write_offers_csv(offers: pd.DataFrame | OfferTable, path: Path) -> None:
     """Write atomically: a crash leaves the old file or the new one, never half of one."""
     if isinstance(offers, OfferTable):
         offers = offers.to_frame()
+    frame = conform(offers)
+    atomic_write(path, lambda handle: frame.to_csv(handle, index=False, float_format="%.10g"))
+
+
+def atomic_write(path: Path, write: Callable[[IO[str]], object]) -> None:
+    """Replace `path` all or nothing, even if the process is killed (SIGKILL) or the
+    machine loses power: `write` fills a temporary file beside it, which is flushed,
+    fsynced and renamed over `path` (an atomic rename), then the directory is fsynced
+    so that the rename itself is durable. A kill leaves at most a stray
+    ``.<name>.<pid>.tmp``, never a half-written `path`."""
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
     try:
-        conform(offers).to_csv(tmp, index=False, float_format="%.10g")
+        with tmp.open("w", encoding="utf-8", newline="") as handle:
+            write(handle)
+            handle.flush()
+            os.fsync(handle.fileno())
         os.replace(tmp, path)
+        _fsync_directory(path.parent)
     finally:
         tmp.unlink(missing_ok=True)
+
+
+def _fsync_directory(directory: Path) -> None:
+    try:
+        fd = os.open(directory, os.O_RDONLY)
+    except OSError:
+        return  # not every platform opens directories (Windows); the rename still happened
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
 
 
 SMALL_CSV_BYTES = 2_000_000  # below this, the csv module parses faster than pandas imports

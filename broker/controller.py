@@ -16,7 +16,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from broker.clock import Clock
 from broker.state import IllegalTransition, JobState
@@ -66,6 +66,7 @@ class Controller:
     index_of: Callable[[Provider], OfferIndex]
     policy: Policy | None = None  # None: broker.queue.Policy() defaults
     pool_gpus: dict[tuple[str, str], float] = field(default_factory=dict)  # on-prem pools
+    spot_policy: Any = None  # broker.spotpolicy policy for deadline jobs; None: deadline-aware
     _specs: dict[tuple[str, int], JobSpec] = field(default_factory=dict)
 
     # --- the pass ------------------------------------------------------------------
@@ -344,12 +345,14 @@ class Controller:
 
     def _decisions(self, queued: list[Job]) -> list[Decision]:
         from broker.planner.plan import plan_many
-        from broker.recovery import adjust_index, checkpoint_place, with_checkpoint_at
+        from broker.recovery import adjust_index, checkpoint_place, steer_market, with_checkpoint_at
 
         now = self.clock.now()
-        specs = [
-            with_checkpoint_at(self._spec(job), checkpoint_place(self.store, job)) for job in queued
-        ]
+        specs = []
+        for job in queued:
+            spec = with_checkpoint_at(self._spec(job), checkpoint_place(self.store, job))
+            spec, _choice = steer_market(spec, job, self.store, now, self.spot_policy)
+            specs.append(spec)
         return plan_many(specs, adjust_index(self.index_of(self.provider), self.store, now), now)
 
     def _ordered(self, queued: list[Job], decisions: list[Decision]):

@@ -166,3 +166,46 @@ def with_checkpoint_at(spec: JobSpec, place: Place | None) -> JobSpec:
     if place is None or spec.checkpoint is None:
         return spec
     return replace(spec, checkpoint=replace(spec.checkpoint, location=place))
+
+
+def steer_market(
+    spec: JobSpec, job: Job, store: StateStore, now: datetime, policy=None
+) -> tuple[JobSpec, str]:
+    """For a deadline job with `spot: prefer`, ask the spot policy (default: the
+    deadline-aware one, broker.spotpolicy) which market this placement may use, from
+    the slack left after what earlier attempts achieved. Returns the spec to plan
+    (spot "never" when the policy says on-demand) and the policy's choice ("" when it
+    was not asked). Work saved by a reclaimed attempt counts up to its last checkpoint."""
+    from broker.planner.cost import RESTART_HOURS, copy_hours
+    from broker.reports.lines import lost_share
+    from broker.spotpolicy import DeadlineAware, SpotState
+    from broker.state import AttemptState
+
+    requirements = spec.requirements
+    if requirements.spot != "prefer" or spec.runtime.deadline is None:
+        return spec, ""
+    submitted = store.version(job.id, job.version).submitted_at
+    deadline_at = spec.runtime.deadline_at(submitted)
+    checkpoints = store.checkpoints()
+    done = 0.0
+    for attempt in store.attempts(job.id):
+        if attempt.state == AttemptState.INTERRUPTED and spec.checkpoint is not None:
+            kept = 1 - float(lost_share(attempt, checkpoints.get(attempt.id)))
+            done += float(attempt.billed_hours or 0) * kept
+    total = spec.runtime.estimate_hours
+    checkpoint = spec.checkpoint
+    restore = copy_hours(checkpoint.size_gb, "internet") if checkpoint else 0.0  # worst case
+    state = SpotState(
+        elapsed=(now - submitted).total_seconds() / 3600,
+        deadline=(deadline_at - submitted).total_seconds() / 3600,
+        work_left=max(0.0, total - done),
+        restart_overhead=RESTART_HOURS + restore,
+        current=None,
+        spot_available=True,
+        work_total=total,
+        preemption_loss=checkpoint.interval_minutes / 60 if checkpoint else float("inf"),
+    )
+    choice = (policy or DeadlineAware()).choose(state)
+    if choice == "on-demand":
+        return replace(spec, requirements=replace(requirements, spot="never")), choice
+    return spec, choice

@@ -188,3 +188,68 @@ def test_a_controller_killed_during_the_migration_copies_once_and_resumes_once(
         for instance in restarted.provider.list_instances():
             restarted.provider.terminate(instance.id)
         restarted.close()
+
+
+DEADLINE_JOB = """\
+apiVersion: broker/v1
+name: due-friday
+team: nlp
+resources:
+  accelerators: T4:1
+placement:
+  clouds: [aws, gcp]
+  spot: prefer
+run:
+  command: sleep 60
+runtime:
+  estimate_hours: 6
+  deadline: 10h
+checkpoint:
+  uri: s3://acme-ckpt/due-friday/
+  interval_minutes: 30
+  size_gb: 1
+"""
+
+
+def test_a_deadline_job_reclaimed_again_and_again_moves_to_on_demand_in_time(tmp_path):
+    from datetime import UTC, datetime, timedelta
+
+    from broker.clock import FixedClock
+    from broker.recovery import steer_market
+
+    clock = FixedClock(datetime(2026, 11, 30, 9, tzinfo=UTC))
+    rt = open_runtime(tmp_path / "state.db", load_offers(), clock=clock, time_scale=1.0)
+    try:
+        path = tmp_path / "due.yaml"
+        path.write_text(DEADLINE_JOB)
+        (manifest,) = load_manifests([path]).manifests
+        (result,) = submit_manifests(rt.store, [manifest])
+        job_id = result.job_id
+        markets = []
+        for _ in range(12):  # the cloud takes every spot instance back after an hour
+            rt.controller.run_pass()
+            attempt = rt.store.attempts(job_id)[-1]
+            markets.append(attempt.market)
+            if attempt.market == "on-demand":
+                break
+            clock.advance(timedelta(hours=1))
+            (instance,) = rt.store.instances(attempt_id=attempt.id)
+            rt.provider.interrupt(instance.provider_id)
+            rt.provider.wait(instance.provider_id, 30)
+        assert markets[0] == "spot" and markets[-1] == "on-demand"
+        assert set(markets[:-1]) == {"spot"}
+        job = rt.store.job(job_id)
+        # On demand with the work still to do (nothing was checkpointed) fits the deadline.
+        submitted = rt.store.version(job_id).submitted_at
+        elapsed = (clock.now() - submitted).total_seconds() / 3600
+        assert elapsed + 6 <= 10
+        # and it switched because the slack ran out, not before: one hour earlier it was spot
+        spec = manifest.spec
+        _, earlier = steer_market(spec, job, rt.store, clock.now() - timedelta(hours=3))
+        assert earlier == "spot"
+        _, now = steer_market(spec, job, rt.store, clock.now())
+        assert now == "on-demand"
+    finally:
+        for instance in rt.provider.list_instances():
+            rt.provider.terminate(instance.id)
+        rt.close()

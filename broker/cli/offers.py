@@ -37,6 +37,7 @@ OFFER_COLUMNS = (
     Column("price", "price $/h", usd, numeric=True),
     Column("price_per_gpu", "$/GPU-h", usd, numeric=True),
     Column("capacity", "capacity", number, numeric=True),
+    Column("spot_interruption_rate", "reclaims/h", number, numeric=True),
     Column("as_of", "as of"),
     Column("stale", "stale"),
     Column("source", "source"),
@@ -45,6 +46,7 @@ TABLE_HIDDEN = {
     "source",
     "stale",
     "country",
+    "spot_interruption_rate",
 }  # shown in json/csv; the table flags staleness on as_of
 
 

@@ -14,7 +14,7 @@ exactly what it should.
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -67,7 +67,12 @@ class Controller:
     policy: Policy | None = None  # None: broker.queue.Policy() defaults
     pool_gpus: dict[tuple[str, str], float] = field(default_factory=dict)  # on-prem pools
     spot_policy: Any = None  # broker.spotpolicy policy for deadline jobs; None: deadline-aware
+    # Simulator hook (issue 8): when True, a deadline job whose spot policy says "spot" or
+    # "wait" is planned on spot only (it waits queued while no spot is on sale), and the
+    # policy is told whether spot is on sale now (the provider's optional `spot_open(gpus)`).
+    spot_strict: bool = False
     _specs: dict[tuple[str, int], JobSpec] = field(default_factory=dict)
+    _steered: dict[str, str] = field(default_factory=dict)  # job id -> the spot policy's say
 
     # --- the pass ------------------------------------------------------------------
 
@@ -160,6 +165,9 @@ class Controller:
                 if instance.active:
                     if attempt.state is AttemptState.LAUNCHING:
                         self.store.attempt_running(attempt.id, _instance_row(instance))
+                    elif self._back_to_spot(job, attempt):
+                        self.preempt(job.id, "back to spot: the deadline's slack is rebuilt")
+                        report.finished.append((job.name, "back to spot"))
                     continue
                 outcome = self._finish(job, attempt, instance)
                 report.finished.append((job.name, outcome))
@@ -330,9 +338,12 @@ class Controller:
                 continue  # another controller took it
             self._take(room, placement)
             try:
+                planned = placement.as_dict()
+                if self._steered.get(job.id) == "on-demand":
+                    planned["steered"] = "on-demand"  # the spot policy's call, not the price's
                 attempt_id = self.store.start_attempt(
                     job.id,
-                    placement.as_dict(),
+                    planned,
                     placement.price_per_hour,
                     placement.market,
                     placement.price_source,
@@ -351,9 +362,21 @@ class Controller:
         specs = []
         for job in queued:
             spec = with_checkpoint_at(self._spec(job), checkpoint_place(self.store, job))
-            spec, _choice = steer_market(spec, job, self.store, now, self.spot_policy)
+            spec, choice = steer_market(
+                spec, job, self.store, now, self.spot_policy, **self._spot_open(spec)
+            )
+            if self.spot_strict and choice in ("spot", "wait"):  # simulator hook (issue 8)
+                spec = replace(spec, requirements=replace(spec.requirements, spot="only"))
+            self._steered[job.id] = choice
             specs.append(spec)
         return plan_many(specs, adjust_index(self.index_of(self.provider), self.store, now), now)
+
+    def _spot_open(self, spec: JobSpec) -> dict[str, bool]:
+        """Simulator hook (issue 8): steer_market's `spot_available` when `spot_strict`."""
+        is_open = getattr(self.provider, "spot_open", None)
+        if not self.spot_strict or is_open is None:
+            return {}
+        return {"spot_available": is_open(tuple(a.gpu for a in spec.requirements.accelerators))}
 
     def _ordered(self, queued: list[Job], decisions: list[Decision]):
         """(job, decision, (verdict, placement)) in the policy's order."""
@@ -414,6 +437,19 @@ class Controller:
             room[key] -= placement.nodes
 
     # --- spot survival: checkpoints that move with the job -----------------------------
+
+    def _back_to_spot(self, job: Job, attempt: Attempt) -> bool:
+        """True when a job the spot policy sent to on-demand may go back to spot now (it
+        stops gracefully: SIGTERM, checkpoint, re-plan). Only policy-steered attempts:
+        an on-demand placement chosen on price stays."""
+        from broker.recovery import steer_market
+
+        if attempt.placement.get("steered") != "on-demand":
+            return False
+        now = self.clock.now()
+        spec = self._spec(job)
+        _, choice = steer_market(spec, job, self.store, now, self.spot_policy, "on-demand")
+        return choice == "spot"
 
     def _release(self, instance: Instance, report: PassReport) -> None:
         """Delete what a reclaimed instance leaves behind (a deallocated Azure VM, a

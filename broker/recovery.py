@@ -169,13 +169,20 @@ def with_checkpoint_at(spec: JobSpec, place: Place | None) -> JobSpec:
 
 
 def steer_market(
-    spec: JobSpec, job: Job, store: StateStore, now: datetime, policy=None
+    spec: JobSpec,
+    job: Job,
+    store: StateStore,
+    now: datetime,
+    policy=None,
+    current: str | None = None,
+    spot_available: bool = True,  # simulator hook (issue 8): is spot on sale anywhere now
 ) -> tuple[JobSpec, str]:
     """For a deadline job with `spot: prefer`, ask the spot policy (default: the
     deadline-aware one, broker.spotpolicy) which market this placement may use, from
     the slack left after what earlier attempts achieved. Returns the spec to plan
     (spot "never" when the policy says on-demand) and the policy's choice ("" when it
-    was not asked). Work saved by a reclaimed attempt counts up to its last checkpoint."""
+    was not asked). Work saved by a reclaimed attempt counts up to its last checkpoint;
+    a running attempt's work, its time running. `current`: the market running now."""
     from broker.planner.cost import RESTART_HOURS, copy_hours
     from broker.reports.lines import lost_share
     from broker.spotpolicy import DeadlineAware, SpotState
@@ -192,6 +199,8 @@ def steer_market(
         if attempt.state == AttemptState.INTERRUPTED and spec.checkpoint is not None:
             kept = 1 - float(lost_share(attempt, checkpoints.get(attempt.id)))
             done += float(attempt.billed_hours or 0) * kept
+        elif attempt.state == AttemptState.RUNNING and attempt.running_at is not None:
+            done += max(0.0, (now - attempt.running_at).total_seconds() / 3600)
     total = spec.runtime.estimate_hours
     checkpoint = spec.checkpoint
     restore = copy_hours(checkpoint.size_gb, "internet") if checkpoint else 0.0  # worst case
@@ -200,8 +209,8 @@ def steer_market(
         deadline=(deadline_at - submitted).total_seconds() / 3600,
         work_left=max(0.0, total - done),
         restart_overhead=RESTART_HOURS + restore,
-        current=None,
-        spot_available=True,
+        current=current,
+        spot_available=spot_available,
         work_total=total,
         preemption_loss=checkpoint.interval_minutes / 60 if checkpoint else float("inf"),
     )

@@ -200,7 +200,7 @@ placement:
   clouds: [aws, gcp]
   spot: prefer
 run:
-  command: sleep 60
+  command: echo started && sleep 60
 runtime:
   estimate_hours: 6
   deadline: 10h
@@ -234,6 +234,8 @@ def test_a_deadline_job_reclaimed_again_and_again_moves_to_on_demand_in_time(tmp
                 break
             clock.advance(timedelta(hours=1))
             (instance,) = rt.store.instances(attempt_id=attempt.id)
+            log = rt.workdir / attempt.id / "log.txt"  # the command runs: SIGTERM reaches it
+            assert wait_until(lambda log=log: "started" in log.read_text())
             rt.provider.interrupt(instance.provider_id)
             rt.provider.wait(instance.provider_id, 30)
         assert markets[0] == "spot" and markets[-1] == "on-demand"
@@ -249,6 +251,39 @@ def test_a_deadline_job_reclaimed_again_and_again_moves_to_on_demand_in_time(tmp
         assert earlier == "spot"
         _, now = steer_market(spec, job, rt.store, clock.now())
         assert now == "on-demand"
+    finally:
+        for instance in rt.provider.list_instances():
+            rt.provider.terminate(instance.id)
+        rt.close()
+
+
+def test_a_job_the_policy_sent_to_on_demand_goes_back_to_spot_when_it_allows(tmp_path):
+    from datetime import UTC, datetime, timedelta
+
+    from broker.clock import FixedClock
+    from broker.spotpolicy import make_policy
+
+    clock = FixedClock(datetime(2026, 11, 30, 9, tzinfo=UTC))
+    rt = open_runtime(tmp_path / "state.db", load_offers(), clock=clock, time_scale=1.0)
+    try:
+        path = tmp_path / "due.yaml"
+        path.write_text(DEADLINE_JOB)
+        (manifest,) = load_manifests([path]).manifests
+        (result,) = submit_manifests(rt.store, [manifest])
+        rt.controller.spot_policy = make_policy("on-demand")  # slack gone, say
+        rt.controller.run_pass()
+        (first,) = rt.store.attempts(result.job_id)
+        assert first.market == "on-demand" and first.placement["steered"] == "on-demand"
+        clock.advance(timedelta(hours=1))
+        rt.controller.run_pass()  # the same policy: stays on demand
+        assert len(rt.store.attempts(result.job_id)) == 1
+        # ours, with 4 h of slack left (10 h deadline, 1 h done of 6): spot is safe again
+        rt.controller.spot_policy = make_policy("deadline-aware", pace=0.0)
+        report = rt.controller.run_pass()
+        assert ("due-friday", "back to spot") in report.finished
+        first, second = rt.store.attempts(result.job_id)
+        assert first.state == AttemptState.INTERRUPTED and "back to spot" in first.reason
+        assert second.market == "spot" and "steered" not in second.placement
     finally:
         for instance in rt.provider.list_instances():
             rt.provider.terminate(instance.id)

@@ -448,7 +448,9 @@ class Controller:
             return False
         now = self.clock.now()
         spec = self._spec(job)
-        _, choice = steer_market(spec, job, self.store, now, self.spot_policy, "on-demand")
+        _, choice = steer_market(
+            spec, job, self.store, now, self.spot_policy, "on-demand", **self._spot_open(spec)
+        )
         return choice == "spot"
 
     def _release(self, instance: Instance, report: PassReport) -> None:

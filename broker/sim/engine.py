@@ -1,0 +1,181 @@
+"""The discrete-event loop: the real controller, one pass per event, on a FixedClock.
+
+Events: a job's submission, a trace step that changes spot capacity or price, an
+instance ending, and (while jobs wait in the queue) the reconcile interval. At each,
+the clock moves there, the provider plays what happened up to now, and
+`Controller.run_pass()` observes, sweeps, plans and launches, exactly as in
+production. Job and attempt ids come from a counter and every order is sorted, so
+the same scenario gives the same result byte for byte.
+"""
+
+from __future__ import annotations
+
+import itertools
+import tempfile
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from broker.sim.manifests import label, manifest_text
+from broker.sim.model import SimJob, SpotTrace
+from broker.sim.policies import SimPolicy
+
+if TYPE_CHECKING:
+    from broker.sim.metrics import PolicyResult
+    from pricing.table import OfferTable
+
+ORIGIN = datetime(2026, 1, 5, tzinfo=UTC)
+TERMINAL = ("succeeded", "failed", "cancelled")
+
+
+@dataclass(frozen=True)
+class Scenario:
+    """What one simulation replays: catalog rows, spot traces, jobs and settings.
+
+    `restart_hours`: boot + restore time of every (re)start. `reconcile_hours`: the
+    controller's pass interval while jobs wait. `horizon_hours`: stop there (jobs still
+    open count as missed). `pool_gpus`: on-prem pools {(\"onprem\", region): GPUs}."""
+
+    offers: OfferTable
+    spot: SpotTrace
+    jobs: Sequence[SimJob]
+    restart_hours: float = 0.1
+    reconcile_hours: float = 0.25
+    horizon_hours: float = 24.0 * 365
+    clouds: tuple[str, ...] = ()
+    untraced_spot: str = "closed"
+    pool_gpus: dict[tuple[str, str], float] = field(default_factory=dict)
+    name: str = "scenario"
+
+
+def job_names(jobs: Sequence[SimJob]) -> list[str]:
+    """Unique manifest names, stable: the submission order's index plus the trace name."""
+    width = max(4, len(str(len(jobs))))
+    return [f"j{i:0{width}d}-{label(job.name)}"[:63].strip("-") for i, job in enumerate(jobs)]
+
+
+def simulate(
+    scenario: Scenario,
+    policy: SimPolicy,
+    *,
+    progress: Callable[[float], None] | None = None,
+    workdir: Path | None = None,
+) -> PolicyResult:
+    """Run `scenario` under `policy`; `progress` is told the share of jobs finished."""
+    if workdir is None:
+        shm = Path("/dev/shm")
+        root = shm if shm.is_dir() and _writable(shm) else None
+        with tempfile.TemporaryDirectory(prefix="broker-sim-", dir=root) as tmp:
+            return simulate(scenario, policy, progress=progress, workdir=Path(tmp))
+    return _run(scenario, policy, progress, workdir)
+
+
+def _writable(path: Path) -> bool:
+    import os
+
+    return os.access(path, os.W_OK)
+
+
+def _run(scenario: Scenario, policy: SimPolicy, progress, workdir: Path) -> PolicyResult:
+    from broker.clock import FixedClock
+    from broker.controller import Controller
+    from broker.manifest.load import parse_manifest_text
+    from broker.manifest.spec_cache import encode
+    from broker.sim.metrics import collect
+    from broker.sim.provider import SimulatedProvider, Work
+    from broker.state import StateStore
+    from pricing.gpus import GPU_MODELS
+
+    clock = FixedClock(ORIGIN)
+    counter = itertools.count(1)
+    store = StateStore.open(workdir / "state.db", clock, new_id=lambda: f"{next(counter):012x}")
+    speed = {m.name: m.relative_throughput for m in GPU_MODELS}
+    provider = SimulatedProvider(
+        scenario.offers,
+        scenario.spot,
+        clock,
+        ORIGIN,
+        workdir,
+        restart_hours=scenario.restart_hours,
+        untraced_spot=scenario.untraced_spot,
+        speed=speed,
+    )
+    controller = Controller(
+        store,
+        provider,
+        clock,
+        _index_of(policy),
+        pool_gpus=dict(scenario.pool_gpus),
+        spot_policy=policy.spot_policy,
+        spot_strict=policy.strict,
+    )
+    order = sorted(range(len(scenario.jobs)), key=lambda i: (scenario.jobs[i].submit_hours, i))
+    names = job_names(scenario.jobs)
+    pending = [(scenario.jobs[i], names[i]) for i in order]
+    ids: dict[str, SimJob] = {}
+    submitted = finished = 0
+    now = 0.0
+    try:
+        while True:
+            while submitted < len(pending) and pending[submitted][0].submit_hours <= now + 1e-9:
+                job, name = pending[submitted]
+                text = manifest_text(job, policy.spot, scenario.clouds, name=name)
+                (manifest,) = parse_manifest_text(text)
+                spec = manifest.spec
+                result = store.submit(
+                    encode(spec), text, manifest.digest, spec.team, spec.name, spec.queue,
+                    spec.priority,
+                )  # fmt: skip
+                every = job.checkpoint_minutes / 60 if job.checkpoint_minutes else None
+                provider.work[result.job_id] = Work(job.hours, job.gpu, every)
+                ids[result.job_id] = job
+                submitted += 1
+            provider.sync()
+            controller.run_pass()
+            done = len(store.jobs(states=_terminal_states()))
+            if progress is not None and done != finished:
+                progress(done / max(1, len(pending)))
+            finished = done
+            if submitted == len(pending) and done == len(pending):
+                break
+            following = [provider.next_event()]
+            if submitted < len(pending):
+                following.append(pending[submitted][0].submit_hours)
+            if store.queued():
+                following.append(now + scenario.reconcile_hours)
+            following = [t for t in following if t is not None and t > now + 1e-9]
+            if not following:
+                following = [now + scenario.reconcile_hours]
+            now = min(following)
+            if now > scenario.horizon_hours:
+                break
+            clock.current = ORIGIN + timedelta(hours=now)
+        return collect(store, provider, policy, ids, scenario, now)
+    finally:
+        store.close()
+
+
+def _terminal_states():
+    from broker.state import JobState
+
+    return (JobState.SUCCEEDED, JobState.FAILED, JobState.CANCELLED)
+
+
+def _index_of(policy: SimPolicy):
+    """The controller's offers-to-index step; spot-failover ranks spot by price alone."""
+    from pricing.query import OfferIndex
+    from pricing.table import OfferTable
+
+    def index_of(provider) -> OfferIndex:
+        table = provider.offers()
+        if policy.price_only:
+            import numpy as np
+
+            numbers = dict(table.numbers)
+            numbers["spot_interruption_rate"] = np.zeros(len(table))
+            table = OfferTable(numbers, table.codes, table.categories)
+        return OfferIndex(table)
+
+    return index_of

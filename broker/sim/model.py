@@ -1,0 +1,120 @@
+"""The simulator's two input types: spot availability per place, and a job list.
+
+Every trace format (broker.sim.traces) is normalised into these, so the engine and
+the provider know one shape. Hours are floats from the scenario's origin.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+
+
+@dataclass(frozen=True, slots=True)
+class Place:
+    """Where spot capacity is counted: a cloud, a region or zone, a GPU or instance type."""
+
+    cloud: str
+    location: str  # a region ("us-east-1") or a zone ("us-east-1a")
+    kind: str  # GPU model ("V100") or instance type ("p3.2xlarge")
+
+    def __str__(self) -> str:
+        return f"{self.cloud}/{self.location}/{self.kind}"
+
+
+@dataclass(frozen=True, slots=True)
+class Availability:
+    """Available spot instances at one place, one count per step of `step_hours`;
+    after the last step the last count holds. `prices`: spot USD/hour per step."""
+
+    step_hours: float
+    counts: tuple[int, ...]
+    prices: tuple[float, ...] | None = None
+
+    def __post_init__(self) -> None:
+        if not (self.step_hours > 0 and math.isfinite(self.step_hours)):
+            raise ValueError(f"step_hours must be positive, got {self.step_hours}")
+        if not self.counts:
+            raise ValueError("an availability trace needs at least one step")
+        if any(c < 0 for c in self.counts):
+            raise ValueError("available counts must be >= 0")
+        if self.prices is not None and len(self.prices) != len(self.counts):
+            raise ValueError("prices must have one value per step")
+
+    def index(self, hours: float) -> int:
+        return min(max(0, int(math.floor(hours / self.step_hours + 1e-9))), len(self.counts) - 1)
+
+    def count_at(self, hours: float) -> int:
+        return self.counts[self.index(hours)]
+
+    def price_at(self, hours: float) -> float | None:
+        return None if self.prices is None else self.prices[self.index(hours)]
+
+    @property
+    def hours(self) -> float:
+        return self.step_hours * len(self.counts)
+
+    def changes(self) -> list[float]:
+        """Hours at which the count or the price changes (step boundaries only)."""
+        out = []
+        for i in range(1, len(self.counts)):
+            moved = self.counts[i] != self.counts[i - 1]
+            if self.prices is not None and self.prices[i] != self.prices[i - 1]:
+                moved = True
+            if moved:
+                out.append(i * self.step_hours)
+        return out
+
+    def window(self, start_hours: float, hours: float) -> Availability:
+        """The part of the trace from `start_hours`, `hours` long (re-based to 0)."""
+        first = self.index(start_hours)
+        last = min(len(self.counts), first + max(1, math.ceil(hours / self.step_hours)))
+        prices = None if self.prices is None else self.prices[first:last]
+        return Availability(self.step_hours, self.counts[first:last], prices)
+
+
+@dataclass(frozen=True)
+class SpotTrace:
+    """Spot availability for a set of places (one `Availability` each)."""
+
+    places: Mapping[Place, Availability]
+    source: str = ""
+
+    def merged(self, other: SpotTrace) -> SpotTrace:
+        return SpotTrace(
+            {**self.places, **other.places}, ", ".join(filter(None, (self.source, other.source)))
+        )
+
+    def window(self, start_hours: float, hours: float) -> SpotTrace:
+        return SpotTrace(
+            {p: a.window(start_hours, hours) for p, a in self.places.items()}, self.source
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class SimJob:
+    """One job of a job list. `hours` is the work at on-demand speed on `gpu`;
+    `deadline_hours` is relative to submission (None: no deadline)."""
+
+    name: str
+    team: str
+    submit_hours: float
+    gpu: str
+    gpus: int
+    hours: float
+    deadline_hours: float | None = None
+    checkpoint_minutes: float | None = 30.0  # None: the job never checkpoints
+    checkpoint_gb: float = 0.0
+    priority: int = 0
+
+    def __post_init__(self) -> None:
+        if self.hours <= 0 or self.gpus < 1 or self.submit_hours < 0:
+            raise ValueError(f"job {self.name}: hours > 0, gpus >= 1, submit >= 0 required")
+
+
+@dataclass(frozen=True)
+class JobList:
+    jobs: Sequence[SimJob]
+    source: str = ""
+    notes: tuple[str, ...] = field(default=())

@@ -1,0 +1,87 @@
+"""The compared strategies, each a name with parameters mapped onto controller settings.
+
+| name | manifest `spot` | spot policy (broker.spotpolicy) | strict | spot ranked by |
+|---|---|---|---|---|
+| on-demand | never | on-demand | no | - |
+| spot-failover | only (prefer with allow_on_demand) | spot-failover | no | price alone |
+| uniform-progress | prefer | uniform-progress | yes | cost model |
+| broker | prefer | deadline-aware | yes | cost model (risk, egress) |
+| burst-always | prefer, pool first then any cloud at once | deadline-aware | yes | cost model |
+
+"strict" is the controller's `spot_strict` hook: the spot policy's "spot" and "wait"
+plan the job on spot only, so it waits queued while no spot is on sale, as Can't Be
+Late's rules and our deadline-aware policy mean. spot-failover relaunches after each
+preemption in the cheapest open place; the reclaimed place is closed by the broker's
+cool-down (broker.recovery), which is SkyPilot's EAGER_NEXT_REGION.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from pricing.suggest import hint
+
+NAMES = ("broker", "spot-failover", "uniform-progress", "on-demand", "burst-always")
+
+
+@dataclass(frozen=True)
+class SimPolicy:
+    name: str
+    spot: str  # the manifests' placement.spot
+    spot_policy: Any  # a broker.spotpolicy policy
+    strict: bool = False
+    price_only: bool = False  # rank spot offers by price alone (no interruption risk)
+    params: Mapping[str, Any] = field(default_factory=dict)
+
+    def describe(self) -> dict[str, Any]:
+        return {
+            "name": self.name,
+            "spot": self.spot,
+            "strict": self.strict,
+            "price_only": self.price_only,
+            "spot_policy": self.spot_policy.describe(),
+        }
+
+
+def make(name: str, **params: Any) -> SimPolicy:
+    """The named strategy; ValueError with a "did you mean" for an unknown name."""
+    from broker.spotpolicy import DeadlineAware, OnDemand, SpotFailover, UniformProgress
+
+    if name == "on-demand":
+        return SimPolicy(name, "never", OnDemand(), params=params)
+    if name == "spot-failover":
+        allow = bool(params.get("allow_on_demand", False))
+        return SimPolicy(name, "prefer" if allow else "only", SpotFailover(allow_on_demand=allow),
+                         price_only=True, params=params)  # fmt: skip
+    if name == "uniform-progress":
+        return SimPolicy(name, "prefer", UniformProgress(**params), strict=True, params=params)
+    if name in ("broker", "burst-always"):
+        return SimPolicy(name, "prefer", DeadlineAware(**params), strict=True, params=params)
+    raise ValueError(f"unknown policy {name!r}{hint(name, NAMES)}; known: {', '.join(NAMES)}")
+
+
+def parse(text: str) -> list[SimPolicy]:
+    """ "broker,spot-failover" -> policies; "uniform-progress:safety_margin=3" passes a
+    parameter (numbers and true/false are converted)."""
+    policies = []
+    for item in filter(None, (part.strip() for part in text.split(","))):
+        name, _, rest = item.partition(":")
+        params: dict[str, Any] = {}
+        for pair in filter(None, rest.split(";")):
+            key, _, value = pair.partition("=")
+            params[key.strip()] = _value(value.strip())
+        policies.append(make(name.strip(), **params))
+    if not policies:
+        raise ValueError("no policy given")
+    return policies
+
+
+def _value(text: str) -> Any:
+    if text.lower() in ("true", "false"):
+        return text.lower() == "true"
+    try:
+        return float(text)
+    except ValueError:
+        return text

@@ -1,0 +1,404 @@
+"""`SimulatedProvider`: the Provider protocol on virtual time, with spot capacity from a trace.
+
+- Offers: the scenario's catalog rows; a row's spot price is the trace's price when it
+  has one, and missing (not sold) while its place has no free spot instance or when no
+  trace governs it (`untraced_spot="closed"`). On-prem rows carry their free nodes.
+- Launch: spot needs a free instance at its place now, else InsufficientCapacity.
+- A running instance pays `restart_hours` (boot, image pull, restore) and then makes
+  progress on its job's true work at the speed of its GPU relative to the job's own;
+  it checkpoints every `checkpoint_hours` of progress-making time and ends "succeeded"
+  (exit code 0) when the work is done.
+- Preemption: at a trace step where a place's count falls below the spot instances
+  running there, the newest ones are reclaimed ("interrupted", a notice); the work
+  since their last checkpoint is lost. A relaunch with BROKER_RESUME_FROM set resumes
+  from the job's last checkpoint; without it, from zero.
+Call `sync()` after moving the clock: it plays every trace step and instance end up
+to now, in time order. All state is in memory; ids are "sim-<attempt id>".
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass, replace
+from datetime import datetime, timedelta
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from broker.sim.model import Place, SpotTrace
+from broker.sim.places import expand_zones, place_of_rows
+from providers.base import Instance, InterruptionNotice, LaunchRequest, instance_tags
+from providers.errors import InsufficientCapacity, InvalidRequest, NotFound
+
+if TYPE_CHECKING:
+    from broker.clock import FixedClock
+    from pricing.table import OfferTable
+
+NAME = "sim"
+ID_PREFIX = "sim-"
+_EPS = 1e-9
+
+
+@dataclass(frozen=True, slots=True)
+class Work:
+    """A job's true work (hours on its own GPU type) and checkpoint interval (None: never)."""
+
+    hours: float
+    gpu: str = ""
+    checkpoint_hours: float | None = None
+
+
+@dataclass
+class _Run:
+    """One simulated instance."""
+
+    request: LaunchRequest
+    row: int
+    place: Place | None
+    zone: str
+    launched: float  # hours since the origin
+    overhead: float
+    rate: float  # work hours per hour
+    start_progress: float
+    work: Work
+    finish: float  # when it would end succeeded
+    ended: float | None = None
+    state: str = "running"
+    progress_at_end: float = 0.0
+    saved_at_end: float = 0.0
+    last_checkpoint: float | None = None
+
+    def progress(self, t: float) -> float:
+        run = max(0.0, t - self.launched - self.overhead)
+        return min(self.work.hours, self.start_progress + run * self.rate)
+
+    def saved(self, t: float) -> tuple[float, float | None]:
+        """(progress at the last checkpoint by time t, when it was taken)."""
+        every = self.work.checkpoint_hours
+        run = max(0.0, t - self.launched - self.overhead)
+        if every is None or every <= 0 or run <= 0:
+            return self.start_progress, None
+        done = math.floor(run / every + _EPS) * every
+        if done <= 0:
+            return self.start_progress, None
+        return self.start_progress + done * self.rate, self.launched + self.overhead + done
+
+
+class SimulatedProvider:
+    """See the module docstring. `speed(gpu)` gives a GPU's relative throughput."""
+
+    name = NAME
+
+    def __init__(
+        self,
+        offers: OfferTable,
+        spot: SpotTrace,
+        clock: FixedClock,
+        origin: datetime,
+        workdir: Path,
+        *,
+        restart_hours: float = 0.1,
+        untraced_spot: str = "closed",
+        speed: Mapping[str, float] | None = None,
+    ) -> None:
+        places = sorted(spot.places, key=str)
+        self._table = expand_zones(offers, places)
+        self._place = place_of_rows(self._table, places)
+        self.spot = spot
+        self.clock = clock
+        self.origin = origin
+        self.workdir = Path(workdir)
+        self.restart_hours = restart_hours
+        self.untraced_spot = untraced_spot
+        self.speed = dict(speed or {})
+        self.work: dict[str, Work] = {}
+        self.saved: dict[str, float] = {}  # job id -> progress at its last checkpoint
+        self._runs: dict[str, _Run] = {}
+        self._notices: list[InterruptionNotice] = []
+        self._synced = 0.0
+        self._ticks = sorted({t for a in spot.places.values() for t in a.changes()})
+        self._tick_at = 0
+        self.preemptions = 0
+        self.lost_gpu_hours = 0.0
+        self._text = {n: self._table.text(n).tolist() for n in
+                      ("cloud", "region", "zone", "instance_type", "accelerator")}  # fmt: skip
+        self._rows: dict[tuple[str, str, str], list[int]] = {}
+        for i in range(len(self._table)):
+            key = (self._text["cloud"][i], self._text["region"][i], self._text["instance_type"][i])
+            self._rows.setdefault(key, []).append(i)
+
+    # --- time ------------------------------------------------------------------------
+
+    def hours(self, moment: datetime | None = None) -> float:
+        moment = moment or self.clock.now()
+        return (moment - self.origin).total_seconds() / 3600.0
+
+    def at(self, hours: float) -> datetime:
+        return self.origin + timedelta(hours=hours)
+
+    def next_event(self) -> float | None:
+        """Hours of the next thing that will happen by itself: a trace step that changes
+        capacity or price, or an instance ending."""
+        ends = [r.finish for r in self._runs.values() if r.ended is None]
+        tick = self._ticks[self._tick_at] if self._tick_at < len(self._ticks) else None
+        candidates = [t for t in (*ends, tick) if t is not None]
+        return min(candidates) if candidates else None
+
+    def sync(self) -> None:
+        """Play every trace step and instance end up to the clock's now, in time order."""
+        now = self.hours()
+        while self._tick_at < len(self._ticks) and self._ticks[self._tick_at] <= now + _EPS:
+            tick = self._ticks[self._tick_at]
+            self._finish_until(tick)
+            self._preempt_at(tick)
+            self._tick_at += 1
+        self._finish_until(now)
+        self._synced = now
+
+    def _finish_until(self, t: float) -> None:
+        for run in sorted(self._runs.values(), key=lambda r: (r.finish, r.request.attempt_id)):
+            if run.ended is None and run.finish <= t + _EPS:
+                run.ended, run.state = run.finish, "succeeded"
+                run.progress_at_end = run.work.hours
+                run.saved_at_end = run.work.hours
+                run.last_checkpoint = run.finish
+                self.saved[run.request.job_id] = run.work.hours
+                self._write_checkpoint(run)
+
+    def _preempt_at(self, t: float) -> None:
+        running: dict[Place, list[_Run]] = {}
+        for run in self._runs.values():
+            if run.ended is None and run.request.market == "spot" and run.place is not None:
+                running.setdefault(run.place, []).append(run)
+        for place, runs in sorted(running.items(), key=lambda kv: str(kv[0])):
+            available = self.spot.places[place].count_at(t)
+            used = sum(r.request.nodes for r in runs)
+            victims = sorted(runs, key=lambda r: (r.launched, r.request.attempt_id), reverse=True)
+            for run in victims:
+                if used <= available:
+                    break
+                self._end(run, t, "interrupted")
+                used -= run.request.nodes
+
+    def _end(self, run: _Run, t: float, state: str) -> None:
+        progress = run.progress(t)
+        saved, when = run.saved(t)
+        if state == "terminated":  # a graceful stop: the job checkpoints on SIGTERM
+            saved, when = progress, t
+        run.ended, run.state = t, state
+        run.progress_at_end, run.saved_at_end, run.last_checkpoint = progress, saved, when
+        job = run.request.job_id
+        if when is not None:
+            self.saved[job] = saved
+            self._write_checkpoint(run)
+        if state == "interrupted":
+            self.preemptions += 1
+            gpus = max(1.0, float(run.request.accelerator_count)) * run.request.nodes
+            self.lost_gpu_hours += max(0.0, progress - saved) / max(run.rate, _EPS) * gpus
+            instance_id = ID_PREFIX + run.request.attempt_id
+            self._notices.append(
+                InterruptionNotice(instance_id, NAME, "spot-reclaim", self.at(t), self.at(t))
+            )
+
+    # --- the Provider contract ------------------------------------------------------------
+
+    def offers(self) -> OfferTable:
+        import numpy as np
+
+        from pricing.table import OfferTable
+
+        self.sync()
+        now = self.hours()
+        numbers = dict(self._table.numbers)
+        spot = numbers["price_spot"].copy()
+        capacity = numbers["capacity"].copy()
+        used = self._spot_used()
+        for i, place in enumerate(self._place):
+            if place is None:
+                if self.untraced_spot == "closed" and self._text["cloud"][i] != "onprem":
+                    spot[i] = np.nan
+                continue
+            trace = self.spot.places[place]
+            price = trace.price_at(now)
+            if price is not None and not math.isnan(spot[i]):
+                spot[i] = price
+            elif price is not None:
+                spot[i] = price
+            if trace.count_at(now) - used.get(place, 0) <= 0:
+                spot[i] = np.nan
+        for i, free in self._onprem_free_rows().items():
+            capacity[i] = free
+        numbers["price_spot"], numbers["capacity"] = spot, capacity
+        return OfferTable(numbers, self._table.codes, self._table.categories)
+
+    def launch(self, request: LaunchRequest) -> Instance:
+        known = self._runs.get(request.attempt_id)
+        if known is not None:
+            if known.request != request:
+                raise InvalidRequest(
+                    NAME, f"attempt {request.attempt_id} was launched with another request"
+                )
+            return self._instance(known)
+        row = self._row(request)
+        place = self._place[row]
+        now = self.hours()
+        if request.market == "spot":
+            price = self.offers().numbers["price_spot"][row]
+            if math.isnan(price):
+                where = f"{request.cloud}/{request.zone or request.region}"
+                raise InsufficientCapacity(NAME, f"no spot {request.instance_type} free in {where}")
+        elif self._text["cloud"][row] == "onprem":
+            if self._onprem_free_rows().get(row, 1) < request.nodes:
+                raise InsufficientCapacity(NAME, f"pool {request.region} is full")
+        work = self.work.get(request.job_id, Work(hours=1.0))
+        start = self.saved.get(request.job_id, 0.0) if request.resume_from else 0.0
+        rate = self._rate(work, self._text["accelerator"][row])
+        overhead = self.restart_hours
+        run = _Run(
+            request=request,
+            row=row,
+            place=place,
+            zone=self._text["zone"][row],
+            launched=now,
+            overhead=overhead,
+            rate=rate,
+            start_progress=start,
+            work=work,
+            finish=now + overhead + max(0.0, work.hours - start) / rate,
+        )
+        self._runs[request.attempt_id] = run
+        return self._instance(run)
+
+    def describe(self, instance_id: str) -> Instance:
+        self.sync()
+        return self._instance(self._require(instance_id))
+
+    def terminate(self, instance_id: str) -> bool:
+        self.sync()
+        run = self._require(instance_id)
+        if run.ended is not None:
+            return False
+        self._end(run, self.hours(), "terminated")
+        return True
+
+    def list_instances(self) -> list[Instance]:
+        self.sync()
+        runs = sorted(self._runs.values(), key=lambda r: (r.launched, r.request.attempt_id))
+        return [self._instance(r) for r in runs]
+
+    def interruptions(self) -> list[InterruptionNotice]:
+        self.sync()
+        notices, self._notices = self._notices, []
+        return notices
+
+    def object_store(self):
+        from providers.storage import ObjectStore
+
+        return ObjectStore()
+
+    # --- the optional hooks the controller uses -------------------------------------------
+
+    def billed_hours(self, instance: Instance) -> float:
+        run = self._require(instance.id)
+        end = run.ended if run.ended is not None else self.hours()
+        return max(0.0, end - run.launched)
+
+    def free_nodes(self) -> dict[tuple[str, str], int]:
+        """Free nodes of the on-prem pools (clouds are not limited here)."""
+        free: dict[tuple[str, str], int] = {}
+        for i, n in self._onprem_free_rows().items():
+            key = ("onprem", self._text["region"][i])
+            free[key] = max(free.get(key, 0), int(n))
+        return free
+
+    def checkpoint_dir(self, job_id: str, cloud: str, region: str) -> Path:
+        return self.workdir / "checkpoints" / cloud / region / job_id
+
+    def last_checkpoint_at(self, job_id: str, cloud: str, region: str) -> datetime | None:
+        runs = [
+            r
+            for r in self._runs.values()
+            if r.request.job_id == job_id and (r.request.cloud, r.request.region) == (cloud, region)
+        ]
+        times = [r.last_checkpoint for r in runs if r.last_checkpoint is not None]
+        return self.at(max(times)) if times else None
+
+    def spot_open(self, gpus: tuple[str, ...]) -> bool:
+        """Whether some traced place sells spot now for one of `gpus` (any when empty)."""
+        table = self.offers()
+        acc = self._text["accelerator"]
+        prices = table.numbers["price_spot"]
+        return any(
+            not math.isnan(prices[i]) and (not gpus or acc[i] in gpus) for i in range(len(acc))
+        )
+
+    # --- helpers ---------------------------------------------------------------------------
+
+    def _spot_used(self) -> dict[Place, int]:
+        used: dict[Place, int] = {}
+        for run in self._runs.values():
+            if run.ended is None and run.request.market == "spot" and run.place is not None:
+                used[run.place] = used.get(run.place, 0) + run.request.nodes
+        return used
+
+    def _onprem_free_rows(self) -> dict[int, float]:
+        """Free nodes per on-prem row: its pool's nodes (capacity) minus nodes running there."""
+        numbers = self._table.numbers
+        busy: dict[int, int] = {}
+        for run in self._runs.values():
+            if run.ended is None and self._text["cloud"][run.row] == "onprem":
+                busy[run.row] = busy.get(run.row, 0) + run.request.nodes
+        out = {}
+        for i, cloud in enumerate(self._text["cloud"]):
+            if cloud == "onprem":
+                cap = numbers["capacity"][i]
+                total = 1.0 if math.isnan(cap) else cap
+                out[i] = max(0.0, total - busy.get(i, 0))
+        return out
+
+    def _row(self, request: LaunchRequest) -> int:
+        rows = self._rows.get((request.cloud, request.region, request.instance_type), [])
+        if request.zone:
+            rows = [i for i in rows if self._text["zone"][i] in ("", request.zone)]
+        if not rows:
+            raise InvalidRequest(
+                NAME, f"{request.instance_type} not sold in {request.cloud}/{request.region}"
+            )
+        return rows[0]
+
+    def _rate(self, work: Work, accelerator: str) -> float:
+        mine, theirs = self.speed.get(accelerator), self.speed.get(work.gpu)
+        if not mine or not theirs:
+            return 1.0
+        return mine / theirs
+
+    def _write_checkpoint(self, run: _Run) -> None:
+        """A marker file in the place's checkpoint store, so the controller's migration
+        (copy and egress charge) sees a checkpoint there."""
+        folder = self.checkpoint_dir(run.request.job_id, run.request.cloud, run.request.region)
+        folder.mkdir(parents=True, exist_ok=True)
+        (folder / "checkpoint").write_text(f"{run.saved_at_end:.6f}\n")
+
+    def _require(self, instance_id: str) -> _Run:
+        run = self._runs.get(instance_id.removeprefix(ID_PREFIX))
+        if run is None or not instance_id.startswith(ID_PREFIX):
+            raise NotFound(NAME, f"no instance {instance_id}")
+        return run
+
+    def _instance(self, run: _Run) -> Instance:
+        r = run.request
+        return Instance(
+            id=ID_PREFIX + r.attempt_id,
+            provider=NAME,
+            cloud=r.cloud,
+            region=r.region,
+            zone=run.zone,
+            instance_type=r.instance_type,
+            market=r.market,
+            state=run.state,  # type: ignore[arg-type]
+            exit_code=0 if run.state == "succeeded" else None,
+            tags=instance_tags(replace(r, broker_id=r.broker_id)),
+            launched_at=self.at(run.launched),
+            ended_at=self.at(run.ended) if run.ended is not None else None,
+            nodes=r.nodes,
+        )

@@ -22,7 +22,7 @@ if TYPE_CHECKING:
     import numpy as np
     import pandas as pd
 
-TABLE_FORMAT = 1  # bump when the cached layout changes
+TABLE_FORMAT = 2  # bump when the cached layout changes
 
 
 @dataclass(frozen=True)
@@ -115,17 +115,26 @@ class OfferTable:
     # --- persistence (the compiled-catalog cache) ---------------------------------------
 
     def save(self, path: Path) -> None:
-        """Write as one .npz (no pickles), atomically."""
+        """Write as one .npz (no pickles), atomically: five arrays (the numbers, the
+        codes, every category and how many each column has, the format), since each
+        array of an .npz costs its reader a header parse."""
         import os
 
         import numpy as np
 
-        arrays: dict[str, np.ndarray] = {"format": np.array([TABLE_FORMAT])}
-        for name, values in self.numbers.items():
-            arrays[f"n:{name}"] = values
-        for name in STRING_COLUMNS:
-            arrays[f"c:{name}"] = self.codes[name]
-            arrays[f"k:{name}"] = self.categories[name].astype(str)
+        arrays = {
+            "format": np.array([TABLE_FORMAT]),
+            "numbers": np.stack([self.numbers[n] for n in FLOAT_COLUMNS]).reshape(
+                len(FLOAT_COLUMNS), len(self)
+            ),
+            "codes": np.stack([self.codes[n].astype(np.int32) for n in STRING_COLUMNS]).reshape(
+                len(STRING_COLUMNS), len(self)
+            ),
+            "categories": np.concatenate(
+                [self.categories[n].astype(str) for n in STRING_COLUMNS]
+            ).astype(str),
+            "category_counts": np.array([len(self.categories[n]) for n in STRING_COLUMNS]),
+        }
         tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
         try:
             with tmp.open("wb") as handle:
@@ -142,9 +151,15 @@ class OfferTable:
         with np.load(path, allow_pickle=False) as data:
             if int(data["format"][0]) != TABLE_FORMAT:
                 return None
-            numbers = {n: data[f"n:{n}"] for n in FLOAT_COLUMNS}
-            codes = {n: data[f"c:{n}"] for n in STRING_COLUMNS}
-            categories = {n: data[f"k:{n}"].astype(object) for n in STRING_COLUMNS}
+            numbers = dict(zip(FLOAT_COLUMNS, data["numbers"], strict=True))
+            codes = dict(zip(STRING_COLUMNS, data["codes"], strict=True))
+            names = data["categories"].astype(object)
+            ends = np.cumsum(data["category_counts"]).tolist()
+        starts = [0, *ends[:-1]]
+        categories = {
+            name: names[start:end]
+            for name, start, end in zip(STRING_COLUMNS, starts, ends, strict=True)
+        }
         return cls(numbers, codes, categories)
 
 

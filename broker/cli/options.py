@@ -47,12 +47,17 @@ def split_list(values: list[str] | None) -> tuple[str, ...]:
 def offers_in_force(
     catalog: Path | None, pools: Path | None, overlays: Path | None
 ) -> OffersInForce:
-    """Resolve the three sources by the config precedence and load them; bad input exits 2."""
-    from broker.config import ConfigError, resolve_path
+    """Resolve the three sources by the config precedence and load them; bad input exits 2.
+    With the `auto_refresh_days` setting (off by default), a due user catalog is
+    refreshed first (see `broker pricing refresh`)."""
+    from broker.config import ConfigError, resolve, resolve_path
     from broker.offers import load_offers
     from pricing.schema import SchemaError
-    from pricing.yamlfile import UserInputError
 
+    if resolve("auto_refresh_days").value:  # checked here: the refresh module is not cheap
+        from broker.cli.pricing import auto_refresh
+
+        auto_refresh(catalog)
     try:
         catalog_path = resolve_path("catalog", catalog)
         pools_path = resolve_path("pools", pools, default_file="pools.yaml")
@@ -65,8 +70,16 @@ def offers_in_force(
             if path is not None and not path.is_file():
                 fail(f"{label} file not found: {path}", BAD_INPUT)
         return load_offers(catalog_path, pools_path, overlays_path)
-    except (SchemaError, UserInputError, ConfigError) as exc:
+    except (SchemaError, ConfigError) as exc:
         fail(str(exc), BAD_INPUT)
+    except ValueError as exc:
+        # A broken pools or overlays file. Its error class is imported only now: its
+        # module costs a plan that has neither file ~0.01 s.
+        from pricing.yamlfile import UserInputError
+
+        if isinstance(exc, UserInputError):
+            fail(str(exc), BAD_INPUT)
+        raise
 
 
 def catalog_banner(view: OffersInForce, today: date, freshness_days: int) -> str:

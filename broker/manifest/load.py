@@ -18,7 +18,9 @@ its document's canonical JSON (keys sorted, no spaces), so that re-submitting
 an unchanged manifest can be told apart from a changed one whatever its
 comments, layout or key order.
 
-pydantic is imported only when a document is validated (`broker.manifest.model`).
+pydantic is imported only when a document is validated (`broker.manifest.model`),
+and yaml (with pricing.yamlfile) only when a file is parsed: a manifest file loaded
+before comes from the spec cache (`broker.manifest.spec_cache`) without either.
 """
 
 from __future__ import annotations
@@ -37,13 +39,7 @@ from broker.spec import JobSpec
 
 if TYPE_CHECKING:
     from broker.manifest.spec_cache import SpecCache
-from pricing.yamlfile import (
-    UserInputError,
-    YamlDocument,
-    iter_yaml_documents,
-    read_yaml_text,
-    suggestion,
-)
+    from pricing.yamlfile import UserInputError, YamlDocument
 
 API_VERSION = "broker/v1"
 SUFFIXES = (".yaml", ".yml")
@@ -132,6 +128,8 @@ def load_manifests(paths: Sequence[Path]) -> LoadResult:
                 result.skipped.append(file)
             seen[key] = not skipped
         if in_directory and not any(seen[key] for key in keys):
+            from pricing.yamlfile import UserInputError
+
             message = f"no job manifests (YAML with apiVersion: {API_VERSION}) in this directory"
             result.errors.append(UserInputError(path, 0, 0, "", message))
     result.manifests.extend(_unique(loaded, result.errors))
@@ -141,6 +139,7 @@ def load_manifests(paths: Sequence[Path]) -> LoadResult:
 def parse_manifest_text(text: str, path: Path = Path("<stdin>")) -> list[Manifest]:
     """The manifests of one text (stdin, tests); UserInputError holding every mistake."""
     from broker.manifest.spec_cache import SpecCache, cache_dir
+    from pricing.yamlfile import UserInputError, iter_yaml_documents
 
     loaded: list[_Loaded] = []
     errors: list[UserInputError] = []
@@ -193,12 +192,59 @@ def _load_file(
 ) -> bool:
     """Load one file into `loaded` and `errors`; True when it is skipped as not a manifest file."""
     try:
-        text = read_yaml_text(path)
-    except UserInputError as exc:
-        errors.append(exc)
+        # As pricing.yamlfile.read_yaml_text reads it (UTF-8, a byte-order mark dropped),
+        # without loading the utf-8-sig codec.
+        text = path.read_text(encoding="utf-8").removeprefix("\ufeff")
+    except (OSError, UnicodeDecodeError):
+        errors.append(_unreadable(path))
         return False
     if in_directory and not _MENTIONS_BROKER_API.search(text):
         return True
+    known = _from_cache(path, text, cache)
+    if known is not None:
+        loaded.extend(known)
+        return False
+    return _parse_file(path, text, in_directory, loaded, errors, cache)
+
+
+def _unreadable(path: Path) -> UserInputError:
+    """Why a file cannot be read, in pricing.yamlfile's words (imported only now)."""
+    from pricing.yamlfile import UserInputError, read_yaml_text
+
+    try:
+        read_yaml_text(path)
+    except UserInputError as exc:
+        return exc
+    return UserInputError(path, 0, 0, "", "could not be read")  # readable again meanwhile
+
+
+def _from_cache(path: Path, text: str, cache: SpecCache) -> list[_Loaded] | None:
+    """The manifests of a file loaded before with the same text, if all are still cached."""
+    entries = cache.get_file(text)
+    if not entries:
+        return None
+    found = []
+    for entry in entries:
+        spec = cache.get(entry.digest)
+        if spec is None:
+            return None
+        manifest = Manifest(spec, path, entry.index, entry.line, entry.digest)
+        found.append(_Loaded(manifest, entry.name_at))
+    return found
+
+
+def _parse_file(
+    path: Path,
+    text: str,
+    in_directory: bool,
+    loaded: list[_Loaded],
+    errors: list[UserInputError],
+    cache: SpecCache,
+) -> bool:
+    """`_load_file` for a file not in the cache: parse and validate every document."""
+    from broker.manifest.spec_cache import FileEntry
+    from pricing.yamlfile import UserInputError, iter_yaml_documents
+
     found: list[_Loaded] = []
     mistakes: list[UserInputError] = []
     documents = claimed = 0
@@ -214,6 +260,9 @@ def _load_file(
             return True
         if not documents:
             mistakes.append(UserInputError(path, 0, 0, "", "no job manifest in this file"))
+    if found and not mistakes:
+        entries = [FileEntry(m.digest, m.index, m.line, at) for m, at in found]
+        cache.put_file(text, entries)
     loaded.extend(found)
     errors.extend(mistakes)
     return False
@@ -262,6 +311,8 @@ def _load_document(
 
 
 def _version_error(doc: YamlDocument, data: dict[Any, Any]) -> UserInputError:
+    from pricing.yamlfile import suggestion
+
     if "apiVersion" in data:
         message = f"unsupported apiVersion {data['apiVersion']!r}: expected {API_VERSION}"
         return doc.error(("apiVersion",), message)
@@ -278,6 +329,8 @@ def _unique(loaded: list[_Loaded], errors: list[UserInputError]) -> list[Manifes
         spec = item.manifest.spec
         earlier = first.setdefault((spec.team, spec.name), item)
         if earlier is not item:
+            from pricing.yamlfile import UserInputError
+
             message = (
                 f"duplicate job {spec.name!r} in team {spec.team!r} "
                 f"(first at {earlier.manifest.path}:{earlier.name_at[0]})"

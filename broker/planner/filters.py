@@ -1,14 +1,21 @@
 """Step 1 of planning: the (offer, market) candidates that satisfy each Requirements.
 
-Vectorised across a whole batch. The table is partitioned once by (GPU model,
-GPU count, cloud, region), and within each partition its rows are kept in two
-precomputed orders, one per market, by (interruption rate, price, row). So:
+Vectorised across a whole batch, over the table as `Partitions` lays it out: its
+rows partitioned by (GPU model, GPU count, cloud, region), and within each
+partition kept in two precomputed orders, one per market, by (interruption rate,
+price, row). Then:
 - location constraints (cloud, region, country) are decided once per partition,
   whatever the number of offers in it;
-- the remaining constraints (vCPUs, memory, interconnect, capacity, a price in
-  the market, max price) are masks over one flat array of (requirements, offer,
-  market) candidates of the whole batch, which keep that order;
-- the survivors come out already in cost groups (see Candidates) with no sort.
+- requirements that ask the same of an offer (one GPU alternative, the location,
+  vCPUs, memory, interconnect, nodes and market: a *slice*) share one set of
+  candidates. A batch repeats the same few asks, so each slice is filtered once,
+  however many requirements use it;
+- the offer filters (vCPUs, memory, interconnect, capacity, a price in the market)
+  are masks over one flat array of the candidates of every slice, which keep that
+  order, so the survivors come out already in cost groups (see Candidates) with no
+  sort;
+- max_price_per_hour, the one filter that differs between requirements sharing a
+  slice, keeps a prefix of each of their groups (prices rise within a group).
 Each filter counts, per requirements, how many offers it removed and why, so
 that `broker plan --explain` can show where the offers went. The filters run
 in the order they appear below.
@@ -16,12 +23,12 @@ in the order they appear below.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from broker.planner.cost import DEFAULT_INTERRUPTION_RATE
-from broker.planner.decision import Rejection
+from broker.planner.decision import Rejection, Rejections
+from broker.planner.partitions import Partitions
 from broker.spec import Amount, GpuAsk, Requirements
 
 if TYPE_CHECKING:
@@ -29,7 +36,10 @@ if TYPE_CHECKING:
 
     from pricing.query import OfferIndex
 
-MARKETS = (False, True)  # on-demand, spot
+MARKETS = {"never": (False,), "only": (True,), "prefer": (False, True)}  # False = on-demand
+CPU_ONLY = (GpuAsk("", 0.0),)  # a CPU-only job asks for the offers without GPUs
+# What the offer filters removed, in the order they run: a column of Slices.removed each.
+OFFER_FILTERS = ("vcpus", "memory", "interconnect", "capacity", "price")
 
 
 @dataclass(frozen=True)
@@ -41,13 +51,14 @@ class Candidates:
     and interruption rate. Within a group the expected hours are the same and the
     expected cost grows with the price, so candidates are sorted by (price, row)
     and a group can be priced once. Group g holds candidates
-    `group_start[g]:group_start[g+1]`; the groups of requirements r are
-    `req_groups[r]:req_groups[r+1]`.
+    `group_start[g]:group_end[g]` (requirements sharing a slice share its
+    candidates); the groups of requirements r are `req_groups[r]:req_groups[r+1]`.
     """
 
     row: np.ndarray  # per candidate: position in the offers table
     price_per_hour: np.ndarray  # per candidate: USD for all nodes, in its market
-    group_start: np.ndarray  # per group (+1 sentinel): first candidate
+    group_start: np.ndarray  # per group: first candidate
+    group_end: np.ndarray  # per group: one past its last candidate
     group_alternative: np.ndarray  # per group: index into the accelerators (0 for CPU-only)
     group_place: np.ndarray  # per group: place id (Partitions.places)
     group_spot: np.ndarray  # per group: bool
@@ -58,206 +69,172 @@ class Candidates:
     considered: int  # offers in the table
 
 
-class Partitions:
-    """The table's rows grouped by (GPU model, GPU count, cloud, region), each group in
-    a per-market order by (rate, price, row). Built once per batch."""
+class Slices:
+    """The slices (see module docstring) of a batch's distinct requirements.
 
-    def __init__(self, index: OfferIndex) -> None:
+    Registering them costs little (Partitions memoises the location rows);
+    `candidates` filters the slices of some of the requirements, as one flat array.
+    Each requirements *uses* one slice per GPU alternative and market; with `spot:
+    prefer` each offer is a candidate twice, once per market, and the filters that
+    judge the offer, not the market, count only the first copy (`counted`).
+    """
+
+    def __init__(self, reqs: Sequence[Requirements], partitions: Partitions) -> None:
         import numpy as np
 
-        self.index = index
-        table = index.offers
-        numbers = table.numbers
-        gpu, count = table.codes["accelerator"], numbers["accelerator_count"]
-        cloud, region = table.codes["cloud"], table.codes["region"]
-        rows = np.arange(len(table))
-        default = np.array(
-            [DEFAULT_INTERRUPTION_RATE.get(c, 0.05) for c in table.categories["cloud"]]
-        )
-        catalog_rate = numbers["spot_interruption_rate"]
-        self.from_catalog = ~np.isnan(catalog_rate)
-        self.spot_rate = np.where(
-            self.from_catalog, catalog_rate, default[cloud] if len(table) else 0.0
-        )
-        leading = (region, cloud, count, gpu)
-        self.order = {
-            False: np.lexsort((rows, numbers["price_on_demand"], *leading)),
-            True: np.lexsort(
-                (rows, numbers["price_spot"], self.spot_rate, self.from_catalog, *leading)
-            ),
-        }
-        ordered = self.order[False]
-        change = np.ones(len(table), dtype=bool)
-        if len(table) > 1:
-            keys = np.stack([gpu[ordered], count[ordered], cloud[ordered], region[ordered]])
-            change[1:] = (keys[:, 1:] != keys[:, :-1]).any(axis=0)
-        self.start = np.flatnonzero(change)
-        self.size = np.diff(np.append(self.start, len(table)))
-        first = ordered[self.start]
-        self.cloud, self.region = cloud[first], region[first]
-        self.country = index.country_codes()[first]
-        gpu_names = table.categories["accelerator"]
-        self._groups: dict[tuple[str, float], tuple[int, int]] = {}
-        for i, (g, c) in enumerate(zip(gpu[first].tolist(), count[first].tolist(), strict=True)):
-            begin, _ = self._groups.get((gpu_names[g], c), (i, i))
-            self._groups[(gpu_names[g], c)] = (begin, i + 1)
-        self._memo: dict[tuple, tuple[np.ndarray, list[int]]] = {}
-        # Places: distinct (cloud, region, country) of the table, and each row's place id.
-        n_regions = max(len(table.categories["region"]), 1)
-        distinct, first_row, self.place_of_row = np.unique(
-            cloud.astype(np.int64) * n_regions + region, return_index=True, return_inverse=True
-        )
-        countries = index.country_names()[index.country_codes()[first_row]].tolist()
-        self.places = [
-            (
-                table.categories["cloud"][code // n_regions],
-                table.categories["region"][code % n_regions],
-                country,
+        self.reqs = reqs
+        self.partitions = partitions
+        self.rejections = Rejections()
+        ids: dict[tuple, int] = {}
+        self.positions: list[np.ndarray] = []  # per slice: its location rows (Partitions.rows)
+        self.spot: list[bool] = []  # per slice
+        self.asker: list[Requirements] = []  # per slice: one requirements that uses it
+        located: list[list[int]] = []  # per slice: its rows, then what each location filter drops
+        # Uses, requirements after requirements: those of r are req_uses[r]:req_uses[r+1].
+        use_alt: list[int] = []
+        use_slice: list[int] = []
+        use_counted: list[bool] = []
+        req_uses = [0]
+        # What each requirements asks of an offer besides its GPU (location, vCPUs, memory,
+        # interconnect, nodes), numbered, so that a slice's key hashes fast.
+        numbered: dict[tuple, int] = {}
+        for req in reqs:
+            cpus, memory = req.cpus, req.memory_gib
+            rest = (
+                (req.clouds, req.exclude_clouds, req.regions, req.countries),
+                None if cpus is None else (cpus.value, cpus.at_least),
+                None if memory is None else (memory.value, memory.at_least),
+                req.interconnect,
+                req.nodes,
             )
-            for code, country in zip(distinct.tolist(), countries, strict=True)
-        ]
+            asked = numbered.setdefault(rest, len(numbered))
+            markets = MARKETS[req.spot]
+            for alt, ask in enumerate(req.accelerators or CPU_ONLY):
+                for spot in markets:
+                    key = (ask.gpu, ask.count, asked, spot)
+                    slice_id = ids.get(key)
+                    if slice_id is None:
+                        slice_id = ids[key] = len(self.positions)
+                        rows, dropped = partitions.rows(ask.gpu, ask.count, req, spot)
+                        self.positions.append(rows)
+                        self.spot.append(spot)
+                        self.asker.append(req)
+                        located.append([len(rows), *dropped])
+                    use_alt.append(alt)
+                    use_slice.append(slice_id)
+                    use_counted.append(spot == markets[0])
+            req_uses.append(len(use_slice))
+        self.use_alt = np.array(use_alt, dtype=np.int64)
+        self.use_slice = np.array(use_slice, dtype=np.int64)
+        self.use_counted = np.array(use_counted, dtype=bool)
+        self.req_uses = np.array(req_uses, dtype=np.int64)
+        self._slices_of_req = use_slice  # as a list, for `slices_of`
+        self.first_rejections = self._first_rejections(np.array(located, dtype=np.int64))
 
-    def size_of(self, req: Requirements) -> int:
-        """Offers that pass the location constraints of `req` (before the other filters),
-        times its markets: an upper bound of its candidates, for sizing batches."""
-        asks = req.accelerators or (GpuAsk("", 0.0),)
-        markets = 2 if req.spot == "prefer" else 1
-        return markets * sum(len(self.rows(a.gpu, a.count, req, False)[0]) for a in asks)
-
-    def rows(
-        self,
-        gpu: str,
-        count: float,
-        req: Requirements,
-        spot: bool,
-    ) -> tuple[np.ndarray, list[int]]:
-        """Rows of (gpu, count) passing the location constraints of `req`, in `spot`'s
-        order, and how many rows each of the four location filters removed. Memoised:
-        a batch repeats the same few location constraints many times."""
-        key = (gpu, count, req.clouds, req.exclude_clouds, req.regions, req.countries, spot)
-        if key not in self._memo:
-            self._memo[key] = self._rows(gpu, count, req, spot)
-        return self._memo[key]
-
-    def _rows(
-        self,
-        gpu: str,
-        count: float,
-        req: Requirements,
-        spot: bool,
-    ) -> tuple[np.ndarray, list[int]]:
+    def _first_rejections(self, located: np.ndarray) -> list[list[Rejection]]:
+        """Per requirements, the offers of other GPU models or counts, and of other places."""
         import numpy as np
 
-        begin, end = self._groups.get((gpu, count), (0, 0))
-        size = self.size[begin:end]
-        ok = np.ones(end - begin, dtype=bool)
-        dropped = []
-        for wanted, column, codes, invert in (
-            (req.clouds, "cloud", self.cloud, False),
-            (req.exclude_clouds, "cloud", self.cloud, True),
-            (req.regions, "region", self.region, False),
-            (req.countries, "country", self.country, False),
-        ):
-            if not wanted:
-                dropped.append(0)
-                continue
-            passes = self.index.category_mask(column, wanted)[codes[begin:end]]
-            passes = ~passes if invert else passes
-            dropped.append(int(size[ok & ~passes].sum()))
-            ok &= passes
-        chosen = np.flatnonzero(ok) + begin
-        lengths = self.size[chosen]
-        starts = np.repeat(self.start[chosen] - np.cumsum(lengths) + lengths, lengths)
-        return self.order[spot][starts + np.arange(int(lengths.sum()))], dropped
+        n = len(self.reqs)
+        counted = self.use_counted
+        req = np.repeat(np.arange(n), np.diff(self.req_uses))[counted]
+        at = located.reshape(-1, 5)[self.use_slice[counted]]
+        removed = np.stack([np.bincount(req, at[:, k], minlength=n) for k in range(1, 5)], 1)
+        removed = removed.astype(np.int64)
+        found = (np.bincount(req, at[:, 0], minlength=n) + removed.sum(axis=1)).astype(int).tolist()
+        index = self.partitions.index
+        total = len(index.offers)
+        names: dict[tuple[str, float], str] = {}
+        of_gpu: dict[str, int] = {}
+        places: dict[tuple, tuple[str, str, str, str]] = {}  # location -> its reasons
+        rejection = self.rejections
+        out = []
+        for req, found_here, removed_here in zip(self.reqs, found, removed.tolist(), strict=True):
+            first = _model_rejections(req.accelerators, index, total, found_here, names, of_gpu)
+            first = [rejection[key] for key in first]
+            if any(removed_here):
+                location = (req.clouds, req.exclude_clouds, req.regions, req.countries)
+                if location not in places:
+                    places[location] = _location_reasons(req)
+                for count, reason in zip(removed_here, places[location], strict=True):
+                    if count:
+                        first.append(rejection[reason, count])
+            out.append(first)
+        return out
+
+    def slices_of(self, r: int) -> list[int]:
+        """The slices requirements `r` uses."""
+        return self._slices_of_req[self.req_uses[r] : self.req_uses[r + 1]]
+
+    def size(self, slice_id: int) -> int:
+        """Location rows of a slice: what filtering it holds in memory at most."""
+        return len(self.positions[slice_id])
+
+    def candidates(self, which: Iterable[int]) -> Candidates:
+        """The Candidates of the requirements `which` (indices into `reqs`), in that order."""
+        import numpy as np
+
+        which = np.fromiter(which, dtype=np.int64)
+        first, lengths = self.req_uses[which], self.req_uses[which + 1] - self.req_uses[which]
+        use = np.repeat(first - np.cumsum(lengths) + lengths, lengths) + np.arange(lengths.sum())
+        use_req = np.repeat(np.arange(len(which)), lengths)
+        # The slices used here, renumbered from 0 in the order of their ids.
+        used, use_slice = np.unique(self.use_slice[use], return_inverse=True)
+        used = used.tolist()
+        survivors = _SliceCandidates(
+            [self.positions[s] for s in used], [self.spot[s] for s in used]
+        )
+        survivors.filter([self.asker[s] for s in used], self.partitions)
+        tally = _Tally(
+            [self.reqs[r] for r in which.tolist()],
+            [list(self.first_rejections[r]) for r in which.tolist()],
+            self.rejections,
+        )
+        _count_offer_filters(tally, survivors, use_req, use_slice, self.use_counted[use])
+        return _cut_at_max_price(
+            survivors,
+            tally,
+            (use_req, self.use_alt[use], use_slice),
+            considered=len(self.partitions.index.offers),
+        )
 
 
 def find_candidates(
     reqs: Sequence[Requirements], index: OfferIndex, partitions: Partitions | None = None
 ) -> Candidates:
     """Every satisfying (requirements, offer, market) triple, with rejected counts."""
-    import numpy as np
-
-    table = index.offers
-    numbers = table.numbers
-    total = len(table)
-    partitions = partitions or Partitions(index)
-    pairs = _Pairs(len(reqs))
-    memo: dict = {}
-    for r, req in enumerate(reqs):
-        markets = {"never": (False,), "only": (True,), "prefer": MARKETS}[req.spot]
-        asks = req.accelerators or (GpuAsk("", 0.0),)
-        found, removed = 0, [0, 0, 0, 0]
-        for alt, ask in enumerate(asks):
-            for m, spot in enumerate(markets):
-                rows, dropped = partitions.rows(ask.gpu, ask.count, req, spot)
-                pairs.add(r, alt, spot, rows, counted=m == 0)
-            found += len(rows) + sum(dropped)
-            removed = [a + b for a, b in zip(removed, dropped, strict=True)]
-        pairs.rejected[r].extend(_model_rejections(req.accelerators, index, total, found, memo))
-        if any(removed):
-            for count, reason in zip(removed, _location_reasons(req), strict=True):
-                if count:
-                    pairs.rejected[r].append(Rejection(reason, count))
-    pairs.freeze()
-    pairs.by_amount(
-        numbers["vcpus"], reqs, lambda q: q.cpus, lambda q: f"vCPUs not {_amount_text(q.cpus)}"
-    )
-    pairs.by_amount(
-        numbers["memory_gib"],
-        reqs,
-        lambda q: q.memory_gib,
-        lambda q: f"memory not {_amount_text(q.memory_gib)} GiB",
-    )
-    pairs.by_interconnect(table, reqs)
-    nodes = np.array([q.nodes for q in reqs], dtype=np.float64)
-    capacity = numbers["capacity"][pairs.row]
-    pairs.keep(
-        np.isnan(capacity) | (capacity >= nodes[pairs.req]),
-        lambda q: f"not enough free capacity for {q.nodes} node(s)",
-        reqs,
-    )
-    pairs.compress()  # the market filters below read prices of the survivors only
-    unit = np.where(
-        pairs.spot, numbers["price_spot"][pairs.row], numbers["price_on_demand"][pairs.row]
-    )
-    for spot, label in ((False, "no on-demand price"), (True, "no spot price")):
-        pairs.keep(
-            ~(np.isnan(unit) & (pairs.spot == spot)), lambda q, t=label: t, reqs, every_market=True
-        )
-    price = unit * nodes[pairs.req]
-    max_price = np.array(
-        [np.inf if q.max_price_per_hour is None else q.max_price_per_hour for q in reqs]
-    )
-    with np.errstate(invalid="ignore"):  # NaN prices are retired already
-        affordable = ~(price > max_price[pairs.req])
-    pairs.keep(
-        affordable,
-        lambda q: f"over max_price_per_hour {q.max_price_per_hour:g} USD",
-        reqs,
-        every_market=True,
-    )
-    (price,) = pairs.compress(price)
-    return _group(partitions, pairs, price, len(reqs), total)
+    slices = Slices(reqs, partitions or Partitions(index))
+    return slices.candidates(range(len(reqs)))
 
 
 def _model_rejections(
-    asks: tuple[GpuAsk, ...], index: OfferIndex, total: int, found: int, memo: dict
-) -> list[Rejection]:
-    """Offers of another GPU model, or of the model with another count."""
+    asks: tuple[GpuAsk, ...],
+    index: OfferIndex,
+    total: int,
+    found: int,
+    names: dict[tuple[str, float], str],
+    of_gpu: dict[str, int],
+) -> list[tuple[str, int]]:
+    """(reason, count) of the offers of another GPU model, or of the model with another
+    count (`names` and `of_gpu` memoise each ask's text and each model's offers)."""
     if not asks:
-        return (
-            [Rejection("has GPUs (the job asks for none)", total - found)] if total > found else []
-        )
-    if asks not in memo:
-        wanted = " or ".join(f"{a.gpu}:{a.count:g}" for a in asks)
-        of_model = sum(len(index.rows_of_gpu(g)) for g in {a.gpu for a in asks})
-        memo[asks] = (wanted, of_model)
-    wanted, of_model = memo[asks]
+        return [("has GPUs (the job asks for none)", total - found)] if total > found else []
+    texts, of_model, models = [], 0, set()
+    for ask in asks:
+        key = (ask.gpu, ask.count)
+        if key not in names:
+            names[key] = f"{ask.gpu}:{ask.count:g}"
+            of_gpu.setdefault(ask.gpu, len(index.rows_of_gpu(ask.gpu)))
+        texts.append(names[key])
+        if ask.gpu not in models:
+            models.add(ask.gpu)
+            of_model += of_gpu[ask.gpu]
+    wanted = " or ".join(texts)
     out = []
     if total > of_model:
-        out.append(Rejection(f"GPU model is not {wanted}", total - of_model))
+        out.append((f"GPU model is not {wanted}", total - of_model))
     if of_model > found:
-        out.append(Rejection(f"GPU count per node is not {wanted}", of_model - found))
+        out.append((f"GPU count per node is not {wanted}", of_model - found))
     return out
 
 
@@ -274,126 +251,205 @@ def _amount_text(amount: Amount | None) -> str:
     return "" if amount is None else f"{amount.value:g}{'+' if amount.at_least else ''}"
 
 
-class _Pairs:
-    """The batch's candidates as flat arrays, and what each filter removed.
+class _SliceCandidates:
+    """The candidates of some slices as flat arrays (slice after slice, each a run of
+    positions in Partitions' layout), and how many of each slice every offer filter
+    removed. A per-slice figure is spread over its candidates with np.repeat, which
+    costs a fraction of an indexed gather on arrays this long."""
 
-    With `spot: prefer` an offer is a candidate twice (once per market); filters
-    that judge the offer, not the market, count only its first copy (`counted`).
-    """
-
-    def __init__(self, n_reqs: int) -> None:
-        self.rejected: list[list[Rejection]] = [[] for _ in range(n_reqs)]
-        self._parts: list[tuple] = []
-
-    def add(self, req: int, alt: int, spot: bool, rows: np.ndarray, counted: bool) -> None:
-        self._parts.append((req, alt, spot, counted, rows))
-
-    def freeze(self) -> None:
+    def __init__(self, positions: list[np.ndarray], spot: list[bool]) -> None:
         import numpy as np
 
-        lengths = [len(part[4]) for part in self._parts]
-        self.req = np.repeat(np.array([p[0] for p in self._parts], dtype=np.int32), lengths)
-        self.alternative = np.repeat(np.array([p[1] for p in self._parts], dtype=np.int16), lengths)
-        self.spot = np.repeat(np.array([p[2] for p in self._parts], dtype=bool), lengths)
-        self.counted = np.repeat(np.array([p[3] for p in self._parts], dtype=bool), lengths)
-        self.row = (
-            np.concatenate([p[4] for p in self._parts])
-            if self._parts
-            else np.zeros(0, dtype=np.int64)
-        )
-        self.alive = np.ones(len(self.row), dtype=bool)
-        del self._parts
+        self.n = len(positions)
+        self.lengths = np.array([len(p) for p in positions], dtype=np.int64)
+        self.at = np.concatenate(positions) if positions else np.zeros(0, dtype=np.int64)
+        self.slice_spot = np.array(spot, dtype=bool)
+        self.removed = np.zeros((self.n, len(OFFER_FILTERS)), dtype=np.int64)
 
-    def keep(
-        self,
-        mask: np.ndarray,
-        reason: Callable[[Requirements], str],
-        reqs: Sequence[Requirements],
-        every_market: bool = False,
-    ) -> None:
-        """Retire the live candidates where `mask` is False, counting them per requirements.
-        Arrays are compressed once, in `compress`, not after every filter."""
+    def spread(self, per_slice: np.ndarray) -> np.ndarray:
+        """A per-slice array, one entry per candidate."""
         import numpy as np
 
-        dropped = self.alive & ~mask
-        if not every_market:
-            dropped &= self.counted
+        return np.repeat(per_slice, self.lengths)
+
+    def filter(self, askers: list[Requirements], partitions: Partitions) -> None:
+        """Apply the offer filters (each skipped when no slice asks for it), then cut the
+        survivors into cost groups and price them for all nodes."""
+        import numpy as np
+
+        column = partitions.at
+        alive = np.ones(len(self.at), dtype=bool)
+        for name, values, amount_of in (
+            ("vcpus", column["vcpus"], lambda q: q.cpus),
+            ("memory", column["memory_gib"], lambda q: q.memory_gib),
+        ):
+            amounts = [amount_of(q) for q in askers]
+            if any(a is not None for a in amounts):
+                have = values[self.at]
+                target = self.spread(np.array([a.value if a else np.nan for a in amounts]))
+                ok = have >= target
+                exact = np.array([a is not None and not a.at_least for a in amounts])
+                if exact.any():
+                    ok = np.where(self.spread(exact), have == target, ok)
+                free = np.array([a is None for a in amounts])
+                if free.any():
+                    ok |= self.spread(free)
+                alive = self._keep(name, alive, ok)
+        wanted = [q.interconnect for q in askers]
+        if any(wanted):
+            codes = column["interconnect"][self.at]
+            lookup = _interconnects(partitions.index.offers, wanted)
+            ok = lookup[self.spread(np.arange(self.n)), codes]
+            alive = self._keep("interconnect", alive, ok)
+        nodes = np.array([q.nodes for q in askers], dtype=np.float64)
+        if partitions.has_capacity:
+            capacity = column["capacity"][self.at]
+            alive = self._keep(
+                "capacity", alive, np.isnan(capacity) | (capacity >= self.spread(nodes))
+            )
+        unit = column["price"][self.at]  # in the slice's market
+        alive = self._keep("price", alive, ~np.isnan(unit))
+        at = self.at[alive]
+        self.lengths = self.lengths - self.removed.sum(axis=1)
+        self.price = unit[alive] * self.spread(nodes)
+        self.row = partitions.row_at[at]
+        # Cost groups: runs of one slice and one group of Partitions.group_at.
+        group = partitions.group_at[at]
+        change = np.ones(len(at), dtype=bool)
+        change[1:] = group[1:] != group[:-1]
+        starts = np.cumsum(self.lengths) - self.lengths
+        change[starts[self.lengths > 0]] = True
+        self.group_start = np.flatnonzero(change)
+        self.group_end = np.append(self.group_start[1:], len(at))
+        slice_of_group = self.spread(np.arange(self.n))[self.group_start]
+        first = self.row[self.group_start]
+        self.group_spot = self.slice_spot[slice_of_group]
+        self.group_place = partitions.place_of_row[first]
+        self.group_rate = np.where(self.group_spot, partitions.spot_rate[first], 0.0)
+        self.group_from_catalog = self.group_spot & partitions.from_catalog[first]
+        self.slice_groups = np.searchsorted(slice_of_group, np.arange(self.n + 1))
+        del self.at
+
+    def _keep(self, name: str, alive: np.ndarray, ok: np.ndarray) -> np.ndarray:
+        """`alive & ok`, counting per slice the candidates `ok` retires."""
+        import numpy as np
+
+        dropped = alive & ~ok
         if dropped.any():
-            removed = np.bincount(self.req[dropped], minlength=len(reqs))
-            for r in np.flatnonzero(removed).tolist():
-                self.rejected[r].append(Rejection(reason(reqs[r]), int(removed[r])))
-        self.alive &= mask
-
-    def compress(self, *extra: np.ndarray) -> tuple[np.ndarray, ...]:
-        """Drop retired candidates from every array (and from `extra` ones, returned)."""
-        alive = self.alive
-        for name in ("req", "alternative", "spot", "counted", "row"):
-            setattr(self, name, getattr(self, name)[alive])
-        self.alive = alive[alive]
-        return tuple(array[alive] for array in extra)
-
-    def by_amount(
-        self, values: np.ndarray, reqs: Sequence[Requirements], amount_of, reason
-    ) -> None:
-        """Filter on "N" (exactly) or "N+" (at least) against a numeric column."""
-        import numpy as np
-
-        amounts = [amount_of(q) for q in reqs]
-        if all(a is None for a in amounts):
-            return
-        target = np.array([a.value if a else np.nan for a in amounts])[self.req]
-        at_least = np.array([a.at_least if a else True for a in amounts])[self.req]
-        have = values[self.row]
-        ok = np.isnan(target) | np.where(at_least, have >= target, have == target)
-        self.keep(ok, reason, reqs)
-
-    def by_interconnect(self, table, reqs: Sequence[Requirements]) -> None:
-        import numpy as np
-
-        wanted = sorted({q.interconnect for q in reqs if q.interconnect})
-        if not wanted:
-            return
-        ids = {None: 0, **{w: i + 1 for i, w in enumerate(wanted)}}
-        lookup = np.ones((len(ids), len(table.categories["interconnect"])), dtype=bool)
-        for name, i in ids.items():
-            if name:
-                lookup[i] = [name in v.split("+") for v in table.categories["interconnect"]]
-        req_id = np.array([ids[q.interconnect or None] for q in reqs], dtype=np.int64)
-        ok = lookup[req_id[self.req], table.codes["interconnect"][self.row]]
-        self.keep(ok, lambda q: f"no {q.interconnect} interconnect", reqs)
+            # Slices are runs of candidates: sum each nonempty run.
+            starts = np.cumsum(self.lengths) - self.lengths
+            runs = np.flatnonzero(self.lengths > 0)
+            counts = np.add.reduceat(dropped, starts[runs], dtype=np.int64)
+            self.removed[runs, OFFER_FILTERS.index(name)] = counts
+        return alive & ok
 
 
-def _group(
-    partitions: Partitions, pairs: _Pairs, price: np.ndarray, n: int, total: int
-) -> Candidates:
-    """Cut the (already ordered) candidates into cost groups (see Candidates)."""
+def _interconnects(table, wanted: list[str | None]) -> np.ndarray:
+    """[slice, interconnect code]: whether an offer has what the slice asks for (or none)."""
     import numpy as np
 
-    row, spot = pairs.row, pairs.spot
-    place = partitions.place_of_row[row]
-    from_catalog = spot & partitions.from_catalog[row]
-    rate = np.where(spot, partitions.spot_rate[row], 0.0)
-    change = np.ones(len(row), dtype=bool)
-    if len(row) > 1:
-        change[1:] = (
-            (pairs.req[1:] != pairs.req[:-1])
-            | (pairs.alternative[1:] != pairs.alternative[:-1])
-            | (spot[1:] != spot[:-1])
-            | (place[1:] != place[:-1])
-            | (rate[1:] != rate[:-1])
-            | (from_catalog[1:] != from_catalog[:-1])
-        )
-    first = np.flatnonzero(change)
-    return Candidates(
-        row=row,
-        price_per_hour=price,
-        group_start=np.append(first, len(row)),
-        group_alternative=pairs.alternative[first],
-        group_place=place[first],
-        group_spot=spot[first],
-        group_rate=rate[first],
-        group_rate_from_catalog=from_catalog[first],
-        req_groups=np.searchsorted(pairs.req[first], np.arange(n + 1)),
-        rejected=pairs.rejected,
-        considered=total,
+    categories = table.categories["interconnect"]
+    has = {name: [name in v.split("+") for v in categories] for name in set(wanted) if name}
+    lookup = np.ones((len(wanted), len(categories)), dtype=bool)
+    for i, name in enumerate(wanted):
+        if name:
+            lookup[i] = has[name]
+    return lookup
+
+
+def _count_offer_filters(
+    tally: _Tally,
+    survivors: _SliceCandidates,
+    use_req: np.ndarray,
+    use_slice: np.ndarray,
+    counted: np.ndarray,
+) -> None:
+    """Add to each requirements what the offer filters removed from its slices: the
+    filters that judge the offer once per offer, the market's price once per market."""
+    import numpy as np
+
+    n = len(tally.reqs)
+    reasons = (
+        lambda q: f"vCPUs not {_amount_text(q.cpus)}",
+        lambda q: f"memory not {_amount_text(q.memory_gib)} GiB",
+        lambda q: f"no {q.interconnect} interconnect",
+        lambda q: f"not enough free capacity for {q.nodes} node(s)",
     )
+    for column, reason in enumerate(reasons):
+        removed = survivors.removed[use_slice[counted], column]
+        tally.add(np.bincount(use_req[counted], removed, minlength=n), reason)
+    price = survivors.removed[use_slice, OFFER_FILTERS.index("price")]
+    spot = survivors.slice_spot[use_slice]
+    for market, label in ((False, "no on-demand price"), (True, "no spot price")):
+        mine = spot == market
+        tally.add(np.bincount(use_req[mine], price[mine], minlength=n), lambda q, t=label: t)
+
+
+def _cut_at_max_price(
+    survivors: _SliceCandidates,
+    tally: _Tally,
+    uses: tuple[np.ndarray, np.ndarray, np.ndarray],
+    considered: int,
+) -> Candidates:
+    """The groups of every use of a slice, each cut to the candidates under its
+    requirements' max_price_per_hour (a prefix: prices rise within a group)."""
+    import numpy as np
+
+    s = survivors
+    use_req, use_alt, use_slice = uses
+    first = s.slice_groups[use_slice]
+    lengths = s.slice_groups[use_slice + 1] - first
+    use = np.repeat(np.arange(len(use_slice)), lengths)
+    group = np.arange(int(lengths.sum())) - np.repeat(np.cumsum(lengths) - lengths - first, lengths)
+    begin, end = s.group_start[group], s.group_end[group]
+    reqs = tally.reqs
+    cap = np.array([np.inf if q.max_price_per_hour is None else q.max_price_per_hour for q in reqs])
+    cap = cap[use_req[use]]
+    kept = end - begin
+    capped = np.flatnonzero(np.isfinite(cap))
+    if len(capped):
+        none_fit = s.price[begin[capped]] > cap[capped]
+        some_fit = ~none_fit & (s.price[end[capped] - 1] > cap[capped])
+        kept[capped[none_fit]] = 0
+        partial = capped[some_fit]
+        if len(partial):  # count each group's prefix within the cap, all groups at once
+            size = end[partial] - begin[partial]
+            at = np.repeat(begin[partial] - np.cumsum(size) + size, size) + np.arange(size.sum())
+            fits = s.price[at] <= np.repeat(cap[partial], size)
+            kept[partial] = np.bincount(
+                np.repeat(np.arange(len(partial)), size), fits, len(partial)
+            )
+        over = np.bincount(use_req[use], (end - begin) - kept, minlength=len(reqs))
+        tally.add(over, lambda q: f"over max_price_per_hour {q.max_price_per_hour:g} USD")
+    live = np.flatnonzero(kept > 0)
+    use, group = use[live], group[live]
+    return Candidates(
+        row=s.row,
+        price_per_hour=s.price,
+        group_start=begin[live],
+        group_end=begin[live] + kept[live],
+        group_alternative=use_alt[use],
+        group_place=s.group_place[group],
+        group_spot=s.group_spot[group],
+        group_rate=s.group_rate[group],
+        group_rate_from_catalog=s.group_from_catalog[group],
+        req_groups=np.searchsorted(use_req[use], np.arange(len(reqs) + 1)),
+        rejected=tally.rejected,
+        considered=considered,
+    )
+
+
+class _Tally:
+    """What the filters removed from each requirements, in filter order."""
+
+    def __init__(
+        self, reqs: list[Requirements], rejected: list[list[Rejection]], rejections: Rejections
+    ) -> None:
+        self.reqs, self.rejected, self.rejections = reqs, rejected, rejections
+
+    def add(self, counts: np.ndarray, reason: Callable[[Requirements], str]) -> None:
+        """A Rejection for each requirements with a nonzero count."""
+        import numpy as np
+
+        for r in np.flatnonzero(counts).tolist():
+            self.rejected[r].append(self.rejections[reason(self.reqs[r]), int(counts[r])])

@@ -1,7 +1,8 @@
 """When nothing is feasible: which constraint to relax, and what that would cost.
 
 Each hint re-plans the job with one constraint lifted (never two), so every
-suggestion is a single change the user can make to the manifest.
+suggestion is a single change the user can make to the manifest; the relaxed
+jobs are planned as one batch.
 """
 
 from __future__ import annotations
@@ -11,7 +12,7 @@ from datetime import datetime
 from typing import TYPE_CHECKING
 
 from broker.planner.decision import Hint, Placement
-from broker.planner.plan import plan
+from broker.planner.plan import plan_many
 from broker.spec import Budget, JobSpec, Runtime
 
 if TYPE_CHECKING:
@@ -74,9 +75,10 @@ def _suggestion(constraint: str, best: Placement, job: JobSpec, now: datetime) -
 
 def relaxation_hints(job: JobSpec, index: OfferIndex, now: datetime) -> tuple[Hint, ...]:
     """One hint per constraint whose removal alone makes the job feasible, cheapest first."""
+    relaxations = _relaxations(job)
+    decisions = plan_many([relaxed for _, relaxed in relaxations], index, now, top=1)
     hints = []
-    for constraint, relaxed in _relaxations(job):
-        decision = plan(relaxed, index, now, top=1)
+    for (constraint, _), decision in zip(relaxations, decisions, strict=True):
         if decision.placements:
             best = decision.placements[0]
             hints.append(

@@ -1,13 +1,14 @@
 """The planner: (jobs, offers, now) -> Decisions, a pure function.
 
-Step 1 (`filters.find_candidates`) keeps the (requirements, offer, market)
-triples that satisfy each distinct Requirements of the batch. Step 2 (here)
-prices every (job, candidate) pair with the cost model of `cost.py` in one
-vectorised pass, drops the pairs that never finish, miss the deadline or the
-budget, and ranks each job's pairs by expected total cost, then expected hours,
-then a stable key (the manifest's order of GPU alternatives, the catalog row,
-on-demand before spot), so that the same input always gives the same answer.
-`plan` is `plan_many` of one job: there is one implementation.
+Step 1 (`filters.Slices`) keeps the (requirements, offer, market) triples that
+satisfy each distinct Requirements of the batch. Step 2 (here) prices every (job,
+cost group) pair with the cost model of `cost.py` in one vectorised pass, drops the
+pairs that never finish, miss the deadline or the budget, and ranks each job's
+candidates by expected total cost, then expected hours, then a stable key (the
+manifest's order of GPU alternatives, the catalog row, on-demand before spot), so
+that the same input always gives the same answer. Step 3 (`assemble`) turns the
+top ones into Placements and Decisions. `plan` is `plan_many` of one job: there is
+one implementation.
 """
 
 from __future__ import annotations
@@ -18,10 +19,11 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import TYPE_CHECKING
 
-from broker.planner import cost
-from broker.planner.decision import CostEstimate, Decision, Placement, Rejection
-from broker.planner.filters import Candidates, Partitions, find_candidates
-from broker.spec import JobSpec, Place
+from broker.planner import assemble, cost
+from broker.planner.decision import Decision, Rejection, Rejections
+from broker.planner.filters import Candidates, Slices
+from broker.planner.partitions import Partitions
+from broker.spec import JobSpec, Place, Requirements
 
 if TYPE_CHECKING:
     import numpy as np
@@ -44,31 +46,51 @@ def plan_many(
     top: int = DEFAULT_TOP,
     chunk_pairs: int = 2_000_000,
 ) -> list[Decision]:
-    """Plan a batch; jobs with the same requirements share one candidate search.
+    """Plan a batch; jobs that ask the same of an offer share one candidate search.
 
-    Jobs go through in chunks of about `chunk_pairs` (job, offer) pairs, so that
-    memory stays bounded when some jobs (CPU-only ones, say) match very many offers.
+    Jobs go through in chunks whose candidate searches hold about `chunk_pairs`
+    offers, so that memory stays bounded when some jobs (CPU-only ones, say) match
+    very many offers.
     """
     if not jobs:
         return []
     with _collector_paused():
         partitions = Partitions(index)
         places = _Places(index, partitions)
-        sizes = [partitions.size_of(job.requirements) for job in jobs]
+        ids: dict[Requirements, int] = {}
+        req_of_job = [ids.setdefault(job.requirements, len(ids)) for job in jobs]
+        slices = Slices(list(ids), partitions)
         decisions: list[Decision] = []
-        begin = 0
-        while begin < len(jobs):
-            end, pairs = begin, 0
-            while end < len(jobs) and (end == begin or pairs + sizes[end] <= chunk_pairs):
-                pairs += sizes[end]
-                end += 1
-            chunk = jobs[begin:end]
-            reqs: dict = {}
-            req_of_job = [reqs.setdefault(job.requirements, len(reqs)) for job in chunk]
-            cands = find_candidates(list(reqs), index, partitions)
-            decisions.extend(_plan_chunk(chunk, req_of_job, cands, index, places, now, top))
-            begin = end
+        for begin, end in _chunks(req_of_job, slices, chunk_pairs):
+            local: dict[int, int] = {}  # the batch's requirements id -> the chunk's
+            req_of_chunk_job = [local.setdefault(r, len(local)) for r in req_of_job[begin:end]]
+            cands = slices.candidates(local)
+            decisions.extend(
+                _plan_chunk(
+                    jobs[begin:end], req_of_chunk_job, cands, index, places, now, top, slices
+                )
+            )
     return decisions
+
+
+def _chunks(req_of_job: list[int], slices: Slices, limit: int):
+    """(begin, end) of runs of jobs whose distinct slices hold about `limit` offers."""
+    begin = 0
+    while begin < len(req_of_job):
+        end, held, reqs, seen = begin, 0, set(), set()
+        while end < len(req_of_job):
+            r = req_of_job[end]
+            if r not in reqs:
+                new = [s for s in slices.slices_of(r) if s not in seen]
+                grow = sum(slices.size(s) for s in new)
+                if end > begin and held + grow > limit:
+                    break
+                reqs.add(r)
+                seen.update(new)
+                held += grow
+            end += 1
+        yield begin, end
+        begin = end
 
 
 @contextmanager
@@ -101,11 +123,19 @@ class _Places:
         self._to: dict[Place, np.ndarray] = {}
 
     def moves_id(self, job: JobSpec) -> int:
-        key = (job.data, job.checkpoint)
-        if key not in self._moves:
-            self._moves[key] = len(self._tables)
+        # Keyed by what _move_figures reads, as plain values (they hash faster).
+        ckpt = job.checkpoint
+        key = (
+            tuple((d.size_gb, d.location.cloud, d.location.region) for d in job.data if d.location),
+            None
+            if ckpt is None or ckpt.location is None or not ckpt.size_gb
+            else (ckpt.size_gb, ckpt.location.cloud, ckpt.location.region),
+        )
+        found = self._moves.get(key)
+        if found is None:
+            found = self._moves[key] = len(self._tables)
             self._tables.append(self._move_figures(job))
-        return self._moves[key]
+        return found
 
     def _egress_place(self, location: Place):
         from pricing.egress import Place as EgressPlace
@@ -180,6 +210,7 @@ def _plan_chunk(
     places: _Places,
     now: datetime,
     top: int,
+    slices: Slices,
 ) -> list[Decision]:
     """Price every (job, cost group) pair at once, count what the deadline and the
     budget remove, then rank the few candidates that can be in each job's top."""
@@ -195,7 +226,7 @@ def _plan_chunk(
     group = np.arange(int(lengths.sum())) - np.repeat(offsets - first_group, lengths)
     alt, spot = cands.group_alternative[group], cands.group_spot[group]
     rate, place = cands.group_rate[group], cands.group_place[group]
-    begin, end = cands.group_start[group], cands.group_start[group + 1]
+    begin, end = cands.group_start[group], cands.group_end[group]
 
     params = _JobParams.of(jobs, places, now)
     run_hours = params.estimate[job] * params.factor[job, alt]
@@ -219,9 +250,12 @@ def _plan_chunk(
 
     size = end - begin
     rejected = [list(cands.rejected[r]) for r in req_of_job.tolist()]
-    _count(rejected, job, size, ~finite, n, "spot interruptions too frequent to ever finish")
+    rejection = slices.rejections
+    _count(
+        rejected, rejection, job, size, ~finite, "spot interruptions too frequent to ever finish"
+    )
     alive = finite & (risky <= params.hours_left[job])
-    _count(rejected, job, size, finite & ~alive, n, "misses the deadline (risk-adjusted)")
+    _count(rejected, rejection, job, size, finite & ~alive, "misses the deadline (risk-adjusted)")
     # Within a group the cost grows with the price: the affordable candidates are a prefix.
     affordable = np.where(alive, size, 0)
     budget = params.budget[job]
@@ -230,16 +264,22 @@ def _plan_chunk(
         all_fit = totals(end[capped] - 1, capped) <= budget[capped]
         none_fit = totals(begin[capped], capped) > budget[capped]
         affordable[capped[none_fit]] = 0
-        for p in capped[~all_fit & ~none_fit].tolist():
-            within = totals(np.arange(begin[p], end[p]), np.full(size[p], p)) <= budget[p]
-            affordable[p] = int(within.sum())
+        partial = capped[~all_fit & ~none_fit]
+        if len(partial):  # count each group's prefix within the budget, all at once
+            lengths = size[partial]
+            first = np.repeat(begin[partial] - np.cumsum(lengths) + lengths, lengths)
+            pair = np.repeat(partial, lengths)
+            within = totals(first + np.arange(lengths.sum()), pair) <= budget[pair]
+            affordable[partial] = np.bincount(
+                np.repeat(np.arange(len(partial)), lengths), within, len(partial)
+            )
     over = size - affordable
     _count(
         rejected,
+        rejection,
         job,
         np.where(alive, over, 0),
         alive & (over > 0),
-        n,
         lambda i: f"over budget {jobs[i].budget.max_cost:g} USD",
     )
 
@@ -267,35 +307,23 @@ def _plan_chunk(
     pair, candidate, total = pair[keep], candidate[keep], total[keep]
 
     price = cands.price_per_hour[candidate]
-    figures = _Figures.take(
-        index,
-        cands.row[candidate],
-        spot=spot[pair],
-        price=price,
-        run_hours=run_hours[pair],
-        staging=staging[pair],
-        hours=expected.total[pair],
-        overhead=expected.overhead[pair],
-        interruptions=expected.interruptions[pair],
-        rate=rate[pair],
-        from_catalog=cands.group_rate_from_catalog[group[pair]],
-        compute=price * hours[pair],
-        egress=egress[pair],
-        total=total,
-    )
-    per_job: list[list[Placement]] = [[] for _ in range(n)]
-    spot_notes: dict[tuple[float, str], str] = {}
-    job_notes: dict[int, tuple] = {}
-    for k, i in enumerate(job[pair].tolist()):
-        if i not in job_notes:
-            job_notes[i] = _job_notes(jobs[i])
-        per_job[i].append(
-            figures.placement(k, len(per_job[i]) + 1, jobs[i], job_notes[i], spot_notes)
-        )
-    return [
-        Decision(jobs[i].name, tuple(per_job[i]), tuple(rejected[i]), cands.considered)
-        for i in range(n)
-    ]
+    chosen = {
+        "job": job[pair],
+        "row": cands.row[candidate],
+        "spot": spot[pair],
+        "price": price,
+        "run_hours": run_hours[pair],
+        "staging_hours": staging[pair],
+        "hours": expected.total[pair],
+        "overhead_hours": expected.overhead[pair],
+        "interruptions": expected.interruptions[pair],
+        "rate": rate[pair],
+        "from_catalog": cands.group_rate_from_catalog[group[pair]],
+        "compute": price * hours[pair],
+        "egress": egress[pair],
+        "total": total,
+    }
+    return assemble.decisions(jobs, rejected, cands.considered, index.offers, chosen)
 
 
 @dataclass(frozen=True)
@@ -316,36 +344,40 @@ class _JobParams:
 
         from pricing.gpus import find_gpu
 
-        max_alts = max([len(j.requirements.accelerators) for j in jobs] + [1])
-        factor = np.ones((len(jobs), max_alts))
+        speed: dict[str, float] = {}  # relative throughput per GPU model
+        factor = np.ones((len(jobs), max([len(j.requirements.accelerators) for j in jobs] + [1])))
+        estimate, interval, writes_ckpt, moves_id, hours_left, budget = [], [], [], [], [], []
         for i, j in enumerate(jobs):
             asks = j.requirements.accelerators
             if len(asks) > 1:  # the estimate is for the first-choice GPU
-                speed = [_throughput(find_gpu(a.gpu)) for a in asks]
-                factor[i, : len(asks)] = [speed[0] / s for s in speed]
+                for a in asks:
+                    if a.gpu not in speed:
+                        speed[a.gpu] = _throughput(find_gpu(a.gpu))
+                factor[i, : len(asks)] = [speed[asks[0].gpu] / speed[a.gpu] for a in asks]
+            ckpt = j.checkpoint
+            estimate.append(j.runtime.estimate_hours)
+            interval.append(np.nan if ckpt is None else ckpt.interval_minutes)
+            writes_ckpt.append(ckpt is not None and ckpt.location is not None)
+            moves_id.append(places.moves_id(j))
+            hours_left.append(_hours_left(j, now))
+            budget.append(np.inf if j.budget.max_cost is None else j.budget.max_cost)
         return cls(
             factor=factor,
-            estimate=np.array([j.runtime.estimate_hours for j in jobs]),
-            interval=np.array(
-                [j.checkpoint.interval_minutes if j.checkpoint else np.nan for j in jobs]
-            ),
-            writes_ckpt=np.array(
-                [j.checkpoint is not None and j.checkpoint.location is not None for j in jobs]
-            ),
-            moves_id=np.array([places.moves_id(j) for j in jobs], dtype=np.int64),
-            hours_left=np.array([_hours_left(j, now) for j in jobs]),
-            budget=np.array(
-                [j.budget.max_cost if j.budget.max_cost is not None else np.inf for j in jobs]
-            ),
+            estimate=np.array(estimate, dtype=np.float64),
+            interval=np.array(interval, dtype=np.float64),
+            writes_ckpt=np.array(writes_ckpt, dtype=bool),
+            moves_id=np.array(moves_id, dtype=np.int64),
+            hours_left=np.array(hours_left, dtype=np.float64),
+            budget=np.array(budget, dtype=np.float64),
         )
 
 
 def _count(
     rejected: list[list[Rejection]],
+    rejection: Rejections,
     job: np.ndarray,
     size: np.ndarray,
     mask: np.ndarray,
-    n: int,
     reason,
 ) -> None:
     """Record, per job, how many candidates the (job, group) pairs in `mask` remove;
@@ -354,10 +386,10 @@ def _count(
 
     if not mask.any():
         return
-    counts = np.bincount(job[mask], weights=size[mask], minlength=n)
+    counts = np.bincount(job[mask], weights=size[mask], minlength=len(rejected))
     for i in np.flatnonzero(counts).tolist():
         text = reason(i) if callable(reason) else reason
-        rejected[i].append(Rejection(text, int(counts[i])))
+        rejected[i].append(rejection[text, int(counts[i])])
 
 
 def _hours_left(job: JobSpec, now: datetime) -> float:
@@ -367,110 +399,3 @@ def _hours_left(job: JobSpec, now: datetime) -> float:
 
 def _throughput(model) -> float:
     return model.relative_throughput if model is not None else 1.0
-
-
-@dataclass(frozen=True)
-class _Figures:
-    """The chosen pairs' figures as Python lists, extracted once per chunk."""
-
-    columns: dict
-
-    @classmethod
-    def take(cls, index: OfferIndex, rows: np.ndarray, **values: np.ndarray) -> _Figures:
-        table = index.offers
-        columns = {
-            name: table.categories[name][table.codes[name][rows]].tolist()
-            for name in (
-                "cloud",
-                "region",
-                "zone",
-                "instance_type",
-                "accelerator",
-                "source",
-                "as_of",
-            )
-        }
-        columns["accelerator_count"] = table.numbers["accelerator_count"][rows].tolist()
-        for name, array in values.items():
-            columns[name] = array.tolist()
-        return cls(columns)
-
-    def placement(
-        self,
-        k: int,
-        rank: int,
-        job: JobSpec,
-        job_notes: tuple,
-        spot_notes: dict[tuple[float, str], str],
-    ) -> Placement:
-        """Placement k of the chunk; `spot_notes` memoises the spot note per (rate, source)."""
-        c = self.columns
-        is_spot = c["spot"][k]
-        head, spot_extra, tail = job_notes
-        source = ""
-        if is_spot:
-            source = "catalog" if c["from_catalog"][k] else f"default:{c['cloud'][k]}"
-            key = (c["rate"][k], source)
-            if key not in spot_notes:
-                spot_notes[key] = _spot_note(*key)
-            notes = (*head, spot_notes[key], *spot_extra, *tail)
-        else:
-            notes = (*head, *tail)
-        estimate = CostEstimate(
-            compute=c["compute"][k],
-            interruption_overhead=c["price"][k] * c["overhead"][k],
-            egress=c["egress"][k],
-            total=c["total"][k],
-            run_hours=c["run_hours"][k],
-            staging_hours=c["staging"][k],
-            overhead_hours=c["overhead"][k],
-            expected_interruptions=c["interruptions"][k],
-            interruption_rate=c["rate"][k],
-            interruption_rate_source=source,
-            assumptions=notes,
-        )
-        return Placement(
-            rank=rank,
-            cloud=c["cloud"][k],
-            region=c["region"][k],
-            zone=c["zone"][k],
-            instance_type=c["instance_type"][k],
-            accelerator=c["accelerator"][k],
-            accelerator_count=c["accelerator_count"][k],
-            nodes=job.requirements.nodes,
-            market="spot" if is_spot else "on-demand",
-            price_per_hour=c["price"][k],
-            expected_hours=c["hours"][k],
-            expected_cost=c["total"][k],
-            cost=estimate,
-            price_source=c["source"][k],
-            price_as_of=c["as_of"][k],
-        )
-
-
-def _job_notes(job: JobSpec) -> tuple[tuple[str, ...], tuple[str, ...], tuple[str, ...]]:
-    """The assumptions of a job's plan: (notes of every placement, extra notes of a spot
-    placement but its rate, notes that close the list)."""
-    gpu = job.requirements.accelerators[0].gpu if job.requirements.accelerators else "CPU"
-    head = (
-        f"runtime estimate {job.runtime.estimate_hours:g} h on {gpu}, scaled by relative "
-        "GPU throughput",
-    )
-    spot = (
-        ()
-        if job.checkpoint is not None
-        else ("no checkpoint: an interruption loses half the run on average",)
-    )
-    tail = []
-    if any(item.location is None for item in job.data):
-        tail.append("inputs without a location are not priced for egress")
-    if job.checkpoint is not None and job.checkpoint.location is None and job.checkpoint.size_gb:
-        tail.append("checkpoint location unknown: its transfers are not priced")
-    return head, spot, tuple(tail)
-
-
-def _spot_note(rate: float, source: str) -> str:
-    return (
-        f"spot: {rate:g} interruptions/hour ({source}), each costing "
-        f"{cost.RESTART_HOURS:g} h restart + lost work + checkpoint restore"
-    )

@@ -224,6 +224,45 @@ def test_top_placement_satisfies_every_constraint(job: JobSpec, seed: int) -> No
     assert [p.rank for p in decision.placements] == list(range(1, len(costs) + 1))
 
 
+@settings(max_examples=100, deadline=None)
+@given(jobs, st.sampled_from(sorted(CATALOGS)))
+def test_every_figure_is_in_its_field(job: JobSpec, seed: int) -> None:
+    """Placements are built from columns, by position (broker.planner.assemble): each
+    figure must land in its own field, and the offer's columns must be its own."""
+    index = CATALOGS[seed]
+    offers = index.offers.records()
+    asks = job.requirements.accelerators
+    speed = {(a.gpu, a.count): find_gpu(a.gpu).relative_throughput for a in asks}
+    for p in plan(job, index, NOW, top=20).placements:
+        c = p.cost
+        factor = 1.0
+        if asks:  # the estimate is for the first choice, scaled by throughput
+            factor = speed[asks[0].gpu, asks[0].count] / speed[p.accelerator, p.accelerator_count]
+        assert c.run_hours == pytest.approx(job.runtime.estimate_hours * factor)
+        assert p.expected_cost == c.total == pytest.approx(c.compute + c.egress, rel=1e-12)
+        assert c.compute == pytest.approx(p.price_per_hour * p.expected_hours, rel=1e-12)
+        assert c.interruption_overhead == pytest.approx(p.price_per_hour * c.overhead_hours)
+        assert p.expected_hours == pytest.approx(c.run_hours + c.staging_hours + c.overhead_hours)
+        assert c.expected_interruptions == pytest.approx(c.interruption_rate * p.expected_hours)
+        assert c.assumptions[0].startswith(f"runtime estimate {job.runtime.estimate_hours:g} h")
+        assert p.nodes == job.requirements.nodes
+        if p.market == "on-demand":
+            assert (c.interruption_rate, c.interruption_rate_source, c.overhead_hours) == (0, "", 0)
+        else:
+            assert p.market == "spot"
+            assert c.interruption_rate_source in ("catalog", f"default:{p.cloud}")
+            assert any(note.startswith(f"spot: {c.interruption_rate:g} ") for note in c.assumptions)
+        unit = "price_spot" if p.market == "spot" else "price_on_demand"
+        assert any(
+            (o["cloud"], o["region"], o["zone"], o["instance_type"], o["accelerator"])
+            == (p.cloud, p.region, p.zone, p.instance_type, p.accelerator)
+            and (o["accelerator_count"], o["source"], o["as_of"])
+            == (p.accelerator_count, p.price_source, p.price_as_of)
+            and o[unit] * p.nodes == p.price_per_hour
+            for o in offers
+        )
+
+
 @settings(max_examples=50, deadline=None)
 @given(st.lists(jobs, min_size=1, max_size=6), st.sampled_from(sorted(CATALOGS)))
 def test_batch_equals_one_by_one_and_is_deterministic(batch, seed) -> None:
@@ -232,6 +271,14 @@ def test_batch_equals_one_by_one_and_is_deterministic(batch, seed) -> None:
     alone = [plan(job, index, NOW) for job in batch]
     assert together == alone
     assert plan_many(batch, index, NOW) == together
+
+
+@settings(max_examples=30, deadline=None)
+@given(st.lists(jobs, min_size=2, max_size=8), st.sampled_from(sorted(CATALOGS)))
+def test_small_chunks_give_the_same_decisions(batch, seed) -> None:
+    """Jobs planned a few at a time (the memory bound of big batches) as all at once."""
+    index = CATALOGS[seed]
+    assert plan_many(batch, index, NOW, chunk_pairs=50) == plan_many(batch, index, NOW)
 
 
 def test_rejections_account_for_every_offer() -> None:
@@ -287,3 +334,35 @@ def test_batch_leaves_the_garbage_collector_as_it_found_it() -> None:
         assert not gc.isenabled()
     finally:
         gc.enable()
+
+
+def test_placements_built_by_columns_equal_those_built_one_by_one() -> None:
+    """broker.planner.assemble sets the fields of its frozen dataclasses column by column."""
+    from dataclasses import FrozenInstanceError, asdict
+
+    from broker.planner.assemble import _build
+    from broker.planner.decision import CostEstimate, Rejection
+
+    rows = [
+        dict(
+            compute=float(i),
+            interruption_overhead=0.5,
+            egress=2.0 * i,
+            total=3.0 * i,
+            run_hours=1.0,
+            staging_hours=0.25,
+            overhead_hours=0.0,
+            expected_interruptions=0.0,
+            interruption_rate=0.0,
+            interruption_rate_source="",
+            assumptions=(f"note {i}",),
+        )
+        for i in range(3)
+    ]
+    built = _build(CostEstimate, **{name: [r[name] for r in rows] for name in rows[0]})
+    assert built == [CostEstimate(**r) for r in rows]
+    assert [asdict(b) for b in built] == rows and hash(built[1]) == hash(CostEstimate(**rows[1]))
+    with pytest.raises(FrozenInstanceError):
+        built[0].total = 1.0
+    with pytest.raises(TypeError):  # every field must be given
+        _build(Rejection, reason=["r"])

@@ -40,21 +40,21 @@ from pathlib import Path
 from broker.manifest.load import load_manifests
 result = load_manifests([Path(sys.argv[1])])
 assert not result.errors, result.errors
-print("pydantic" in sys.modules, repr([m.spec for m in result.manifests]))
+print("pydantic" in sys.modules, "yaml" in sys.modules, repr(result.manifests))
 """
 
 
-def test_second_load_skips_pydantic_and_gives_the_same_specs(tmp_path):
+def test_second_load_skips_pydantic_and_yaml_and_gives_the_same_manifests(tmp_path):
     env = dict(os.environ, XDG_CACHE_HOME=str(tmp_path))
     target = str(REPO / "examples" / "jobs")
     first = subprocess.run(
         [sys.executable, "-c", PROBE, target], env=env, capture_output=True, text=True, check=True
-    ).stdout.split(" ", 1)
+    ).stdout.split(" ", 2)
     second = subprocess.run(
         [sys.executable, "-c", PROBE, target], env=env, capture_output=True, text=True, check=True
-    ).stdout.split(" ", 1)
-    assert first[0] == "True" and second[0] == "False"
-    assert first[1] == second[1]
+    ).stdout.split(" ", 2)
+    assert first[:2] == ["True", "True"] and second[:2] == ["False", "False"]
+    assert first[2] == second[2]  # specs, paths, document numbers, lines and digests
 
 
 def test_a_changed_document_is_validated_again(tmp_path, monkeypatch):
@@ -68,3 +68,20 @@ def test_a_changed_document_is_validated_again(tmp_path, monkeypatch):
     path.write_text(text.replace("L4:1", "L44:1"))  # now invalid: must not come from the cache
     errors = load_manifests([path]).errors
     assert errors and "L44" in str(errors[0])
+
+
+def test_cached_files_still_meet_the_checks_across_files(tmp_path, monkeypatch):
+    """A file from the cache keeps where its name is: a duplicate job is still located."""
+    from broker.manifest.load import load_manifests
+
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    text = (REPO / "examples" / "demo" / "eval-eu.yaml").read_text()
+    jobs = tmp_path / "jobs"
+    jobs.mkdir()
+    (jobs / "a.yaml").write_text(text)
+    (jobs / "b.yaml").write_text("# the same job again\n" + text)
+    first, second = (load_manifests([jobs]) for _ in range(2))
+    assert [str(e) for e in first.errors] == [str(e) for e in second.errors]
+    assert len(second.errors) == 1 and "duplicate job" in str(second.errors[0])
+    assert str(second.errors[0]).startswith(f"{jobs / 'b.yaml'}:")
+    assert [m.line for m in second.manifests] == [m.line for m in first.manifests]

@@ -151,3 +151,20 @@ def test_onprem_pool_capacity_is_respected(capsys, catalog, tmp_path):
     plan = json.loads(two.stdout)
     assert all(p["cloud"] != "onprem" for p in plan["placements"])
     assert {"reason": "not enough free capacity for 2 node(s)", "count": 1} in plan["rejected"]
+
+
+def test_table_view_is_one_boxed_table_with_aligned_columns(capsys, catalog, tmp_path):
+    job = write_job(tmp_path, "prefer")
+    result = run_cli(capsys, "plan", job, "--catalog", catalog)
+    assert result.code == 0, result.stderr
+    best = json.loads(run_cli(capsys, "plan", job, "--catalog", catalog, "-o", "json").stdout)
+    lines = result.stdout.splitlines()
+    top = next(i for i, line in enumerate(lines) if line.startswith("┏"))
+    table = lines[top : top + 9]  # top rule, header, header rule, 5 placements, bottom rule
+    assert [line[0] for line in table] == ["┏", "┃", "┡", "│", "│", "│", "│", "│", "└"]
+    assert len({len(line) for line in table}) == 1  # every row as wide as the others
+    assert table[1].startswith("┃ # ┃ cloud ") and "expected $" in table[1]
+    first = [cell.strip() for cell in table[3].strip("│").split("│")]
+    assert first[:2] == ["1", "aws"]
+    cost = f"{best['placements'][0]['expected_cost']:,.2f}"
+    assert first[-1] == cost and table[3].endswith(f" {cost} │")  # numbers are right-aligned

@@ -153,6 +153,17 @@ def test_automatic_refresh_is_off_by_default_never_in_ci_and_not_repeated(
     assert auto_refresh(now=later) is not None  # a week on, it is due again
 
 
+def test_a_command_refreshes_a_due_catalog_first(
+    capsys, price_fake, isolated_user_dirs, monkeypatch
+):
+    monkeypatch.delenv("CI", raising=False)
+    monkeypatch.setenv("BROKER_AUTO_REFRESH_DAYS", "7")
+    result = run_cli(capsys, "offers", "--gpu", "A100", "-o", "json")
+    assert result.code == 0, result.stderr
+    assert user_catalog(isolated_user_dirs).exists()  # refreshed before answering
+    assert json.loads(result.stdout)["catalog"] == str(user_catalog(isolated_user_dirs))
+
+
 def test_interruptions_the_broker_saw_become_learned_rates(capsys, price_fake, tmp_path):
     """Two spot attempts on a2-highgpu-8g in the state file, 30 h in all, one interrupted:
     GCP rows of that type and region get 1/30 per hour, marked as learned."""

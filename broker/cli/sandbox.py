@@ -1,0 +1,47 @@
+"""`broker sandbox interrupt`: play a spot reclaim on a sandbox instance, by hand."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import typer
+
+from broker.cli.exits import BAD_INPUT, fail
+from broker.cli.jobs import StateOption, runtime
+from broker.cli.options import CatalogOption, OverlaysOption, PoolsOption
+
+app = typer.Typer(
+    help="The local sandbox's levers (try spot survival without a cloud).",
+    no_args_is_help=True,
+    add_completion=False,
+)
+
+
+@app.command("interrupt")
+def interrupt(
+    target: str = typer.Argument(..., help="Job (id, team/name or name) or instance id."),
+    state: Path = StateOption,
+    catalog: Path = CatalogOption,
+    pools: Path = PoolsOption,
+    overlays: Path = OverlaysOption,
+) -> None:
+    """Reclaim a running sandbox instance as a cloud would: the job gets SIGTERM (it
+    checkpoints and exits), and the next `broker run` pass recovers it elsewhere."""
+    from broker.state import UnknownJob
+
+    with runtime(state, catalog, pools, overlays) as rt:
+        running = {i.provider_id: i for i in rt.store.instances(state="running")}
+        if target not in running:
+            try:
+                job = rt.store.job(target)
+            except UnknownJob as exc:
+                fail(str(exc), BAD_INPUT)
+            mine = [i for i in running.values() if rt.store.attempt(i.attempt_id).job_id == job.id]
+            if not mine:
+                fail(f"{job.team}/{job.name} has no running instance ({job.state})", BAD_INPUT)
+            target = mine[0].provider_id
+        play = getattr(rt.provider, "interrupt", None)
+        notice = play(target) if play is not None else None
+        if notice is None:
+            fail(f"{target} cannot be interrupted here (not a running sandbox instance)", BAD_INPUT)
+        print(f"reclaimed {target}: SIGTERM sent, killed at {notice.deadline:%H:%M:%S} if still up")

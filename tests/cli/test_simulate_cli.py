@@ -1,0 +1,31 @@
+"""`broker simulate` end to end on the synthetic scenario."""
+
+from __future__ import annotations
+
+import json
+
+from typer.testing import CliRunner
+
+from broker.cli.main import build_app
+
+
+def test_simulate_json_on_the_synthetic_scenario():
+    app = build_app(["simulate"])
+    args = ["simulate", "--jobs", "synthetic:4", "--spot", "synthetic",
+            "--policy", "on-demand,broker", "-o", "json"]  # fmt: skip
+    result = CliRunner().invoke(app, args)
+    assert result.exit_code == 0, result.output
+    data = json.loads(result.stdout)
+    rows = {row["policy"]: row for row in data["policies"]}
+    assert rows["on-demand"]["cost_vs_on_demand"] == 1.0
+    assert rows["broker"]["total_cost"] < rows["on-demand"]["total_cost"]
+    again = CliRunner().invoke(app, args)
+    assert again.stdout == result.stdout
+
+
+def test_an_unknown_policy_is_bad_input():
+    app = build_app(["simulate"])
+    result = CliRunner().invoke(app, ["simulate", "--jobs", "synthetic", "--spot", "synthetic",
+                                      "--policy", "brokr"])  # fmt: skip
+    assert getattr(result.exception, "code", None) == 2  # CliExit: bad input
+    assert "did you mean broker" in str(result.exception)

@@ -193,6 +193,12 @@ class Controller:
                 return None
         try:
             self._migrate(job, attempt)
+        except ProviderError as exc:
+            report.unreachable.append(f"checkpoint copy for attempt {attempt.id}: {exc}")
+            if exc.retryable:
+                return None  # try the copy again on the next pass
+            # A copy that can never succeed: start there from what its store holds.
+        try:
             request = self._request(job, attempt)
         except ValueError as exc:  # the job cannot run on this provider (e.g. no command)
             self._close(attempt, "failed", None, f"cannot launch: {exc}", 0.0, None)
@@ -240,8 +246,8 @@ class Controller:
             reason += self._lost_work(job, attempt, instance, hours)
         self._close(attempt, outcome, code, reason, hours, to)
         if outcome == "interrupted":
-            # Spot survival proper (migration) is issue 6; for now the job goes back to
-            # the queue and resumes from its checkpoint on its next placement.
+            # Back to the queue: the next plan prices moving the checkpoint from where it
+            # lives, the reclaimed place is closed for spot a while (broker.recovery).
             self.store.transition(
                 job.id, JobState.QUEUED, "re-queued after interruption", expect=JobState.INTERRUPTED
             )

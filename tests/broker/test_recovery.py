@@ -288,3 +288,25 @@ def test_a_job_the_policy_sent_to_on_demand_goes_back_to_spot_when_it_allows(tmp
         for instance in rt.provider.list_instances():
             rt.provider.terminate(instance.id)
         rt.close()
+
+
+def test_a_checkpoint_copy_that_fails_for_now_is_retried_on_the_next_pass(rt, monkeypatch):
+    from providers.errors import RateLimited
+    from providers.storage import ObjectStore
+
+    job_id = submit(rt)
+    run_until_reclaimed(rt, job_id)
+    real_copy = ObjectStore.copy_tree
+
+    def throttled(self, source, target, progress=None):
+        raise RateLimited("storage", "slow down")
+
+    monkeypatch.setattr(ObjectStore, "copy_tree", throttled)
+    report = rt.controller.run_pass()
+    second = rt.store.attempts(job_id)[-1]
+    assert second.number == 2 and rt.store.instances(attempt_id=second.id) == []
+    assert any("checkpoint copy" in line for line in report.unreachable)
+    monkeypatch.setattr(ObjectStore, "copy_tree", real_copy)
+    rt.controller.run_pass()
+    assert rt.store.migration(second.id) is not None
+    assert len(rt.store.instances(attempt_id=second.id)) == 1

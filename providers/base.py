@@ -30,6 +30,7 @@ TAG_JOB = "broker-job"
 TAG_ATTEMPT = "broker-attempt"
 TAG_JOB_NAME = "broker-job-name"
 TAG_TEAM = "broker-team"
+TAG_REQUEST = "broker-request"  # request_hash: the same attempt id with another request is refused
 
 # Ids become tags, client tokens and directory names: keep them to one safe shape.
 ID_PATTERN = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,62}")
@@ -101,6 +102,15 @@ class LaunchRequest:
         texts = (self.command, self.checkpoint_dir, self.checkpoint_uri, self.resume_from)
         if any("\0" in text for text in (*texts, *(v for _, v in self.env))):
             raise ValueError("a NUL character cannot reach a process")
+
+
+def request_hash(request: LaunchRequest) -> str:
+    """Which request an attempt's instance was launched for (the TAG_REQUEST tag): the
+    first 16 hex digits of sha256(repr(request)), so a relaunch of the same attempt with
+    another request is caught by every provider the same way."""
+    import hashlib
+
+    return hashlib.sha256(repr(request).encode()).hexdigest()[:16]
 
 
 def instance_tags(request: LaunchRequest) -> tuple[tuple[str, str], ...]:
@@ -316,7 +326,7 @@ def startup_script(
         f"broker_notice() {{ {check}; }}",
         f"setsid /bin/sh -c {shlex.quote(request.command)} &",
         "broker_job=$!",
-        "( while kill -0 \"$broker_job\" 2>/dev/null; do",
+        '( while kill -0 "$broker_job" 2>/dev/null; do',
         "    if broker_notice; then",
         f"      echo 'broker: {request.cloud} is reclaiming this instance: SIGTERM to the job' >&2",
         '      kill -TERM "-$broker_job" 2>/dev/null',  # the job's whole session

@@ -49,12 +49,14 @@ from providers.base import (
     ENDED_STATES,
     TAG_ATTEMPT,
     TAG_BROKER,
+    TAG_REQUEST,
     Clock,
     Instance,
     InstanceState,
     InterruptionNotice,
     LaunchRequest,
     instance_tags,
+    request_hash,
     startup_script,
 )
 from providers.cloud import (
@@ -79,7 +81,6 @@ if TYPE_CHECKING:
 T = TypeVar("T")
 
 NAME = "aws"
-TAG_REQUEST = "broker-request"  # first 16 hex of sha256(repr(request))
 DEFAULT_REGION = "us-east-1"
 DEFAULT_MAX_ATTEMPTS = 3  # botocore's attempts per call, the first included (standard mode)
 CONNECT_TIMEOUT_SECONDS = 5.0
@@ -114,11 +115,6 @@ _ENDED_AT = re.compile(r"\((\d{4}-\d{2}-\d{2} \d{2}:\d{2}:\d{2}) (?:GMT|UTC)\)")
 class _UtcClock:
     def now(self) -> datetime:
         return datetime.now(UTC)
-
-
-def request_hash(request: LaunchRequest) -> str:
-    """The `broker-request` tag: which request an attempt's instance was launched for."""
-    return hashlib.sha256(repr(request).encode()).hexdigest()[:16]
 
 
 def client_token(broker_id: str, attempt_id: str) -> str:

@@ -52,12 +52,14 @@ from providers.azure.capacity import CapacityView, capacity_view
 from providers.azure.errors import map_error
 from providers.base import (
     TAG_BROKER,
+    TAG_REQUEST,
     Clock,
     Instance,
     InstanceState,
     InterruptionNotice,
     LaunchRequest,
     instance_tags,
+    request_hash,
     startup_script,
 )
 from providers.cloud import CapacityCooldown, Unavailable, endpoint_override, with_backoff
@@ -76,7 +78,6 @@ T = TypeVar("T")
 NAME = "azure"
 PUBLIC_ENDPOINT = "https://management.azure.com"
 DEFAULT_IMAGE = "microsoft-dsvm:ubuntu-hpc:2204:latest"
-TAG_REQUEST = "broker-request"
 ADMIN_USER = "broker"
 NETWORK_API_VERSION = "2020-11-01"
 VIEW_TTL_SECONDS = 300.0  # how long a capacity view (2 calls per region) is reused
@@ -93,11 +94,6 @@ def vm_name(attempt_id: str) -> str:
         digest = hashlib.sha256(attempt_id.encode()).hexdigest()[:8]
         base = f"{base[:48].rstrip('-')}-{digest}"
     return f"broker-{base}"
-
-
-def request_hash(request: LaunchRequest) -> str:
-    """What `broker-request` holds: the first 16 hex digits of sha256(repr(request))."""
-    return hashlib.sha256(repr(request).encode()).hexdigest()[:16]
 
 
 def image_reference(image: str) -> dict[str, str]:

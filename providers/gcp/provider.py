@@ -46,12 +46,14 @@ from providers.base import (
     ACTIVE_STATES,
     ENDED_STATES,
     TAG_BROKER,
+    TAG_REQUEST,
     Clock,
     Instance,
     InstanceState,
     InterruptionNotice,
     LaunchRequest,
     instance_tags,
+    request_hash,
     startup_script,
 )
 from providers.cloud import CapacityCooldown, Unavailable, endpoint_override, with_backoff
@@ -73,7 +75,6 @@ NAME = "gcp"
 DEFAULT_IMAGE = "projects/deeplearning-platform-release/global/images/family/common-cu124"
 SCOPES = ("https://www.googleapis.com/auth/cloud-platform",)
 NAME_PREFIX = "broker-"
-TAG_REQUEST = "broker-request"
 TAGS_METADATA = "broker-tags"
 PREEMPTED = "compute.instances.preempted"
 PREEMPTION_NOTICE_SECONDS = 30.0  # GCE's shutdown window for a reclaimed spot VM
@@ -110,11 +111,6 @@ def instance_name(attempt_id: str) -> str:
 def label_value(value: str) -> str:
     """`value` as a GCE label value: lowercase letters, digits, '-', '_', at most 63."""
     return re.sub(r"[^a-z0-9_-]", "_", value.lower())[:63]
-
-
-def request_hash(request: LaunchRequest) -> str:
-    """What tells one attempt's request from another (the `broker-request` label)."""
-    return hashlib.sha256(repr(request).encode()).hexdigest()[:16]
 
 
 def request_id(project: str, zone: str, attempt_id: str) -> str:

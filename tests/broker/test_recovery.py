@@ -8,7 +8,6 @@ import json
 import os
 import subprocess
 import sys
-import threading
 from pathlib import Path
 
 import pytest
@@ -20,6 +19,7 @@ from broker.recovery import closed_places, recent_reclaims
 from broker.runtime import open_runtime
 from broker.state import AttemptState, JobState
 from broker.submit import submit_manifests
+from tests.waiting import wait_until
 
 REPO = Path(__file__).resolve().parents[2]
 TRAIN = REPO / "examples" / "train.py"
@@ -42,15 +42,6 @@ checkpoint:
   interval_minutes: 30
   size_gb: 20
 """
-
-
-def wait_until(condition, timeout: float = 30.0) -> bool:
-    pause = threading.Event()
-    for _ in range(int(timeout / 0.02)):
-        if condition():
-            return True
-        pause.wait(0.02)
-    return condition()
 
 
 @pytest.fixture

@@ -28,6 +28,7 @@ from broker.state.charges import attempt_charges
 from broker.state.model import Attempt, total
 from tests.fakes.billing import ledger as fixed
 from tests.fakes.offers import write_catalog
+from tests.waiting import wait_until
 
 REPO = Path(__file__).resolve().parents[2]
 BILLING = REPO / "tests" / "fakes" / "billing"
@@ -164,19 +165,6 @@ def test_a_failing_ledger_write_leaves_the_attempt_open_and_nothing_billed(tmp_p
 
 
 # --- ledger integrity after a real run on the sandbox ------------------------------------
-
-
-def wait_until(condition, timeout: float = 30.0) -> bool:
-    """True once `condition()` holds; False after `timeout` seconds (bounded short waits)."""
-    import threading
-    import time
-
-    pause, deadline = threading.Event(), time.monotonic() + timeout
-    while not condition():
-        if time.monotonic() > deadline:
-            return False
-        pause.wait(0.02)
-    return True
 
 
 SPOT_JOB = """\

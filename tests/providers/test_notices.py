@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 
 from providers.base import NOTICE_CHECKS, LaunchRequest, startup_script
+from tests.waiting import wait_until
 
 TRAIN = Path(__file__).resolve().parents[2] / "examples" / "train.py"
 
@@ -72,15 +73,6 @@ def metadata() -> Iterator[tuple[Metadata, str]]:
     yield fake, f"http://127.0.0.1:{server.server_address[1]}"
     server.shutdown()
     server.server_close()
-
-
-def wait_until(condition, timeout: float = 30.0) -> bool:
-    pause = threading.Event()
-    for _ in range(int(timeout / 0.02)):
-        if condition():
-            return True
-        pause.wait(0.02)
-    return condition()
 
 
 @pytest.mark.parametrize("cloud", sorted(NOTICE_CHECKS))

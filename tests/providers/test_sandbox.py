@@ -12,9 +12,6 @@ import re
 import shlex
 import subprocess
 import sys
-import threading
-import time
-from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
@@ -26,6 +23,7 @@ from providers.base import TAG_ATTEMPT, TAG_JOB, LaunchRequest, Provider
 from providers.errors import InsufficientCapacity, InvalidRequest, NotFound
 from providers.sandbox import SandboxProvider
 from tests.fakes.offers import write_catalog
+from tests.waiting import wait_until
 
 TRAIN = Path(__file__).resolve().parents[2] / "examples" / "train.py"
 TIMEOUT = 30.0
@@ -33,16 +31,6 @@ TIMEOUT = 30.0
 
 def train(*args: object) -> str:
     return shlex.join([sys.executable, str(TRAIN), *map(str, args)])
-
-
-def wait_until(condition: Callable[[], bool], timeout: float = TIMEOUT) -> bool:
-    """True once `condition()` holds; False after `timeout` seconds (bounded short waits)."""
-    pause, deadline = threading.Event(), time.monotonic() + timeout
-    while not condition():
-        if time.monotonic() > deadline:
-            return False
-        pause.wait(0.02)
-    return True
 
 
 def live_members(pgid: int) -> list[int]:

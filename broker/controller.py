@@ -71,6 +71,9 @@ class Controller:
     # "wait" is planned on spot only (it waits queued while no spot is on sale), and the
     # policy is told whether spot is on sale now (the provider's optional `spot_open(gpus)`).
     spot_strict: bool = False
+    # Simulator hook (issue 8): scales the reclaim cool-down of broker.recovery (1: as in
+    # production; 0: a reclaimed place is offered again as soon as it sells spot).
+    cooldown_scale: float = 1.0
     _specs: dict[tuple[str, int], JobSpec] = field(default_factory=dict)
     _steered: dict[str, str] = field(default_factory=dict)  # job id -> the spot policy's say
 
@@ -375,7 +378,8 @@ class Controller:
                 spec = replace(spec, requirements=replace(spec.requirements, spot="only"))
             self._steered[job.id] = choice
             specs.append(spec)
-        return plan_many(specs, adjust_index(self.index_of(self.provider), self.store, now), now)
+        index = adjust_index(self.index_of(self.provider), self.store, now, self.cooldown_scale)
+        return plan_many(specs, index, now)
 
     def _spot_open(self, spec: JobSpec) -> dict[str, bool]:
         """Simulator hook (issue 8): steer_market's `spot_available` when `spot_strict`."""

@@ -70,12 +70,13 @@ def recent_reclaims(store: StateStore, now: datetime) -> list[Reclaim]:
     return reclaims
 
 
-def cooldown(reclaims_here: int) -> timedelta:
-    """How long spot stays closed after the n-th reclaim at one place within HISTORY."""
-    return min(COOLDOWN_BASE * 2 ** max(0, reclaims_here - 1), COOLDOWN_MAX)
+def cooldown(reclaims_here: int, scale: float = 1.0) -> timedelta:
+    """How long spot stays closed after the n-th reclaim at one place within HISTORY;
+    `scale` multiplies it (0: no cool-down; the simulator's policies tune it)."""
+    return min(COOLDOWN_BASE * 2 ** max(0, reclaims_here - 1), COOLDOWN_MAX) * scale
 
 
-def closed_places(reclaims: list[Reclaim], now: datetime) -> list[Unavailable]:
+def closed_places(reclaims: list[Reclaim], now: datetime, scale: float = 1.0) -> list[Unavailable]:
     """Places whose spot market is still cooling down, with the reason shown to users."""
     from providers.cloud import Unavailable
 
@@ -84,7 +85,7 @@ def closed_places(reclaims: list[Reclaim], now: datetime) -> list[Unavailable]:
         by_place[(r.cloud, r.region, r.zone, r.instance_type)].append(r.at)
     closed = []
     for (cloud, region, zone, instance_type), times in sorted(by_place.items()):
-        until = max(times) + cooldown(len(times))
+        until = max(times) + cooldown(len(times), scale)
         if now < until:
             closed.append(
                 Unavailable(
@@ -122,9 +123,12 @@ def spot_exposure(store: StateStore, now: datetime) -> dict[tuple[str, str, str]
     return hours
 
 
-def adjust_index(index: OfferIndex, store: StateStore, now: datetime) -> OfferIndex:
-    """`index` with spot closed where it is cooling down and learned interruption rates
-    applied; the same index when nothing was reclaimed lately (the common case)."""
+def adjust_index(
+    index: OfferIndex, store: StateStore, now: datetime, cooldown_scale: float = 1.0
+) -> OfferIndex:
+    """`index` with spot closed where it is cooling down (`cooldown_scale` x the
+    cool-down) and learned interruption rates applied; the same index when nothing was
+    reclaimed lately (the common case)."""
     reclaims = recent_reclaims(store, now)
     if not reclaims:
         return index
@@ -135,7 +139,7 @@ def adjust_index(index: OfferIndex, store: StateStore, now: datetime) -> OfferIn
     from providers.cloud import restrict_offers
 
     table = index.offers
-    closed = closed_places(reclaims, now)
+    closed = closed_places(reclaims, now, cooldown_scale)
     for cloud in sorted({u.cloud for u in closed}):
         table, _ = restrict_offers(table, cloud, [u for u in closed if u.cloud == cloud])
     rates = learned_rates(reclaims, spot_exposure(store, now))
@@ -181,8 +185,9 @@ def steer_market(
     deadline-aware one, broker.spotpolicy) which market this placement may use, from
     the slack left after what earlier attempts achieved. Returns the spec to plan
     (spot "never" when the policy says on-demand) and the policy's choice ("" when it
-    was not asked). Work saved by a reclaimed attempt counts up to its last checkpoint;
-    a running attempt's work, its time running. `current`: the market running now."""
+    was not asked). Work saved by a reclaimed attempt counts up to its last checkpoint,
+    a running attempt's is its time running, each less its restart overhead (time spent
+    starting is not progress). `current`: the market running now."""
     from broker.planner.cost import RESTART_HOURS, copy_hours
     from broker.reports.lines import lost_share
     from broker.spotpolicy import DeadlineAware, SpotState
@@ -193,22 +198,24 @@ def steer_market(
         return spec, ""
     submitted = store.version(job.id, job.version).submitted_at
     deadline_at = spec.runtime.deadline_at(submitted)
+    checkpoint = spec.checkpoint
+    restore = copy_hours(checkpoint.size_gb, "internet") if checkpoint else 0.0  # worst case
+    overhead = RESTART_HOURS + restore  # what every (re)start spends before working
     checkpoints = store.checkpoints()
     done = 0.0
     for attempt in store.attempts(job.id):
-        if attempt.state == AttemptState.INTERRUPTED and spec.checkpoint is not None:
+        if attempt.state == AttemptState.INTERRUPTED and checkpoint is not None:
             kept = 1 - float(lost_share(attempt, checkpoints.get(attempt.id)))
-            done += float(attempt.billed_hours or 0) * kept
+            done += max(0.0, float(attempt.billed_hours or 0) * kept - overhead)
         elif attempt.state == AttemptState.RUNNING and attempt.running_at is not None:
-            done += max(0.0, (now - attempt.running_at).total_seconds() / 3600)
+            ran = (now - attempt.running_at).total_seconds() / 3600
+            done += max(0.0, ran - overhead)
     total = spec.runtime.estimate_hours
-    checkpoint = spec.checkpoint
-    restore = copy_hours(checkpoint.size_gb, "internet") if checkpoint else 0.0  # worst case
     state = SpotState(
         elapsed=(now - submitted).total_seconds() / 3600,
         deadline=(deadline_at - submitted).total_seconds() / 3600,
         work_left=max(0.0, total - done),
-        restart_overhead=RESTART_HOURS + restore,
+        restart_overhead=overhead,
         current=current,
         spot_available=spot_available,
         work_total=total,

@@ -33,6 +33,10 @@ class SimPolicy:
     spot_policy: Any  # a broker.spotpolicy policy
     strict: bool = False
     price_only: bool = False  # rank spot offers by price alone (no interruption risk)
+    # wait for spot in the checkpoint's region while the spot policy may wait, rather than
+    # pay egress and a restart to move (broker.sim.engine._home)
+    stay_home: bool = False
+    cooldown_scale: float = 1.0  # x broker.recovery's reclaim cool-down (Controller hook)
     params: Mapping[str, Any] = field(default_factory=dict)
 
     def describe(self) -> dict[str, Any]:
@@ -41,6 +45,8 @@ class SimPolicy:
             "spot": self.spot,
             "strict": self.strict,
             "price_only": self.price_only,
+            "stay_home": self.stay_home,
+            "cooldown_scale": self.cooldown_scale,
             "spot_policy": self.spot_policy.describe(),
         }
 
@@ -58,7 +64,11 @@ def make(name: str, **params: Any) -> SimPolicy:
     if name == "uniform-progress":
         return SimPolicy(name, "prefer", UniformProgress(**params), strict=True, params=params)
     if name in ("broker", "burst-always"):
-        return SimPolicy(name, "prefer", DeadlineAware(**params), strict=True, params=params)
+        rules = {k: v for k, v in params.items() if k not in ("stay_home", "cooldown_scale")}
+        stay = bool(params.get("stay_home", name == "broker"))
+        scale = float(params.get("cooldown_scale", 0.0 if name == "broker" else 1.0))
+        return SimPolicy(name, "prefer", DeadlineAware(**rules), strict=True, params=params,
+                         stay_home=stay, cooldown_scale=scale)  # fmt: skip
     raise ValueError(f"unknown policy {name!r}{hint(name, NAMES)}; known: {', '.join(NAMES)}")
 
 

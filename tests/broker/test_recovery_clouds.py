@@ -283,6 +283,8 @@ def recover(tmp_path: Path, clock: FixedClock, source: Side, target: Side, spot:
         assert f"BROKER_RESUME_FROM={checkpoint}" in on_target[second.id].script
         on_source = source.seen()
         assert second.id not in on_source and not any(s.live for s in on_source.values())
+        if source.cloud == "azure":  # the evicted (deallocated) VM and its disk are deleted
+            assert first.id not in on_source
 
         closed = closed_places(recent_reclaims(store, clock.now()), clock.now())
         assert [(u.cloud, u.region, u.instance_type, u.market) for u in closed] == [

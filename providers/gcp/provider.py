@@ -30,13 +30,9 @@ One attempt is one VM named `instance_name(attempt_id)` in one zone; its id is
 from __future__ import annotations
 
 import contextlib
-import hashlib
-import json
 import os
-import re
 import time
-import uuid
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any, TypeVar
@@ -52,9 +48,7 @@ from providers.base import (
     InstanceState,
     InterruptionNotice,
     LaunchRequest,
-    instance_tags,
     request_hash,
-    startup_script,
 )
 from providers.cloud import CapacityCooldown, Unavailable, endpoint_override, with_backoff
 from providers.errors import (
@@ -64,73 +58,54 @@ from providers.errors import (
     NotFound,
     ProviderError,
 )
-from providers.gcp import capacity, errors
+from providers.gcp import capacity, errors, operations
 from providers.gcp.capacity import CapacityView, region_of
+from providers.gcp.operations import PREEMPTED
+from providers.gcp.vm import (
+    DEFAULT_IMAGE,
+    GCE_NAME,
+    NAME,
+    NAME_PREFIX,
+    SCOPES,
+    STATES,
+    TAGS_METADATA,
+    insert_body,
+    instance_name,
+    instance_state,
+    is_spot,
+    label_value,
+    parse_id,
+    parse_time,
+    request_id,
+    tag_of,
+    tags_of,
+    zone_of,
+)
 
 if TYPE_CHECKING:
     from pricing.table import OfferTable
 
 T = TypeVar("T")
-NAME = "gcp"
-DEFAULT_IMAGE = "projects/deeplearning-platform-release/global/images/family/common-cu124"
-SCOPES = ("https://www.googleapis.com/auth/cloud-platform",)
-NAME_PREFIX = "broker-"
-TAGS_METADATA = "broker-tags"
-PREEMPTED = "compute.instances.preempted"
 PREEMPTION_NOTICE_SECONDS = 30.0  # GCE's shutdown window for a reclaimed spot VM
 CAPACITY_TTL_SECONDS = 300.0
 SPOT_ACTIONS = ("DELETE", "STOP")
-_STATES: Mapping[str, InstanceState] = {
-    "PROVISIONING": "pending",
-    "STAGING": "pending",
-    "RUNNING": "running",
-    "REPAIRING": "running",
-    "STOPPING": "terminated",
-    "SUSPENDING": "terminated",
-    "SUSPENDED": "terminated",
-    "TERMINATED": "terminated",
-}
-_GCE_NAME = re.compile(r"[a-z]([-a-z0-9]{0,61}[a-z0-9])?")
-_IMAGE = re.compile(
-    r"(https://[\w.-]+/compute/v1/)?projects/[\w.:-]+/global/images/(family/)?[a-z][-a-z0-9]*"
-)
-
-
-def instance_name(attempt_id: str) -> str:
-    """The VM name of an attempt: "broker-" + the id made a GCE name (lowercase letters,
-    digits, '-'; at most 63, not ending in '-'), with a hash of the id when that changed
-    or cut it, so that two attempts never share a name."""
-    clean = re.sub(r"[^a-z0-9-]", "-", attempt_id.lower())
-    name = NAME_PREFIX + clean
-    if clean != attempt_id or len(name) > 63 or name.endswith("-"):
-        digest = hashlib.sha256(attempt_id.encode()).hexdigest()[:8]
-        name = f"{name[:54].rstrip('-')}-{digest}"
-    return name
-
-
-def label_value(value: str) -> str:
-    """`value` as a GCE label value: lowercase letters, digits, '-', '_', at most 63."""
-    return re.sub(r"[^a-z0-9_-]", "_", value.lower())[:63]
-
-
-def request_id(project: str, zone: str, attempt_id: str) -> str:
-    """The insert's requestId: the same for every retry of one attempt in one zone."""
-    return str(uuid.uuid5(uuid.NAMESPACE_URL, f"broker:gcp:{project}:{zone}:{attempt_id}"))
-
-
-def instance_state(status: str, spot: bool, preempted: bool) -> InstanceState:
-    """A GCE status as the broker's state; an ended spot VM GCE preempted is interrupted.
-    An unknown status counts as pending (still worth watching)."""
-    state = _STATES.get(status, "pending")
-    return "interrupted" if state == "terminated" and spot and preempted else state
-
-
-def parse_id(instance_id: str) -> tuple[str, str]:
-    """(zone, name) of an id "<zone>/<name>"; NotFound when it is not of that shape."""
-    zone, _, name = instance_id.partition("/")
-    if not (_GCE_NAME.fullmatch(zone) and _GCE_NAME.fullmatch(name)):
-        raise NotFound(NAME, f"no instance {instance_id!r} (ids look like <zone>/<name>)")
-    return zone, name
+__all__ = [  # the helpers live in vm.py / operations.py; these names stay importable here
+    "CAPACITY_TTL_SECONDS",
+    "DEFAULT_IMAGE",
+    "NAME",
+    "NAME_PREFIX",
+    "PREEMPTED",
+    "PREEMPTION_NOTICE_SECONDS",
+    "SCOPES",
+    "SPOT_ACTIONS",
+    "TAGS_METADATA",
+    "GcpProvider",
+    "instance_name",
+    "instance_state",
+    "label_value",
+    "parse_id",
+    "request_id",
+]
 
 
 class _UtcClock:
@@ -281,7 +256,7 @@ class GcpProvider:
 
     def list_instances(self) -> list[Instance]:
         vms = self._aggregated_instances(f'labels.{TAG_BROKER} = "{label_value(self.broker_id)}"')
-        ended_spot = any(_STATES.get(vm.status) == "terminated" and _spot(vm) for vm in vms)
+        ended_spot = any(STATES.get(vm.status) == "terminated" and is_spot(vm) for vm in vms)
         preempted = set(self._preemptions()) if ended_spot else set()
         mine = [self._instance(vm, preempted) for vm in vms]
         mine = [i for i in mine if i.tag(TAG_BROKER) == self.broker_id]
@@ -296,7 +271,7 @@ class GcpProvider:
         ours = {k for k, i in self._known.items() if i.tag(TAG_BROKER) == self.broker_id}
         if set(fresh) - ours:  # reclaimed VMs this object never saw: whose are they?
             named = self._aggregated_instances(f'name eq "{NAME_PREFIX}.*"')
-            owners = {f"{_zone(vm)}/{vm.name}": _tag(vm, TAG_BROKER) for vm in named}
+            owners = {f"{zone_of(vm)}/{vm.name}": tag_of(vm, TAG_BROKER) for vm in named}
             gone = {k for k in fresh if k not in owners and k.split("/")[1].startswith(NAME_PREFIX)}
             ours |= gone | {k for k, owner in owners.items() if owner == self.broker_id}
         notices = []
@@ -304,7 +279,7 @@ class GcpProvider:
             if key not in ours:
                 continue
             self._reported.add(key)
-            started = _time(op.insert_time) or self.clock.now()
+            started = parse_time(op.insert_time) or self.clock.now()
             deadline = started + timedelta(seconds=PREEMPTION_NOTICE_SECONDS)
             notices.append(
                 InterruptionNotice(
@@ -323,10 +298,10 @@ class GcpProvider:
             raise InvalidRequest(NAME, f"a {request.cloud} request cannot launch on {NAME}")
         if request.nodes > 1:
             raise InvalidRequest(NAME, "multi-node launches on gcp are not supported yet")
-        if not _GCE_NAME.fullmatch(request.instance_type):
+        if not GCE_NAME.fullmatch(request.instance_type):
             raise InvalidRequest(NAME, f"{request.instance_type!r} is not a GCE machine type")
         if request.zone and (
-            not _GCE_NAME.fullmatch(request.zone) or region_of(request.zone) != request.region
+            not GCE_NAME.fullmatch(request.zone) or region_of(request.zone) != request.region
         ):
             raise InvalidRequest(NAME, f"zone {request.zone!r} is not in {request.region}")
 
@@ -420,85 +395,32 @@ class GcpProvider:
         return self._adopt(self._get(zone, name), digest, request)
 
     def _body(
-        self,
-        request: LaunchRequest,
-        zone: str,
-        name: str,
-        digest: str,
-        gpu: tuple[str, int] | None,
+        self, request: LaunchRequest, zone: str, name: str, digest: str, gpu: tuple[str, int] | None
     ) -> dict[str, Any]:
-        """The Instance resource (compute_v1 field names) for `request` in `zone`."""
-        tags = (*instance_tags(request), (TAG_REQUEST, digest))
-        carries_gpu = gpu is not None or capacity.family(request.instance_type) in (
-            capacity.GPU_FAMILIES
+        """The Instance resource for `request` in `zone` (vm.insert_body, our settings)."""
+        return insert_body(
+            request,
+            zone,
+            name,
+            digest,
+            gpu,
+            image=self.image,
+            spot_action=self.spot_action,
+            network=self.network,
+            disk_gb=self.disk_gb,
         )
-        scheduling: dict[str, Any] = {}
-        if request.market == "spot":
-            scheduling = {
-                "provisioning_model": "SPOT",
-                "instance_termination_action": self.spot_action,
-                "automatic_restart": False,
-            }
-        if carries_gpu or request.market == "spot":
-            scheduling["on_host_maintenance"] = "TERMINATE"
-        image = request.image if _IMAGE.fullmatch(request.image) else self.image
-        body: dict[str, Any] = {
-            "name": name,
-            "machine_type": f"zones/{zone}/machineTypes/{request.instance_type}",
-            "labels": {key: label_value(value) for key, value in tags},
-            "metadata": {
-                "items": [
-                    {"key": "startup-script", "value": startup_script(request)},
-                    {"key": TAGS_METADATA, "value": json.dumps(tags)},
-                    {"key": "install-nvidia-driver", "value": "True"},
-                ]
-            },
-            "disks": [
-                {
-                    "boot": True,
-                    "auto_delete": True,
-                    "initialize_params": {"source_image": image, "disk_size_gb": self.disk_gb},
-                }
-            ],
-            "network_interfaces": [
-                {
-                    "network": self.network,
-                    "access_configs": [{"name": "External NAT", "type_": "ONE_TO_ONE_NAT"}],
-                }
-            ],
-            "service_accounts": [{"email": "default", "scopes": list(SCOPES)}],
-            "scheduling": scheduling,
-        }
-        if gpu is not None:
-            body["guest_accelerators"] = [
-                {
-                    "accelerator_type": f"zones/{zone}/acceleratorTypes/{gpu[0]}",
-                    "accelerator_count": gpu[1],
-                }
-            ]
-        return body
 
     def _wait(self, zone: str, operation: Any, action: str) -> Any:
         """`operation` once DONE, or as it is after `operation_timeout` seconds."""
-        from google.cloud import compute_v1
-
-        deadline = time.monotonic() + self.operation_timeout
-        while operation.status != compute_v1.Operation.Status.DONE:
-            left = deadline - time.monotonic()
-            if left <= 0:
-                return operation
-            # GCE's wait answers within about two minutes, DONE or not.
-            operation = self._call(
-                lambda name=operation.name, left=left: self._zone_ops.wait(
-                    project=self.project,
-                    zone=zone,
-                    operation=name,
-                    retry=None,
-                    timeout=min(left, 150.0),
-                ),
-                action,
-            )
-        return operation
+        return operations.wait(
+            self._zone_ops,
+            self.project,
+            zone,
+            operation,
+            self._call,
+            action,
+            self.operation_timeout,
+        )
 
     def _discard(self, zone: str, name: str) -> None:
         """Delete a VM whose launch failed half-way (best effort)."""
@@ -541,44 +463,19 @@ class GcpProvider:
 
         regions = self.regions if regions is None else regions
         vms = self._call(read, "list instances")
-        return [vm for vm in vms if not regions or region_of(_zone(vm)) in regions]
+        return [vm for vm in vms if not regions or region_of(zone_of(vm)) in regions]
 
     def _preemptions(self) -> dict[str, Any]:
         """id -> the compute.instances.preempted operation GCE recorded for it."""
-        from google.cloud import compute_v1
-
-        request = compute_v1.AggregatedListGlobalOperationsRequest(
-            project=self.project, filter=f'operationType = "{PREEMPTED}"'
-        )
-
-        def read() -> dict[str, Any]:
-            pager = self._all_ops.aggregated_list(request=request, retry=None, timeout=self.timeout)
-            return {
-                f"{op.zone.rsplit('/', 1)[-1]}/{op.target_link.rsplit('/', 1)[-1]}": op
-                for _, listed in pager
-                for op in listed.operations
-                if op.zone
-            }
-
-        found = self._call(read, "list preemptions")
+        found = operations.preemptions(self._all_ops, self.project, self._call, self.timeout)
         self._preempted.update(found)
         return found
 
     def _history(self, zone: str, name: str) -> set[str]:
         """The kinds of the operations GCE recorded on one VM (insert, delete, preempted)."""
-        from google.cloud import compute_v1
-
-        request = compute_v1.ListZoneOperationsRequest(
-            project=self.project,
-            zone=zone,
-            filter=f'targetLink eq ".*/zones/{zone}/instances/{name}"',
+        return operations.history(
+            self._zone_ops, self.project, zone, name, self._call, self.timeout
         )
-
-        def read() -> set[str]:
-            pager = self._zone_ops.list(request=request, retry=None, timeout=self.timeout)
-            return {op.operation_type for op in pager}
-
-        return self._call(read, f"list operations of {zone}/{name}")
 
     def _vanished(self, instance_id: str, zone: str, name: str) -> Instance:
         """A VM GCE no longer knows: how it ended, or NotFound when it never existed."""
@@ -598,10 +495,10 @@ class GcpProvider:
         return self._remember(replace(base, state=state, ended_at=self._end_of(instance_id)))
 
     def _instance(self, vm: Any, preempted: Iterable[str] | None = None) -> Instance:
-        zone = _zone(vm)
-        key, spot = f"{zone}/{vm.name}", _spot(vm)
+        zone = zone_of(vm)
+        key, spot = f"{zone}/{vm.name}", is_spot(vm)
         was_preempted = False
-        if spot and _STATES.get(vm.status) == "terminated":
+        if spot and STATES.get(vm.status) == "terminated":
             was_preempted = (
                 key in self._preempted
                 or "preempt" in vm.status_message.lower()
@@ -615,7 +512,9 @@ class GcpProvider:
                 self._preempted.add(key)
         state = instance_state(vm.status, spot, was_preempted)
         ended = (
-            None if state in ACTIVE_STATES else _time(vm.last_stop_timestamp) or self._end_of(key)
+            None
+            if state in ACTIVE_STATES
+            else parse_time(vm.last_stop_timestamp) or self._end_of(key)
         )
         return Instance(
             id=key,
@@ -626,8 +525,8 @@ class GcpProvider:
             instance_type=vm.machine_type.rsplit("/", 1)[-1],
             market="spot" if spot else "on-demand",
             state=state,
-            tags=_tags(vm),
-            launched_at=_time(vm.creation_timestamp),
+            tags=tags_of(vm),
+            launched_at=parse_time(vm.creation_timestamp),
             ended_at=ended,
         )
 
@@ -729,32 +628,3 @@ def _default_regions(catalog: OfferTable | None) -> tuple[str, ...]:
             return tuple(sorted(set(regions.tolist())))
     region = os.environ.get("CLOUDSDK_COMPUTE_REGION", "")
     return (region,) if region else ()
-
-
-def _zone(vm: Any) -> str:
-    return vm.zone.rsplit("/", 1)[-1]
-
-
-def _spot(vm: Any) -> bool:
-    return vm.scheduling.provisioning_model == "SPOT"
-
-
-def _tag(vm: Any, key: str) -> str | None:
-    return dict(_tags(vm)).get(key)
-
-
-def _tags(vm: Any) -> tuple[tuple[str, str], ...]:
-    """The exact tags from the `broker-tags` metadata item, else the labels."""
-    for item in vm.metadata.items:
-        if item.key == TAGS_METADATA:
-            with contextlib.suppress(ValueError, TypeError):
-                return tuple((str(k), str(v)) for k, v in json.loads(item.value))
-    return tuple(sorted((k, v) for k, v in vm.labels.items() if k.startswith("broker-")))
-
-
-def _time(text: str) -> datetime | None:
-    """A GCE timestamp (RFC 3339) as an aware datetime; None when absent or odd."""
-    try:
-        return datetime.fromisoformat(text) if text else None
-    except ValueError:
-        return None

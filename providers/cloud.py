@@ -12,7 +12,7 @@ import os
 import random
 import threading
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, TypeVar
@@ -196,6 +196,28 @@ def restrict_offers(
     return OfferTable(numbers, table.codes, table.categories), reasons + sorted(
         set(quota_reasons), key=lambda u: (u.region, u.zone, u.instance_type, u.market)
     )
+
+
+def catalog_regions(catalog: OfferTable | None, cloud: str) -> tuple[str, ...]:
+    """The regions where the catalog sells `cloud`, sorted (an adapter's default regions)."""
+    if catalog is None:
+        return ()
+    return tuple(sorted(set(catalog.text("region")[catalog.text("cloud") == cloud].tolist())))
+
+
+def catalog_rows(catalog: OfferTable | None, cloud: str, regions: Sequence[str]) -> OfferTable:
+    """The catalog's rows of `cloud` in `regions` (every region when empty); an empty
+    table without a catalog: what an adapter restricts into its offers."""
+    import numpy as np
+
+    from pricing.table import concat
+
+    if catalog is None:
+        return concat([])
+    rows = catalog.text("cloud") == cloud
+    if regions:
+        rows &= np.isin(catalog.text("region"), list(regions))
+    return catalog.take(np.flatnonzero(rows))
 
 
 def cooling_unavailable(

@@ -81,7 +81,6 @@ class Fleet:
         import numpy as np
 
         from pricing.table import concat
-        from providers.cloud import cooling_unavailable, restrict_offers
 
         parts = []
         for member in self.members.values():
@@ -92,14 +91,7 @@ class Fleet:
             keep = np.isin(cloud, list(clouds))
             if others:
                 keep |= ~np.isin(cloud, routed_elsewhere)
-            table = table.take(np.flatnonzero(keep))
-            cooldown = getattr(member, "cooldown", None)
-            if cooldown is not None:  # don't plan onto a place that just ran out
-                for cloud in clouds:
-                    cooling = cooling_unavailable(table, cloud, cooldown)
-                    if cooling:
-                        table, _ = restrict_offers(table, cloud, cooling)
-            parts.append(table)
+            parts.append(table.take(np.flatnonzero(keep)))
         return concat(parts)
 
     def launch(self, request: LaunchRequest) -> Instance:

@@ -62,6 +62,9 @@ from providers.base import (
 from providers.cloud import (
     CapacityCooldown,
     Unavailable,
+    catalog_regions,
+    catalog_rows,
+    cooling_unavailable,
     endpoint_override,
     restrict_offers,
     with_backoff,
@@ -191,7 +194,7 @@ class AwsProvider:
         self._reported: set[str] = set()
         self.regions = (
             tuple(regions or ())
-            or self._catalog_regions()
+            or catalog_regions(self.catalog, NAME)
             or (self._session.region_name or DEFAULT_REGION,)
         )
 
@@ -272,7 +275,7 @@ class AwsProvider:
             cached = self._view
         if cached is not None and now - cached[0] < timedelta(seconds=self.capacity_ttl):
             return cached[1]
-        table = self._mine()
+        table = catalog_rows(self.catalog, NAME, self.regions)
         wanted: dict[str, set[tuple[str, str]]] = {}
         columns = (table.text("region"), table.text("instance_type"), table.text("zone"))
         for region, instance_type, zone in zip(*(c.tolist() for c in columns), strict=True):
@@ -510,38 +513,9 @@ class AwsProvider:
 
     def _restricted(self) -> tuple[OfferTable, list[Unavailable]]:
         view = self.capacity_view()
-        items = (*view.unavailable, *self._cooling())
-        return restrict_offers(self._mine(), NAME, items, view.headroom)
-
-    def _mine(self) -> OfferTable:
-        """The catalog's rows for AWS in `regions` (an empty table without a catalog)."""
-        import numpy as np
-
-        from pricing.schema import COLUMN_NAMES
-        from pricing.table import OfferTable
-
-        if self.catalog is None:
-            return OfferTable.from_columns({name: [] for name in COLUMN_NAMES})
-        table = self.catalog
-        rows = (table.text("cloud") == NAME) & np.isin(table.text("region"), self.regions)
-        return table.take(np.flatnonzero(rows))
-
-    def _catalog_regions(self) -> tuple[str, ...]:
-        if self.catalog is None:
-            return ()
-        table = self.catalog
-        return tuple(sorted(set(table.text("region")[table.text("cloud") == NAME].tolist())))
-
-    def _cooling(self) -> list[Unavailable]:
-        """Places still cooling down after a capacity failure, as unavailable offers."""
-        items = []
-        for instance_type, place, market in self.cooldown.active():
-            region = next((r for r in self.regions if place.startswith(r)), None)
-            if region is not None:
-                zone = "" if place == region else place
-                reason = "no capacity at the last launch: cooling down"
-                items.append(Unavailable(NAME, region, zone, instance_type, market, reason))
-        return items
+        table = catalog_rows(self.catalog, NAME, self.regions)
+        items = (*view.unavailable, *cooling_unavailable(table, NAME, self.cooldown))
+        return restrict_offers(table, NAME, items, view.headroom)
 
     # --- clients -------------------------------------------------------------------------
 

@@ -62,7 +62,15 @@ from providers.base import (
     request_hash,
     startup_script,
 )
-from providers.cloud import CapacityCooldown, Unavailable, endpoint_override, with_backoff
+from providers.cloud import (
+    CapacityCooldown,
+    Unavailable,
+    catalog_regions,
+    catalog_rows,
+    cooling_unavailable,
+    endpoint_override,
+    with_backoff,
+)
 from providers.errors import (
     CredentialsError,
     InsufficientCapacity,
@@ -135,7 +143,7 @@ class AzureProvider:
         if eviction_policy not in EVICTION_POLICIES:
             raise ValueError(f"eviction_policy must be one of {', '.join(EVICTION_POLICIES)}")
         self.catalog = catalog
-        self.regions = tuple(r.lower() for r in (regions or self._catalog_regions(catalog)))
+        self.regions = tuple(r.lower() for r in (regions or catalog_regions(catalog, NAME)))
         self.endpoint = endpoint or endpoint_override(NAME)
         self.cooldown = cooldown or CapacityCooldown(clock)
         self.clock = clock or self.cooldown.clock
@@ -174,12 +182,13 @@ class AzureProvider:
         vCPU quotas (the view is cached for VIEW_TTL_SECONDS)."""
         from providers.cloud import restrict_offers
 
-        table = self._my_rows()
+        table = catalog_rows(self.catalog, NAME, self.regions)
         if len(table) == 0:
             self._reasons = []
             return table
         view = self._capacity_view(table)
-        table, self._reasons = restrict_offers(table, NAME, view.unavailable, view.headroom)
+        items = (*view.unavailable, *cooling_unavailable(table, NAME, self.cooldown))
+        table, self._reasons = restrict_offers(table, NAME, items, view.headroom)
         return table
 
     def unavailable(self) -> list[Unavailable]:
@@ -534,27 +543,6 @@ class AzureProvider:
             return self.ssh_public_key
 
     # --- the catalog -------------------------------------------------------------------
-
-    @staticmethod
-    def _catalog_regions(catalog: OfferTable | None) -> list[str]:
-        if catalog is None:
-            return []
-        mine = catalog.text("cloud") == NAME
-        return sorted({str(r) for r in catalog.text("region")[mine]})
-
-    def _my_rows(self) -> OfferTable:
-        import numpy as np
-
-        if self.catalog is None:
-            from pricing.schema import COLUMN_NAMES
-            from pricing.table import OfferTable
-
-            return OfferTable.from_columns({name: [] for name in COLUMN_NAMES})
-        table = self.catalog
-        rows = table.text("cloud") == NAME
-        if self.regions:
-            rows &= np.isin(np.char.lower(table.text("region").astype(str)), self.regions)
-        return table.take(np.flatnonzero(rows))
 
     def _capacity_view(self, table: OfferTable) -> CapacityView:
         from datetime import timedelta

@@ -50,7 +50,16 @@ from providers.base import (
     LaunchRequest,
     request_hash,
 )
-from providers.cloud import CapacityCooldown, Unavailable, endpoint_override, with_backoff
+from providers.cloud import (
+    CapacityCooldown,
+    Unavailable,
+    catalog_regions,
+    catalog_rows,
+    cooling_unavailable,
+    endpoint_override,
+    restrict_offers,
+    with_backoff,
+)
 from providers.errors import (
     CredentialsError,
     InsufficientCapacity,
@@ -186,12 +195,15 @@ class GcpProvider:
 
     def offers(self) -> OfferTable:
         """The catalog's GCP rows (in `regions`), restricted by zones and quotas (cached
-        for `capacity_ttl` seconds)."""
-        return self._restrict()[0]
+        for `capacity_ttl` seconds) and by places cooling down after a stockout."""
+        table, _ = self._restrict()
+        cooling = cooling_unavailable(table, NAME, self.cooldown)
+        return restrict_offers(table, NAME, cooling)[0] if cooling else table
 
     def unavailable(self) -> list[Unavailable]:
-        """Why catalog rows are not sold now (as of the last `offers`)."""
-        return list(self._restrict()[1])
+        """Why catalog rows are not sold now (as of the last `offers`), cool-downs included."""
+        table, reasons = self._restrict()
+        return [*reasons, *cooling_unavailable(table, NAME, self.cooldown)]
 
     def launch(self, request: LaunchRequest) -> Instance:
         self._validate(request)
@@ -544,7 +556,7 @@ class GcpProvider:
         now = self.clock.now()
         cached = self._restricted
         if cached is None or (now - cached[0]).total_seconds() >= self.capacity_ttl:
-            rows = self._rows()
+            rows = catalog_rows(self._catalog, NAME, self.regions)
             if not len(rows):
                 cached = (now, rows, [])
             else:
@@ -553,20 +565,6 @@ class GcpProvider:
                 cached = (now, *capacity.restrict(rows, view))
             self._restricted = cached
         return cached[1], cached[2]
-
-    def _rows(self) -> OfferTable:
-        """The catalog's GCP rows in `regions`."""
-        import numpy as np
-
-        from pricing.table import concat
-
-        table = self._catalog
-        if table is None:
-            return concat([])
-        mine = table.text("cloud") == NAME
-        if self.regions:
-            mine &= np.isin(table.text("region"), list(self.regions))
-        return table.take(np.flatnonzero(mine))
 
     def _view(
         self, types: set[str], gpus: set[str], regions: Sequence[str], quotas: bool = True
@@ -622,9 +620,8 @@ def _credentials_and_project(credentials: Any, project: str | None) -> tuple[Any
 
 
 def _default_regions(catalog: OfferTable | None) -> tuple[str, ...]:
-    if catalog is not None:
-        regions = catalog.text("region")[catalog.text("cloud") == NAME]
-        if len(regions):
-            return tuple(sorted(set(regions.tolist())))
+    regions = catalog_regions(catalog, NAME)
+    if regions:
+        return regions
     region = os.environ.get("CLOUDSDK_COMPUTE_REGION", "")
     return (region,) if region else ()

@@ -550,3 +550,12 @@ def test_check_unreachable(harness):
     )
     assert not result.usable and result.reason.startswith("unreachable")
     assert time.monotonic() - started < 3.0
+
+
+def test_a_size_cooling_down_after_an_allocation_failure_is_not_offered(harness, catalog):
+    provider = harness.new_provider(catalog=catalog)
+    provider.cooldown.mark(SIZE, REGION, "spot")
+    row = by_type(provider.offers())[(REGION, "", SIZE)]
+    assert math.isnan(row["price_spot"]) and row["price_on_demand"] == 3.67
+    cooling = [u for u in provider.unavailable() if "cooling" in u.reason]
+    assert [(u.region, u.instance_type, u.market) for u in cooling] == [(REGION, SIZE, "spot")]

@@ -150,18 +150,3 @@ def test_member_names_must_differ(harness):
             }
         )
 
-
-def test_a_member_cooling_down_hides_that_place_from_the_planner(harness):
-    import math
-
-    from providers.cloud import CapacityCooldown
-
-    harness.aws.cooldown = CapacityCooldown(seconds=300)
-    harness.aws.cooldown.mark("g4dn.xlarge", "us-east-1", "spot")
-    rows = {
-        (r["cloud"], r["region"], r["instance_type"]): r
-        for r in harness.provider.offers().records()
-    }
-    g4 = rows[("aws", "us-east-1", "g4dn.xlarge")]
-    assert math.isnan(g4["price_spot"]) and g4["price_on_demand"] == 0.526
-    assert rows[("aws", "us-east-1", "p4d.24xlarge")]["price_spot"] == 9.5

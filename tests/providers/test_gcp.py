@@ -755,3 +755,16 @@ def test_check_without_the_sdk(monkeypatch):
     monkeypatch.setitem(sys.modules, "google.cloud.compute_v1", None)
     result = check()
     assert not result.usable and "pip install 'broker[gcp]'" in result.reason
+
+
+def test_a_zone_cooling_down_after_a_stockout_is_not_offered_there(fake, tmp_path):
+    a2 = "a2-highgpu-1g,A100,1,40,12,85,,3.67,1.2,,,test,2026-11-20"
+    rows = (f"gcp,us-central1,us-central1-a,{a2}", f"gcp,us-central1,,{a2}")
+    provider = make_provider(fake, read_offer_table(write_catalog(tmp_path / "o.csv", rows)))
+    provider.cooldown.mark("a2-highgpu-1g", "us-central1-a", "spot")
+    offers = by_row(provider.offers())
+    zonal = offers[("us-central1", "us-central1-a", "a2-highgpu-1g", "A100")]
+    assert math.isnan(zonal["price_spot"]) and zonal["price_on_demand"] == 3.67
+    # the region-wide row stays sold: another zone of the region may have the capacity
+    assert offers[("us-central1", "", "a2-highgpu-1g", "A100")]["price_spot"] == 1.2
+    assert [u.zone for u in provider.unavailable() if "cooling" in u.reason] == ["us-central1-a"]

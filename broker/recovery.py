@@ -201,9 +201,11 @@ def steer_market(
     checkpoint = spec.checkpoint
     restore = copy_hours(checkpoint.size_gb, "internet") if checkpoint else 0.0  # worst case
     overhead = RESTART_HOURS + restore  # what every (re)start spends before working
-    checkpoints = store.checkpoints()
+    attempts = store.attempts(job.id)
+    reclaimed = any(a.state == AttemptState.INTERRUPTED for a in attempts)
+    checkpoints = store.checkpoints() if reclaimed and checkpoint is not None else {}
     done = 0.0
-    for attempt in store.attempts(job.id):
+    for attempt in attempts:
         if attempt.state == AttemptState.INTERRUPTED and checkpoint is not None:
             kept = 1 - float(lost_share(attempt, checkpoints.get(attempt.id)))
             done += max(0.0, float(attempt.billed_hours or 0) * kept - overhead)

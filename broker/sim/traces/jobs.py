@@ -1,5 +1,6 @@
 """Job lists: Philly (Sia's processed list), Gavel's Philly-derived per-VC traces with its
-throughput table, and our own CSV.
+throughput table, and our own CSV. `read_jobs` also dispatches to the Alibaba PAI and
+Helios readers in clusters.py.
 
 - Philly `philly_jobs.csv(.gz)`: timestamp, duration (s), num_gpus, gpu_time, cluster.
   Submit hours count from the first timestamp; the GPU type is not in the trace (Philly
@@ -115,12 +116,25 @@ def read_jobs_csv(path: Path) -> JobList:
 
 
 def read_jobs(path: Path, **options) -> JobList:
-    """Detect the format from the header."""
+    """Detect the format from the header; `options` go to the Philly and Alibaba readers
+    (gpu, limit, deadline_factor)."""
+    from broker.sim.traces import clusters
+
     opener = gzip.open if Path(path).suffix == ".gz" else open
     with opener(path, "rt") as handle:  # type: ignore[operator]
         header = handle.readline()
+    fields = set(header.strip().split(","))
     if header.startswith("timestamp,duration"):
         return read_philly(Path(path), **options)
     if "submit_hours" in header:
         return read_jobs_csv(Path(path))
-    raise ValueError(f"{path}: not a Philly job list nor a simulator jobs CSV")
+    if {"num_gpu", "gpu_milli"} <= fields:
+        return clusters.read_pai_pods(Path(path), **options)
+    if set(clusters.SIA_COLUMNS) <= fields:
+        return clusters.read_sia_workload(Path(path))
+    if header.startswith("date,") and "total" in fields:
+        raise ValueError(
+            f"{path}: a per-VC GPU quota table (Helios Venus), not a job list; "
+            "read it with broker.sim.traces.clusters.venus_vc_gpus for pool sizes"
+        )
+    raise ValueError(f"{path}: not a Philly, Alibaba pod or Sia job list nor a simulator jobs CSV")

@@ -25,7 +25,7 @@ def manifest_text(
     lines = [
         "apiVersion: broker/v1",
         f"name: {name or label(job.name)}",
-        f"team: {label(job.team)}",
+        f'team: "{label(job.team)}"',  # quoted: a numeric VC id is still a name
         f"priority: {job.priority}",
         "resources:",
         f"  accelerators: {job.gpu}:{per_node}",

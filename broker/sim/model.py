@@ -73,6 +73,13 @@ class Availability:
         prices = None if self.prices is None else self.prices[first:last]
         return Availability(self.step_hours, self.counts[first:last], prices)
 
+    def cycled(self, hours: float) -> Availability:
+        """The trace repeated end to end until it covers `hours` (a short trace replayed
+        under a long job list; each repeat is the same real pattern)."""
+        times = max(1, math.ceil(hours / self.hours - 1e-9))
+        prices = None if self.prices is None else self.prices * times
+        return Availability(self.step_hours, self.counts * times, prices)
+
 
 @dataclass(frozen=True)
 class SpotTrace:
@@ -85,6 +92,9 @@ class SpotTrace:
         return SpotTrace(
             {**self.places, **other.places}, ", ".join(filter(None, (self.source, other.source)))
         )
+
+    def cycled(self, hours: float) -> SpotTrace:
+        return SpotTrace({p: a.cycled(hours) for p, a in self.places.items()}, self.source)
 
     def window(self, start_hours: float, hours: float) -> SpotTrace:
         return SpotTrace(

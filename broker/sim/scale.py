@@ -1,0 +1,582 @@
+"""The fleet-scale engine: a cluster trace of tens of thousands of jobs in seconds.
+
+The discrete-event engine (`engine.py`) drives the real controller over a SQLite
+state store, one pass per event: faithful to production, and about one job per wall
+second. Philly's 82,247 jobs need a leaner loop that keeps the same decisions:
+
+- **Placements** come from the production planner (`plan_many`), asked once per job
+  shape (GPU, count, market, duration and deadline bucket) with every market open. At
+  each decision the job takes the first ranked placement open now: spot on sale with
+  room at its place, a pool with free GPUs, on-demand always. That is what planning
+  over the current offers ranks first, because a placement's expected cost does not
+  depend on which other offers exist.
+- **Market**: a deadline job with `spot: prefer` asks the policy's spot policy
+  (broker.spotpolicy) through a SpotState, as broker.recovery.steer_market does in
+  production; "spot" and "wait" then plan spot only (the strict hook of engine.py).
+  A pool is open to every choice: it is no spot gamble.
+- **Full pool**: under `broker`, wait for it when broker.queue.bursting says waiting is
+  cheaper and fits the waiting budget and the deadline (Starburst); under
+  `burst-always`, take the next placement at once.
+- **Spot**: a place holds at most the trace's count x `spot_scale` spot runs. When the
+  count drops, the newest runs there are reclaimed and lose the work since their last
+  checkpoint; the job decides again at once.
+
+State lives in lists, events in a heap; ties break on sequence numbers, so the same
+inputs give the same figures. Not modelled here (engine.py has them): egress and
+checkpoint copies, cool-downs, queue priorities, quotas and budgets, price traces.
+"""
+
+from __future__ import annotations
+
+import heapq
+import math
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+from broker.queue.bursting import expected_pool_start, wait_for_pool
+from broker.sim.metrics import PolicyResult, percentile
+from broker.sim.model import Place, SimJob
+
+if TYPE_CHECKING:
+    from broker.sim.engine import Scenario
+    from broker.sim.policies import SimPolicy
+
+_END, _TICK, _SUBMIT, _RETRY = 0, 1, 2, 3  # event order at one instant
+_EPS = 1e-9
+_BUCKETS_PER_DOUBLING = 4  # job shapes: durations within ~19% share one plan
+_MIN_RETRY = 1 / 60  # hours: a pool waiter is never re-decided twice in one instant
+
+
+@dataclass(frozen=True, slots=True)
+class Option:
+    """One ranked placement of a shape, reduced to what the loop needs."""
+
+    kind: str  # "pool" | "spot" | "on-demand"
+    key: object  # pool name; a spot place's number in the trace (None: untraced, open); None
+    price: float  # USD per hour, all nodes
+    cost_per_work_hour: float  # the planner's expected cost / the shape's work hours
+    gpus: float
+    label: str  # cloud/region/instance type
+
+
+@dataclass(slots=True)
+class _Run:
+    job: int
+    option: Option
+    start: float
+    seq: int
+    finish: float = 0.0  # when it ends, unless reclaimed
+
+
+@dataclass(slots=True)
+class _JobState:
+    saved: float = 0.0  # work hours safe in the last checkpoint
+    run: _Run | None = None
+    first_start: float | None = None
+    end: float | None = None
+    waiting: int = 0  # the sequence number of its pending retry (0: none)
+    retry_at: float = -1.0  # when that retry falls due
+    pool: str | None = None  # the pool whose queue it waits in
+
+
+@dataclass
+class _Totals:
+    cost: float = 0.0
+    spot_cost: float = 0.0
+    pool_cost: float = 0.0
+    pool_gpu_hours: float = 0.0
+    preemptions: int = 0
+    lost_gpu_hours: float = 0.0
+    daily: dict[int, float] = field(default_factory=dict)
+
+
+def simulate_at_scale(
+    scenario: Scenario,
+    policy: SimPolicy,
+    *,
+    spot_scale: int = 8,
+    max_wait_factor: float = 1.0,
+    progress: Callable[[float], None] | None = None,
+) -> PolicyResult:
+    """Run `scenario` under `policy` with the fleet-scale loop (module docstring).
+    `spot_scale`: spot runs a trace count of 1 stands for; `max_wait_factor`: the
+    Starburst waiting budget in job-hours (used by `broker` only)."""
+    return _Fleet(scenario, policy, spot_scale, max_wait_factor, progress).run()
+
+
+class _Fleet:
+    def __init__(self, scenario, policy, spot_scale, max_wait_factor, progress) -> None:
+        self.scenario, self.policy, self.progress = scenario, policy, progress
+        self.jobs: list[SimJob] = sorted(scenario.jobs, key=lambda j: j.submit_hours)
+        self.state = [_JobState() for _ in self.jobs]
+        self.restart = scenario.restart_hours
+        self.scale = spot_scale
+        self.wait_factor = max_wait_factor if policy.name == "broker" else 0.0
+        self.options = _plan_shapes(scenario, policy, self.jobs)
+        self.spot = scenario.spot.places
+        self.spot_room = [a.count_at(0.0) * spot_scale for a in self.spot.values()]
+        self.spot_runs: list[list[_Run]] = [[] for _ in self.spot]
+        self.pool_total = {name: gpus for (_c, name), gpus in scenario.pool_gpus.items()}
+        self.pool_free = dict(self.pool_total)
+        self.pool_runs: dict[str, dict[int, _Run]] = {name: {} for name in self.pool_total}
+        self.pool_queue: dict[str, list[int]] = {name: [] for name in self.pool_total}
+        self.pool_queued_gpus = dict.fromkeys(self.pool_total, 0.0)
+        # jobs waiting for spot, per spot place they could use (insertion-ordered sets)
+        self.spot_waiters: list[dict[int, None]] = [{} for _ in self.spot]
+        self.totals = _Totals()
+        self.events: list[tuple[float, int, int, object]] = []
+        self.seq = 0
+        self.now = 0.0
+        self.done = 0
+
+    # --- the loop ---------------------------------------------------------------------
+
+    def run(self) -> PolicyResult:
+        for i, job in enumerate(self.jobs):
+            self._push(job.submit_hours, _SUBMIT, i)
+        self.changes = _changes(self.scenario.spot, self.scenario.horizon_hours)
+        for t in self.changes:
+            self._push(t, _TICK, None)
+        horizon = self.scenario.horizon_hours
+        report_every = max(1, len(self.jobs) // 100)
+        while self.events and self.done < len(self.jobs):
+            t, kind, seq, item = heapq.heappop(self.events)
+            if t > horizon:
+                break
+            self.now = t
+            if kind == _END:
+                self._end(item)  # type: ignore[arg-type]
+            elif kind == _TICK:
+                self._tick(t)
+            elif kind == _SUBMIT:
+                self._decide(item)  # type: ignore[arg-type]
+            elif self.state[item].waiting == seq:  # type: ignore[index]
+                self.state[item].waiting = 0  # type: ignore[index]
+                self._decide(item)  # type: ignore[arg-type]
+            if self.progress is not None and self.done % report_every == 0 and kind == _END:
+                self.progress(self.done / len(self.jobs))
+        return self._result()
+
+    def _push(self, t: float, kind: int, item: object) -> int:
+        self.seq += 1
+        heapq.heappush(self.events, (t, kind, self.seq, item))
+        return self.seq
+
+    # --- one job's decision ---------------------------------------------------------------
+
+    def _decide(self, i: int) -> None:
+        st = self.state[i]
+        if st.run is not None or st.end is not None:
+            return
+        for place in self._spot_places(i):
+            self.spot_waiters[place].pop(i, None)
+        self._unqueue(i)
+        options = self.options[i]
+        markets = self._markets(i, options)
+        pool_pick: Option | None = None
+        cloud: Option | None = None
+        for option in options:
+            if option.kind == "pool":
+                if self.pool_free[option.key] + _EPS >= option.gpus and not self._queued(option):
+                    return self._launch(i, option)
+                if pool_pick is None and self.wait_factor > 0:
+                    pool_pick = option
+                continue
+            if option.kind not in markets:
+                continue
+            if option.kind == "spot" and self._spot_left(option.key) <= 0:
+                continue
+            cloud = option
+            break
+        if pool_pick is not None and self._wait_for_pool(i, pool_pick, cloud):
+            return
+        if cloud is not None:
+            return self._launch(i, cloud)
+        self._wait(i)
+
+    def _markets(self, i: int, options: list[Option]) -> tuple[str, ...]:
+        """The cloud markets this decision may use: the manifests' spot setting, and for
+        deadline jobs with `spot: prefer`, the spot policy's choice."""
+        spot_setting = self.policy.spot
+        if spot_setting == "never":
+            return ("on-demand",)
+        if spot_setting == "only":
+            return ("spot",)
+        if self.jobs[i].deadline_hours is None:
+            return ("spot", "on-demand")
+        open_now = any(o.kind == "spot" and self._spot_left(o.key) > 0 for o in options)
+        if self._choice(i, self.now, open_now) == "on-demand":
+            return ("on-demand",)
+        return ("spot",) if self.policy.strict else ("spot", "on-demand")
+
+    def _choice(self, i: int, at: float, spot_open: bool) -> str:
+        """The spot policy's answer for idle job `i` at hour `at` (steer_market's state)."""
+        from broker.spotpolicy import SpotState
+
+        job = self.jobs[i]
+        every = job.checkpoint_minutes / 60 if job.checkpoint_minutes else math.inf
+        state = SpotState(
+            elapsed=at - job.submit_hours,
+            deadline=job.deadline_hours,  # type: ignore[arg-type]
+            work_left=max(0.0, job.hours - self.state[i].saved),
+            restart_overhead=self.restart,
+            current=None,
+            spot_available=spot_open,
+            work_total=job.hours,
+            step=self.scenario.reconcile_hours,
+            preemption_loss=every,
+        )
+        return self.policy.spot_policy.choose(state)
+
+    def _next_change(self, i: int) -> float:
+        """The first reconcile step at which idle job `i`'s spot policy would stop
+        answering as it does now, were spot to stay closed: found by bisection, since
+        while nothing runs the answers move one way in time (waiting turns to on-demand
+        as the spare runs out). Re-deciding there equals re-deciding at every step."""
+        job, step = self.jobs[i], self.scenario.reconcile_hours
+        now_says = self._choice(i, self.now, False)
+        last = job.submit_hours + job.deadline_hours  # type: ignore[operator]
+        high = max(1, math.ceil((last - self.now) / step))
+        if self._choice(i, self.now + high * step, False) == now_says:
+            return self.now + high * step
+        low = 0  # answers as now at low; differently at high
+        while high - low > 1:
+            mid = (low + high) // 2
+            if self._choice(i, self.now + mid * step, False) == now_says:
+                low = mid
+            else:
+                high = mid
+        return self.now + high * step
+
+    def _queued(self, option: Option) -> bool:
+        return bool(self.pool_queue[option.key])
+
+    def _wait_for_pool(self, i: int, option: Option, cloud: Option | None) -> bool:
+        job, name = self.jobs[i], option.key
+        queue = self.pool_queue[name]
+        need = option.gpus + self.pool_queued_gpus[name]  # first come, first served
+        ends = [(r.finish, r.option.gpus) for r in self.pool_runs[name].values()]
+        start = expected_pool_start(self.pool_free[name], need, ends, self.now)
+        work = job.hours - self.state[i].saved
+        deadline = None if job.deadline_hours is None else job.submit_hours + job.deadline_hours
+        if not wait_for_pool(
+            now=self.now,
+            pool_start=start,
+            work_hours=work,
+            restart_hours=self.restart,
+            deadline=deadline,
+            pool_cost=option.cost_per_work_hour * work,
+            cloud_cost=math.inf if cloud is None else cloud.cost_per_work_hour * work,
+            max_wait_factor=self.wait_factor,
+        ):
+            return False
+        queue.append(i)
+        self.pool_queued_gpus[name] += option.gpus
+        self.state[i].pool = name
+        # decide again once the budget is spent or the deadline needs the cloud
+        latest = self.now + self.wait_factor * work
+        if deadline is not None:
+            latest = min(latest, deadline - work - self.restart)
+        self._retry(i, max(latest, self.now + _MIN_RETRY))
+        return True
+
+    def _unqueue(self, i: int) -> None:
+        name = self.state[i].pool
+        if name is not None:
+            self.pool_queue[name].remove(i)
+            self.pool_queued_gpus[name] -= self._pool_option(i, name).gpus
+            self.state[i].pool = None
+
+    def _pool_option(self, j: int, name: str) -> Option:
+        return next(o for o in self.options[j] if o.kind == "pool" and o.key == name)
+
+    def _wait(self, i: int) -> None:
+        """Nothing open fits: wait for spot. Retried when spot frees or opens, and for
+        a deadline job when its spot policy would turn to on-demand (_next_change)."""
+        for place in self._spot_places(i):
+            self.spot_waiters[place][i] = None
+        st = self.state[i]
+        pending = st.waiting and st.retry_at > self.now  # still right: the job stayed idle
+        if self.jobs[i].deadline_hours is not None and self.policy.spot == "prefer":
+            if not pending:
+                self._retry(i, self._next_change(i))
+
+    def _retry(self, i: int, at: float) -> None:
+        """Decide job `i` again at `at` (replacing any retry pending)."""
+        st = self.state[i]
+        st.waiting, st.retry_at = self._push(at, _RETRY, i), at
+
+    def _spot_places(self, i: int) -> list[int]:
+        return [o.key for o in self.options[i] if o.kind == "spot" and o.key is not None]
+
+    # --- runs ------------------------------------------------------------------------------
+
+    def _launch(self, i: int, option: Option) -> None:
+        st = self.state[i]
+        self._unqueue(i)
+        run = _Run(i, option, self.now, 0)
+        st.run, st.waiting = run, 0
+        if st.first_start is None:
+            st.first_start = self.now
+        if option.kind == "pool":
+            self.pool_free[option.key] -= option.gpus
+            self.pool_runs[option.key][i] = run
+        elif option.kind == "spot" and option.key is not None:
+            self.spot_runs[option.key].append(run)  # type: ignore[index]
+        run.finish = self.now + self._left(run)
+        run.seq = self._push(run.finish, _END, run)
+
+    def _left(self, run: _Run) -> float:
+        """Hours from the run's start to its end: restart, then the work left."""
+        return self.restart + self.jobs[run.job].hours - self.state[run.job].saved
+
+    def _end(self, run: _Run) -> None:
+        st = self.state[run.job]
+        if st.run is not run:
+            return  # reclaimed before it finished
+        self._close(run)
+        st.saved = self.jobs[run.job].hours
+        st.end = self.now
+        self.done += 1
+
+    def _close(self, run: _Run) -> None:
+        """Bill the run up to now and give its capacity back."""
+        hours = self.now - run.start
+        option = run.option
+        cost = option.price * hours
+        totals = self.totals
+        totals.cost += cost
+        day = int(self.now // 24)
+        totals.daily[day] = totals.daily.get(day, 0.0) + cost
+        self.state[run.job].run = None
+        if option.kind == "pool":
+            totals.pool_cost += cost
+            totals.pool_gpu_hours += option.gpus * hours
+            self.pool_free[option.key] += option.gpus
+            del self.pool_runs[option.key][run.job]
+            self._serve_pool(option.key)
+        elif option.kind == "spot":
+            totals.spot_cost += cost
+            if option.key is not None:
+                self.spot_runs[option.key].remove(run)  # type: ignore[index]
+                self._serve_spot_waiters(option.key, 1)
+
+    def _serve_pool(self, name: str) -> None:
+        """First come, first served: start the waiting jobs the freed GPUs now fit."""
+        queue = self.pool_queue[name]
+        while queue:
+            j = queue[0]
+            option = self._pool_option(j, name)
+            if option.gpus > self.pool_free[name] + _EPS:
+                return
+            self._launch(j, option)  # takes it off the queue
+
+    def _serve_spot_waiters(self, place: int, slots: int) -> None:
+        """Room for `slots` spot runs at `place`: the jobs waiting for it decide again,
+        first come first served, until the room is taken."""
+        waiting = self.spot_waiters[place]
+        while waiting and self._spot_left(place) > 0 and slots > 0:
+            j = next(iter(waiting))
+            self._decide(j)
+            waiting.pop(j, None)  # it waits again elsewhere if it did not start
+            slots -= 1
+
+    def _spot_left(self, place: object) -> float:
+        """Spot runs a place can still take; untraced places (kept only when the scenario's
+        `untraced_spot` is open) are unlimited."""
+        if place is None:
+            return math.inf
+        return self.spot_room[place] - len(self.spot_runs[place])  # type: ignore[index]
+
+    # --- trace steps -----------------------------------------------------------------------
+
+    def _tick(self, t: float) -> None:
+        opened = []
+        for place, count in self.changes[t]:
+            room = count * self.scale
+            before = self.spot_room[place]
+            self.spot_room[place] = room
+            runs = self.spot_runs[place]
+            while len(runs) > room:
+                self._reclaim(runs[-1])
+            if room > before:
+                opened.append(place)
+        for place in opened:
+            self._serve_spot_waiters(place, self._spot_left(place))
+
+    def _reclaim(self, run: _Run) -> None:
+        job, st = self.jobs[run.job], self.state[run.job]
+        ran = max(0.0, self.now - run.start - self.restart)
+        every = job.checkpoint_minutes / 60 if job.checkpoint_minutes else None
+        kept = math.floor(ran / every + _EPS) * every if every else 0.0
+        self.totals.lost_gpu_hours += (ran - kept) * run.option.gpus
+        self.totals.preemptions += 1
+        self._close(run)
+        st.saved = min(job.hours, st.saved + kept)
+        self._decide(run.job)
+
+    # --- figures ---------------------------------------------------------------------------
+
+    def _result(self) -> PolicyResult:
+        completions, waits = [], []
+        deadline_jobs = misses = 0
+        for job, st in zip(self.jobs, self.state, strict=True):
+            if st.first_start is not None:
+                waits.append(st.first_start - job.submit_hours)
+            took = None if st.end is None else st.end - job.submit_hours
+            if took is not None:
+                completions.append(took)
+            if job.deadline_hours is not None:
+                deadline_jobs += 1
+                misses += int(took is None or took > job.deadline_hours + 1e-6)
+        totals, span = self.totals, max(self.now, 1e-9)
+        pool = sum(self.pool_total.values())
+        running, series = 0.0, []
+        for day in sorted(totals.daily):
+            running += totals.daily[day]
+            series.append((float((day + 1) * 24), round(running, 4)))
+        hourly = totals.cost
+        return PolicyResult(
+            policy=self.policy.name,
+            parameters={
+                **self.policy.describe(),
+                "engine": "scale",
+                "spot_scale": self.scale,
+                "max_wait_factor": self.wait_factor,
+            },  # fmt: skip
+            jobs=len(self.jobs),
+            finished=len(completions),
+            total_cost=round(totals.cost, 4),
+            egress_cost=0.0,
+            deadline_jobs=deadline_jobs,
+            deadline_misses=misses,
+            mean_completion_hours=_mean(completions),
+            p95_completion_hours=_r(percentile(completions, 95)),
+            mean_queue_wait_hours=_mean(waits),
+            preemptions=totals.preemptions,
+            lost_gpu_hours=round(totals.lost_gpu_hours, 4),
+            onprem_utilisation=_r(totals.pool_gpu_hours / (pool * span)) if pool else None,
+            spot_share=_r(totals.spot_cost / hourly) if hourly else None,
+            simulated_hours=round(self.now, 4),
+            cumulative_cost=series,
+        )
+
+
+def _mean(values: list[float]) -> float | None:
+    return round(sum(values) / len(values), 4) if values else None
+
+
+def _r(value: float | None) -> float | None:
+    return None if value is None else round(value, 4)
+
+
+# --- planning once per shape ------------------------------------------------------------------
+
+
+def _bucket(hours: float) -> int:
+    return round(math.log2(max(hours, 1e-6)) * _BUCKETS_PER_DOUBLING)
+
+
+def _unbucket(bucket: int) -> float:
+    return 2 ** (bucket / _BUCKETS_PER_DOUBLING)
+
+
+def _shape(job: SimJob) -> tuple:
+    deadline = None if job.deadline_hours is None else _bucket(job.deadline_hours)
+    return (job.gpu, job.gpus, _bucket(job.hours), deadline, job.checkpoint_minutes,
+            job.checkpoint_gb)  # fmt: skip
+
+
+def _plan_shapes(scenario: Scenario, policy: SimPolicy, jobs: list[SimJob]) -> list[list[Option]]:
+    """Each job's ranked options, from one `plan_many` call over one job per shape."""
+    from dataclasses import replace
+
+    from broker.manifest.load import parse_manifest_text
+    from broker.planner.plan import plan_many
+    from broker.sim.engine import ORIGIN
+    from broker.sim.manifests import manifest_text
+    from broker.sim.places import expand_zones, place_of_rows
+
+    places = sorted(scenario.spot.places, key=str)
+    table = expand_zones(scenario.offers, places)
+    index = _index(table, policy.price_only)
+    shapes: dict[tuple, int] = {}
+    reps: list[SimJob] = []
+    of_job = []
+    for job in jobs:
+        key = _shape(job)
+        if key not in shapes:
+            shapes[key] = len(reps)
+            hours = _unbucket(key[2])
+            deadline = None if key[3] is None else max(_unbucket(key[3]), hours)
+            reps.append(replace(job, name=f"shape-{len(reps)}", hours=hours,
+                                deadline_hours=deadline, submit_hours=0.0))  # fmt: skip
+        of_job.append(shapes[key])
+    specs = []
+    for rep in reps:
+        spot = "prefer" if policy.spot == "only" else policy.spot  # rank both markets
+        (manifest,) = parse_manifest_text(manifest_text(rep, spot, scenario.clouds))
+        specs.append(manifest.spec)
+    decisions = plan_many(specs, index, ORIGIN, top=10_000)
+    by_key = {(p.cloud, p.location, p.kind): p for p in places}
+    number = {p: k for k, p in enumerate(scenario.spot.places)}  # the loop's place ids
+    traced = {p for p in place_of_rows(table, places) if p is not None}
+    pools = {name for (_c, name) in scenario.pool_gpus}
+    per_shape = []
+    for rep, decision in zip(reps, decisions, strict=True):
+        options = []
+        for p in decision.placements:
+            gpus = float(p.accelerator_count) * p.nodes
+            per_hour = p.expected_cost / max(rep.hours, 1e-9)
+            label = f"{p.cloud}/{p.zone or p.region}/{p.instance_type}"
+            if p.cloud == "onprem":
+                if p.zone in pools:
+                    options.append(Option("pool", p.zone, p.price_per_hour, per_hour, gpus, label))
+                continue
+            if p.market == "spot":
+                place = _place_of(p, by_key)
+                if place is None or place not in traced:
+                    if scenario.untraced_spot == "closed":
+                        continue
+                key = None if place is None or place not in traced else number[place]
+                options.append(Option("spot", key, p.price_per_hour, per_hour, gpus, label))
+            else:
+                options.append(Option("on-demand", None, p.price_per_hour, per_hour, gpus, label))
+        per_shape.append(options)
+    return [per_shape[s] for s in of_job]
+
+
+def _changes(trace, horizon: float) -> dict[float, list[tuple[int, int]]]:
+    """Trace step hour -> [(place number, new count)], for the steps that change a count."""
+    out: dict[float, list[tuple[int, int]]] = {}
+    for k, availability in enumerate(trace.places.values()):
+        counts = availability.counts
+        for t in availability.changes():
+            if t > horizon:
+                break
+            out.setdefault(t, []).append((k, counts[availability.index(t)]))
+    return dict(sorted(out.items()))
+
+
+def _place_of(p, by_key) -> Place | None:
+    for location in (p.zone, p.region):
+        for kind in (p.instance_type, p.accelerator):
+            found = by_key.get((p.cloud, location, kind))
+            if found is not None:
+                return found
+    return None
+
+
+def _index(table, price_only: bool):
+    """The planner's index; spot-failover ranks spot by price alone (rates zeroed)."""
+    from pricing.query import OfferIndex
+    from pricing.table import OfferTable
+
+    if price_only:
+        import numpy as np
+
+        numbers = dict(table.numbers)
+        numbers["spot_interruption_rate"] = np.zeros(len(table))
+        table = OfferTable(numbers, table.codes, table.categories)
+    return OfferIndex(table)

@@ -1,0 +1,128 @@
+"""The fleet-scale engine (broker.sim.scale) and the Starburst rule it shares
+(broker.queue.bursting): hand-computed scenarios, agreement with the full engine,
+determinism, and the bursting rule's guarantees."""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from broker.queue.bursting import expected_pool_start, wait_for_pool
+from broker.sim import policies
+from broker.sim.engine import Scenario, simulate
+from broker.sim.model import Availability, Place, SimJob, SpotTrace
+from broker.sim.scale import simulate_at_scale
+from broker.sim.synthetic import ZONES, synthetic_availability, synthetic_jobs, synthetic_offers
+
+PLACE = Place("aws", "us-east-1a", "V100")
+POOL = """pools:
+  - name: lab
+    location: {region: onprem-east, country: US}
+    gpu: V100
+    gpus_per_node: 1
+    vcpus_per_node: 8
+    memory_gib_per_node: 60
+    cost_per_gpu_hour: 1.00
+    count: 1
+"""
+
+
+def with_pool(tmp_path):
+    from broker.sim.run import _with_pools
+
+    path = tmp_path / "pools.yaml"
+    path.write_text(POOL)
+    return _with_pools(synthetic_offers(ZONES[:1]), path)
+
+
+def test_spot_reclaim_loses_work_since_the_checkpoint_and_resumes_when_spot_returns():
+    # spot for 3 h, gone 2 h, back: launch at 0, reclaimed at 3 after 2.9 h of work
+    # (0.1 h restart), 2.5 h kept by the 30-min checkpoints, 0.4 h lost; relaunched at
+    # 5 with 2.5 h left + restart: ends at 7.6. Billed 3 h + 2.6 h at 0.92 USD/h.
+    trace = SpotTrace({PLACE: Availability(1.0, (1, 1, 1, 0, 0, 1, 1, 1, 1, 1))})
+    job = SimJob("j", "t", 0.0, "V100", 1, 5.0, checkpoint_minutes=30.0)
+    scenario = Scenario(synthetic_offers(ZONES[:1]), trace, [job], restart_hours=0.1)
+    result = simulate_at_scale(scenario, policies.make("spot-failover"), spot_scale=1)
+    assert result.preemptions == 1
+    assert result.lost_gpu_hours == pytest.approx(0.4)
+    assert result.mean_completion_hours == pytest.approx(7.6)
+    assert result.total_cost == pytest.approx(0.92 * (3.0 + 2.6))
+    assert result.spot_share == pytest.approx(1.0)
+
+
+def test_full_pool_broker_waits_when_cheaper_and_burst_always_goes_to_the_cloud(tmp_path):
+    # A (2 h) takes the one-GPU pool at 0 until 2.1; B (2 h, submitted at 0.5) finds it
+    # full. Waiting 1.6 h fits B's budget (1 x its 2 h) and costs 1.00/h against the
+    # cloud's 3.06/h on-demand (no spot on sale): broker waits, burst-always bursts.
+    offers, pool_gpus = with_pool(tmp_path)
+    jobs = [SimJob("a", "t", 0.0, "V100", 1, 2.0), SimJob("b", "t", 0.5, "V100", 1, 2.0)]
+    scenario = Scenario(offers, SpotTrace({}), jobs, restart_hours=0.1, pool_gpus=pool_gpus)
+    waited = simulate_at_scale(scenario, policies.make("broker"))
+    burst = simulate_at_scale(scenario, policies.make("burst-always"))
+    assert waited.total_cost == pytest.approx(2.1 + 2.1)
+    assert waited.mean_queue_wait_hours == pytest.approx((0 + 1.6) / 2)
+    assert waited.onprem_utilisation == pytest.approx(4.2 / 4.2)
+    assert burst.total_cost == pytest.approx(2.1 + 2.1 * 3.06)
+    assert burst.mean_queue_wait_hours == pytest.approx(0.0)
+
+
+def test_broker_bursts_when_waiting_would_miss_the_deadline(tmp_path):
+    offers, pool_gpus = with_pool(tmp_path)
+    jobs = [SimJob("a", "t", 0.0, "V100", 1, 2.0),
+            SimJob("b", "t", 0.5, "V100", 1, 2.0, deadline_hours=3.0)]  # fmt: skip
+    scenario = Scenario(offers, SpotTrace({}), jobs, restart_hours=0.1, pool_gpus=pool_gpus)
+    result = simulate_at_scale(scenario, policies.make("broker"))
+    # pool free at 2.1, B would end at 4.2 > 3.5: it runs on-demand in the cloud at once
+    assert result.deadline_misses == 0
+    assert result.total_cost == pytest.approx(2.1 + 2.1 * 3.06)
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_agrees_with_the_full_engine_on_synthetic_scenarios(seed):
+    scenario = Scenario(synthetic_offers(), synthetic_availability(seed),
+                        synthetic_jobs(seed, 6), restart_hours=0.1)  # fmt: skip
+    for policy in policies.parse("on-demand,spot-failover,broker"):
+        full = simulate(scenario, policy)
+        fast = simulate_at_scale(scenario, policy, spot_scale=1)
+        assert fast.finished == full.finished
+        if policy.name == "on-demand":
+            assert fast.total_cost == pytest.approx(full.total_cost)
+            assert fast.mean_completion_hours == pytest.approx(full.mean_completion_hours)
+        else:  # same decisions, minus the engine's cool-downs and reconcile timing
+            assert fast.total_cost == pytest.approx(full.total_cost, rel=0.05)
+        assert fast.deadline_misses <= full.deadline_misses
+
+
+def test_same_inputs_same_figures():
+    scenario = Scenario(synthetic_offers(), synthetic_availability(3),
+                        synthetic_jobs(3, 40, spread_hours=12.0), restart_hours=0.1)  # fmt: skip
+    policy = policies.make("broker")
+    first = simulate_at_scale(scenario, policy, spot_scale=1).as_dict()
+    assert simulate_at_scale(scenario, policy, spot_scale=1).as_dict() == first
+
+
+def test_expected_pool_start_counts_the_running_jobs_ends():
+    assert expected_pool_start(2.0, 1.0, [], now=5.0) == 5.0
+    assert expected_pool_start(0.0, 2.0, [(9.0, 1.0), (7.0, 1.0)], now=5.0) == 9.0
+    assert expected_pool_start(0.0, 3.0, [(9.0, 1.0), (7.0, 1.0)], now=5.0) is None
+
+
+@given(
+    now=st.floats(0, 100), wait=st.floats(0, 50), work=st.floats(0.01, 50),
+    restart=st.floats(0, 1), slack=st.floats(-20, 50), pool=st.floats(0, 100),
+    cloud=st.floats(0, 100), factor=st.floats(0, 3),
+)  # fmt: skip
+def test_waiting_for_the_pool_keeps_the_deadline_budget_and_saves(
+    now, wait, work, restart, slack, pool, cloud, factor
+):
+    deadline = now + work + restart + slack
+    waits = wait_for_pool(now=now, pool_start=now + wait, work_hours=work,
+                          restart_hours=restart, deadline=deadline, pool_cost=pool,
+                          cloud_cost=cloud, max_wait_factor=factor)  # fmt: skip
+    if waits:
+        assert now + wait + restart + work <= deadline + 1e-6
+        assert wait <= factor * work + 1e-6
+        assert pool < cloud
+    assert not wait_for_pool(now=now, pool_start=None, work_hours=work, restart_hours=restart,
+                             deadline=None, pool_cost=0, cloud_cost=1)  # fmt: skip

@@ -30,7 +30,9 @@ COLUMNS = (
 
 def simulate(
     jobs: str = typer.Option(
-        ..., "--jobs", help='Job list (Philly CSV, sim CSV) or "synthetic[:N]".'
+        ...,
+        "--jobs",
+        help='Job list (Philly, Gavel, Alibaba PAI pod list, sim CSV) or "synthetic[:N]".',
     ),
     spot: list[str] = typer.Option(
         ..., "--spot", help='Spot availability JSON files or folders, or "synthetic" (repeatable).'
@@ -46,6 +48,12 @@ def simulate(
     restart_hours: float = typer.Option(
         0.1, "--restart-hours", help="Hours every (re)start costs."
     ),
+    engine: str = typer.Option(
+        "full",
+        "--engine",
+        help="full: the real controller, one pass per event (about a job per second); "
+        "scale: the fleet-scale loop for cluster traces (thousands of jobs per second).",
+    ),
     output: Output = typer.Option(Output.table, "--output", "-o", help="Output format."),
     plot: Path = typer.Option(None, "--plot", help="Draw cumulative cost per policy to this PNG."),
 ) -> None:
@@ -53,6 +61,8 @@ def simulate(
     from broker.sim import policies as named
     from broker.sim.run import build_scenario, run_policies
 
+    if engine not in ("full", "scale"):
+        fail(f"--engine must be full or scale, got {engine!r}", BAD_INPUT)
     try:
         chosen = named.parse(policy)
         scenario = build_scenario(jobs, spot, seed=seed, pools=pools, restart_hours=restart_hours)
@@ -60,9 +70,9 @@ def simulate(
         fail(str(exc), BAD_INPUT)
     if plot is not None:
         _require_matplotlib()
-    results = _run_with_progress(scenario, chosen, run_policies)
+    results = _run_with_progress(scenario, chosen, run_policies, engine)
     rows = [r.as_dict(series=False) for r in results]
-    meta = {"scenario": scenario.name, "jobs": len(scenario.jobs), "seed": seed}
+    meta = {"scenario": scenario.name, "jobs": len(scenario.jobs), "seed": seed, "engine": engine}
     render(
         rows,
         COLUMNS,
@@ -76,9 +86,9 @@ def simulate(
         print(f"cumulative cost plot written to {plot}", file=sys.stderr)
 
 
-def _run_with_progress(scenario, chosen, run_policies):
+def _run_with_progress(scenario, chosen, run_policies, engine: str):
     if not sys.stderr.isatty():
-        return run_policies(scenario, chosen)
+        return run_policies(scenario, chosen, engine=engine)
     from rich.progress import Progress
 
     with Progress(transient=True) as bar:
@@ -87,7 +97,7 @@ def _run_with_progress(scenario, chosen, run_policies):
         def tell(name: str, share: float) -> None:
             bar.update(tasks[name], completed=share)
 
-        return run_policies(scenario, chosen, tell)
+        return run_policies(scenario, chosen, tell, engine=engine)
 
 
 def _require_matplotlib() -> None:

@@ -71,9 +71,15 @@ def run_policies(
     scenario: Scenario,
     policies: Sequence[SimPolicy],
     progress: Callable[[str, float], None] | None = None,
+    engine: str = "full",
 ) -> list[PolicyResult]:
+    """Each policy's result; `engine` "full" (engine.simulate: the real controller) or
+    "scale" (scale.simulate_at_scale: the fleet-scale loop for cluster traces)."""
+    from broker.sim.scale import simulate_at_scale
+
+    run = simulate_at_scale if engine == "scale" else simulate
     results = []
     for policy in policies:
         tell = (lambda share, name=policy.name: progress(name, share)) if progress else None
-        results.append(simulate(scenario, policy, progress=tell))
+        results.append(run(scenario, policy, progress=tell))
     return relative_to_on_demand(results)

@@ -48,3 +48,23 @@ def test_the_json_of_a_seeded_run_is_byte_identical_and_the_seed_matters(capsys)
     assert run("7") == first
     other = json.loads(run("8"))["policies"]
     assert other != json.loads(first)["policies"]
+
+
+def test_the_scale_engine_runs_the_same_policies_and_says_so():
+    app = build_app(["simulate"])
+    args = ["simulate", "--jobs", "synthetic:30", "--spot", "synthetic", "--engine", "scale",
+            "--policy", "on-demand,broker", "-o", "json"]  # fmt: skip
+    result = CliRunner().invoke(app, args)
+    assert result.exit_code == 0, result.output
+    data = json.loads(result.stdout)
+    assert data["engine"] == "scale"
+    rows = {row["policy"]: row for row in data["policies"]}
+    assert rows["on-demand"]["deadline_misses"] == 0
+    assert rows["broker"]["total_cost"] < rows["on-demand"]["total_cost"]
+
+
+def test_an_unknown_engine_is_bad_input():
+    app = build_app(["simulate"])
+    result = CliRunner().invoke(app, ["simulate", "--jobs", "synthetic", "--spot", "synthetic",
+                                      "--engine", "fast"])  # fmt: skip
+    assert getattr(result.exception, "code", None) == 2

@@ -74,6 +74,11 @@ class Controller:
     # Simulator hook (issue 8): scales the reclaim cool-down of broker.recovery (1: as in
     # production; 0: a reclaimed place is offered again as soon as it sells spot).
     cooldown_scale: float = 1.0
+    # A job whose cheapest placement is a full on-prem pool waits for it while waiting
+    # stays cheaper, fits its deadline and this budget (x the job's hours, counted from
+    # its queueing), then bursts to the best cloud placement (broker.queue.bursting,
+    # Starburst). 0: burst at once.
+    pool_wait_factor: float = 1.0
     _specs: dict[tuple[str, int], JobSpec] = field(default_factory=dict)
     _steered: dict[str, str] = field(default_factory=dict)  # job id -> the spot policy's say
 
@@ -324,10 +329,14 @@ class Controller:
             return
         decisions = self._decisions(queued)
         room = self._room()
-        for job, decision, (verdict, _best) in self._ordered(queued, decisions):
+        running = None  # read once, when a full pool first asks
+        for job, decision, (verdict, best) in self._ordered(queued, decisions):
             if verdict.action != "launch":
-                report.waiting[job.name] = verdict.reason
-                continue
+                if running is None and _pool_full(verdict, best):
+                    running = self._running()
+                if not (_pool_full(verdict, best) and self._bursts(job, decision, running)):
+                    report.waiting[job.name] = verdict.reason
+                    continue
             for victim in verdict.preempts:
                 self.preempt(victim, f"preempted by {job.team}/{job.name}")
             if verdict.preempts:
@@ -379,7 +388,48 @@ class Controller:
             self._steered[job.id] = choice
             specs.append(spec)
         index = adjust_index(self.index_of(self.provider), self.store, now, self.cooldown_scale)
+        if self.pool_wait_factor > 0 and self.pool_gpus:
+            from broker.scheduling import with_whole_pools
+
+            index = with_whole_pools(index, self.pool_gpus)  # a full pool may be waited for
         return plan_many(specs, index, now)
+
+    def _running(self) -> list:
+        from broker.scheduling import running_jobs
+
+        return running_jobs(self.store, self.active(), self._spec)
+
+    def _bursts(self, job: Job, decision: Decision, running: list) -> bool:
+        """For a job whose best placement is a full pool: True when it should take the
+        best cloud placement now rather than wait (broker.queue.bursting)."""
+        from broker.queue.bursting import expected_pool_start, wait_for_pool
+        from broker.scheduling import free_pool_gpus
+
+        pool, cloud = decision.placements[0], _first_cloud(decision)
+        if cloud is None:
+            return False
+        if self.pool_wait_factor <= 0:
+            return True
+        now = self.clock.now()
+        key = ("onprem", pool.zone)
+        free = free_pool_gpus(self.pool_gpus, running).get(key, 0.0)
+        ends = [((r.expected_end - now).total_seconds() / 3600, r.gpus)
+                for r in running if (r.cloud, r.region) == key]  # fmt: skip
+        need = pool.accelerator_count * pool.nodes
+        spec = self._spec(job)
+        deadline_at = spec.runtime.deadline_at(self.store.version(job.id, job.version).submitted_at)
+        work = spec.runtime.estimate_hours
+        return not wait_for_pool(
+            now=0.0,
+            pool_start=expected_pool_start(free, need, ends, 0.0),
+            work_hours=work,
+            restart_hours=max(0.0, pool.expected_hours - work),
+            deadline=None if deadline_at is None else (deadline_at - now).total_seconds() / 3600,
+            pool_cost=pool.expected_cost,
+            cloud_cost=cloud.expected_cost,
+            max_wait_factor=self.pool_wait_factor,
+            waited=max(0.0, (now - job.queued_at).total_seconds() / 3600),
+        )
 
     def _spot_open(self, spec: JobSpec) -> dict[str, bool]:
         """Simulator hook (issue 8): steer_market's `spot_available` when `spot_strict`."""
@@ -642,3 +692,16 @@ def _decision_figures(placement: Placement) -> str:
             f"{cost.interruption_rate:.2g}/h ({cost.interruption_rate_source})"
         )
     return text
+
+
+def _pool_full(verdict, best: Placement | None) -> bool:
+    """The queue policy holds the job because its best placement, a pool, has no room for
+    it now (too few GPUs free, taken by a job ranked ahead, or kept for one): not for its
+    team's quota or budget, which a cloud would not lift."""
+    if best is None or best.cloud != "onprem":
+        return False
+    return not verdict.reason.startswith(("quota:", "budget:"))
+
+
+def _first_cloud(decision: Decision) -> Placement | None:
+    return next((p for p in decision.placements if p.cloud != "onprem"), None)

@@ -149,6 +149,31 @@ def pool_gpus_of(index) -> dict[tuple[str, str], float]:
     return {("onprem", str(pool)): float(g) for pool, g in zip(pools, gpus, strict=True)}
 
 
+def with_whole_pools(index, pool_gpus: dict[tuple[str, str], float]):
+    """`index` with every on-prem row offering its pool's nodes, busy or not: planned
+    this way, a full pool still ranks, and the queue policy and bursting rule decide
+    whether the job waits for it (broker.queue.bursting) instead of the planner
+    silently sending it elsewhere."""
+    import numpy as np
+
+    from pricing.query import OfferIndex
+    from pricing.table import OfferTable
+
+    table = index.offers
+    names, codes, numbers = table.categories, table.codes, table.numbers
+    rows = np.flatnonzero(np.isin(codes["cloud"], np.flatnonzero(names["cloud"] == "onprem")))
+    if not len(rows):
+        return index
+    capacity = numbers["capacity"].copy()
+    pools = names["zone"][codes["zone"][rows]]
+    per_node = numbers["accelerator_count"][rows]
+    for row, pool, gpus in zip(rows, pools, per_node, strict=True):
+        total = pool_gpus.get(("onprem", str(pool)))
+        if total is not None and gpus > 0:
+            capacity[row] = total / gpus
+    return OfferIndex(OfferTable({**numbers, "capacity": capacity}, table.codes, table.categories))
+
+
 def free_pool_gpus(pool_gpus: dict[tuple[str, str], float], running) -> dict:
     """GPUs free per pool: its GPUs minus those of the jobs running there."""
     free = dict(pool_gpus)

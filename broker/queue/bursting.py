@@ -42,12 +42,14 @@ def wait_for_pool(
     pool_cost: float,
     cloud_cost: float,
     max_wait_factor: float = 1.0,
+    waited: float = 0.0,
 ) -> bool:
     """True when the job should wait for the pool rather than burst.
 
     - `pool_start`: when the pool is expected to have room (expected_pool_start);
-    - the wait must be at most `max_wait_factor` x the job's own hours (Starburst's
-      compute-proportional waiting budget: a long job may wait longer);
+    - the wait, with the `waited` hours already spent queued, must be at most
+      `max_wait_factor` x the job's own hours (Starburst's compute-proportional waiting
+      budget: a long job may wait longer; once spent, the job bursts);
     - the job must still finish by `deadline` (absolute hours; None: no deadline)
       when it starts then and pays its restart;
     - the pool run must cost less than the cloud placement (`cloud_cost`, the best
@@ -56,7 +58,7 @@ def wait_for_pool(
     if pool_start is None or max_wait_factor <= 0:
         return False
     wait = max(0.0, pool_start - now)
-    if wait > max_wait_factor * work_hours + _EPS:
+    if waited + wait > max_wait_factor * work_hours + _EPS:
         return False
     if deadline is not None and pool_start + restart_hours + work_hours > deadline + _EPS:
         return False

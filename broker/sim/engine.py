@@ -112,6 +112,7 @@ def _run(scenario: Scenario, policy: SimPolicy, progress, workdir: Path) -> Poli
         spot_policy=policy.spot_policy,
         spot_strict=policy.strict,
         cooldown_scale=policy.cooldown_scale,
+        pool_wait_factor=policy.pool_wait_factor,
     )
     made.append(controller)
     order = sorted(range(len(scenario.jobs)), key=lambda i: (scenario.jobs[i].submit_hours, i))

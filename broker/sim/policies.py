@@ -37,6 +37,9 @@ class SimPolicy:
     # pay egress and a restart to move (broker.sim.engine._home)
     stay_home: bool = False
     cooldown_scale: float = 1.0  # x broker.recovery's reclaim cool-down (Controller hook)
+    # Starburst waiting budget for a full on-prem pool, x the job's hours (Controller
+    # setting; broker.queue.bursting); 0 bursts to a cloud at once
+    pool_wait_factor: float = 0.0
     params: Mapping[str, Any] = field(default_factory=dict)
 
     def describe(self) -> dict[str, Any]:
@@ -47,6 +50,7 @@ class SimPolicy:
             "price_only": self.price_only,
             "stay_home": self.stay_home,
             "cooldown_scale": self.cooldown_scale,
+            "pool_wait_factor": self.pool_wait_factor,
             "spot_policy": self.spot_policy.describe(),
         }
 
@@ -64,11 +68,14 @@ def make(name: str, **params: Any) -> SimPolicy:
     if name == "uniform-progress":
         return SimPolicy(name, "prefer", UniformProgress(**params), strict=True, params=params)
     if name in ("broker", "burst-always"):
-        rules = {k: v for k, v in params.items() if k not in ("stay_home", "cooldown_scale")}
+        own = ("stay_home", "cooldown_scale", "pool_wait_factor")
+        rules = {k: v for k, v in params.items() if k not in own}
         stay = bool(params.get("stay_home", name == "broker"))
         scale = float(params.get("cooldown_scale", 0.0 if name == "broker" else 1.0))
+        wait = float(params.get("pool_wait_factor", 1.0 if name == "broker" else 0.0))
         return SimPolicy(name, "prefer", DeadlineAware(**rules), strict=True, params=params,
-                         stay_home=stay, cooldown_scale=scale)  # fmt: skip
+                         stay_home=stay, cooldown_scale=scale,
+                         pool_wait_factor=wait)  # fmt: skip
     raise ValueError(f"unknown policy {name!r}{hint(name, NAMES)}; known: {', '.join(NAMES)}")
 
 

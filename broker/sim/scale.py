@@ -96,23 +96,22 @@ def simulate_at_scale(
     policy: SimPolicy,
     *,
     spot_scale: int = 8,
-    max_wait_factor: float = 1.0,
     progress: Callable[[float], None] | None = None,
 ) -> PolicyResult:
     """Run `scenario` under `policy` with the fleet-scale loop (module docstring).
-    `spot_scale`: spot runs a trace count of 1 stands for; `max_wait_factor`: the
-    Starburst waiting budget in job-hours (used by `broker` only)."""
-    return _Fleet(scenario, policy, spot_scale, max_wait_factor, progress).run()
+    `spot_scale`: spot runs a trace count of 1 stands for. A full pool's waiting budget
+    is the policy's `pool_wait_factor` (0: burst at once)."""
+    return _Fleet(scenario, policy, spot_scale, progress).run()
 
 
 class _Fleet:
-    def __init__(self, scenario, policy, spot_scale, max_wait_factor, progress) -> None:
+    def __init__(self, scenario, policy, spot_scale, progress) -> None:
         self.scenario, self.policy, self.progress = scenario, policy, progress
         self.jobs: list[SimJob] = sorted(scenario.jobs, key=lambda j: j.submit_hours)
         self.state = [_JobState() for _ in self.jobs]
         self.restart = scenario.restart_hours
         self.scale = spot_scale
-        self.wait_factor = max_wait_factor if policy.name == "broker" else 0.0
+        self.wait_factor = policy.pool_wait_factor
         self.options = _plan_shapes(scenario, policy, self.jobs)
         self.spot = scenario.spot.places
         self.spot_room = [a.count_at(0.0) * spot_scale for a in self.spot.values()]
@@ -269,13 +268,14 @@ class _Fleet:
             pool_cost=option.cost_per_work_hour * work,
             cloud_cost=math.inf if cloud is None else cloud.cost_per_work_hour * work,
             max_wait_factor=self.wait_factor,
+            waited=self.now - job.submit_hours,
         ):
             return False
         queue.append(i)
         self.pool_queued_gpus[name] += option.gpus
         self.state[i].pool = name
         # decide again once the budget is spent or the deadline needs the cloud
-        latest = self.now + self.wait_factor * work
+        latest = job.submit_hours + self.wait_factor * work
         if deadline is not None:
             latest = min(latest, deadline - work - self.restart)
         self._retry(i, max(latest, self.now + _MIN_RETRY))
@@ -443,8 +443,7 @@ class _Fleet:
                 **self.policy.describe(),
                 "engine": "scale",
                 "spot_scale": self.scale,
-                "max_wait_factor": self.wait_factor,
-            },  # fmt: skip
+            },
             jobs=len(self.jobs),
             finished=len(completions),
             total_cost=round(totals.cost, 4),

@@ -51,31 +51,47 @@ def test_spot_reclaim_loses_work_since_the_checkpoint_and_resumes_when_spot_retu
     assert result.spot_share == pytest.approx(1.0)
 
 
-def test_full_pool_broker_waits_when_cheaper_and_burst_always_goes_to_the_cloud(tmp_path):
+ENGINES = {"full": simulate, "scale": simulate_at_scale}
+
+
+@pytest.mark.parametrize("engine", sorted(ENGINES))
+def test_full_pool_broker_waits_when_cheaper_and_burst_always_goes_to_the_cloud(tmp_path, engine):
     # A (2 h) takes the one-GPU pool at 0 until 2.1; B (2 h, submitted at 0.5) finds it
     # full. Waiting 1.6 h fits B's budget (1 x its 2 h) and costs 1.00/h against the
     # cloud's 3.06/h on-demand (no spot on sale): broker waits, burst-always bursts.
+    # The full engine runs the controller's rule, the scale engine its own loop.
     offers, pool_gpus = with_pool(tmp_path)
     jobs = [SimJob("a", "t", 0.0, "V100", 1, 2.0), SimJob("b", "t", 0.5, "V100", 1, 2.0)]
     scenario = Scenario(offers, SpotTrace({}), jobs, restart_hours=0.1, pool_gpus=pool_gpus)
-    waited = simulate_at_scale(scenario, policies.make("broker"))
-    burst = simulate_at_scale(scenario, policies.make("burst-always"))
+    run = ENGINES[engine]
+    waited = run(scenario, policies.make("broker"))
+    burst = run(scenario, policies.make("burst-always"))
     assert waited.total_cost == pytest.approx(2.1 + 2.1)
     assert waited.mean_queue_wait_hours == pytest.approx((0 + 1.6) / 2)
-    assert waited.onprem_utilisation == pytest.approx(4.2 / 4.2)
     assert burst.total_cost == pytest.approx(2.1 + 2.1 * 3.06)
     assert burst.mean_queue_wait_hours == pytest.approx(0.0)
 
 
-def test_broker_bursts_when_waiting_would_miss_the_deadline(tmp_path):
+@pytest.mark.parametrize("engine", sorted(ENGINES))
+@pytest.mark.parametrize("deadline, waits", [(3.0, False), (6.0, True)])
+def test_broker_waits_for_the_pool_only_when_the_deadline_allows(tmp_path, engine, deadline, waits):
+    # pool free at 2.1, B ends at 4.2: within a 6 h deadline (4.7) and not a 3 h one (3.5)
     offers, pool_gpus = with_pool(tmp_path)
     jobs = [SimJob("a", "t", 0.0, "V100", 1, 2.0),
-            SimJob("b", "t", 0.5, "V100", 1, 2.0, deadline_hours=3.0)]  # fmt: skip
+            SimJob("b", "t", 0.5, "V100", 1, 2.0, deadline_hours=deadline)]  # fmt: skip
     scenario = Scenario(offers, SpotTrace({}), jobs, restart_hours=0.1, pool_gpus=pool_gpus)
-    result = simulate_at_scale(scenario, policies.make("broker"))
-    # pool free at 2.1, B would end at 4.2 > 3.5: it runs on-demand in the cloud at once
+    result = ENGINES[engine](scenario, policies.make("broker"))
     assert result.deadline_misses == 0
-    assert result.total_cost == pytest.approx(2.1 + 2.1 * 3.06)
+    assert result.total_cost == pytest.approx(2.1 + (2.1 if waits else 2.1 * 3.06))
+
+
+def test_a_long_wait_spends_the_budget_and_bursts(tmp_path):
+    # B needs only 1 h: waiting 1.6 h for the pool exceeds its budget (1 x 1 h)
+    offers, pool_gpus = with_pool(tmp_path)
+    jobs = [SimJob("a", "t", 0.0, "V100", 1, 2.0), SimJob("b", "t", 0.5, "V100", 1, 1.0)]
+    scenario = Scenario(offers, SpotTrace({}), jobs, restart_hours=0.1, pool_gpus=pool_gpus)
+    result = simulate(scenario, policies.make("broker"))
+    assert result.total_cost == pytest.approx(2.1 + 1.1 * 3.06)
 
 
 @pytest.mark.parametrize("seed", [0, 1, 2])

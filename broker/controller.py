@@ -74,6 +74,10 @@ class Controller:
     # Simulator hook (issue 8): scales the reclaim cool-down of broker.recovery (1: as in
     # production; 0: a reclaimed place is offered again as soon as it sells spot).
     cooldown_scale: float = 1.0
+    # Simulator hook (issue 8), with spot_strict: while a reclaimed job's spot policy would
+    # still wait for spot, plan its spot only in the region holding its checkpoint, as
+    # moving costs egress and a restart that waiting for its own region to return saves.
+    stay_home: bool = False
     # A job whose cheapest placement is a full on-prem pool waits for it while waiting
     # stays cheaper, fits its deadline and this budget (x the job's hours, counted from
     # its queueing), then bursts to the best cloud placement (broker.queue.bursting,
@@ -379,12 +383,18 @@ class Controller:
         now = self.clock.now()
         specs = []
         for job in queued:
-            spec = with_checkpoint_at(self._spec(job), checkpoint_place(self.store, job))
+            home = checkpoint_place(self.store, job)
+            spec = with_checkpoint_at(self._spec(job), home)
             spec, choice = steer_market(
                 spec, job, self.store, now, self.spot_policy, **self._spot_open(spec)
             )
             if self.spot_strict and choice in ("spot", "wait"):  # simulator hook (issue 8)
-                spec = replace(spec, requirements=replace(spec.requirements, spot="only"))
+                requirements = replace(spec.requirements, spot="only")
+                if self.stay_home and home is not None and self._may_wait(spec, job, now):
+                    requirements = replace(
+                        requirements, clouds=(home.cloud,), regions=(home.region,)
+                    )
+                spec = replace(spec, requirements=requirements)
             self._steered[job.id] = choice
             specs.append(spec)
         index = adjust_index(self.index_of(self.provider), self.store, now, self.cooldown_scale)
@@ -393,6 +403,13 @@ class Controller:
 
             index = with_whole_pools(index, self.pool_gpus)  # a full pool may be waited for
         return plan_many(specs, index, now)
+
+    def _may_wait(self, spec: JobSpec, job: Job, now) -> bool:
+        """Whether the job's spot policy would still wait were no spot on sale at all."""
+        from broker.recovery import steer_market
+
+        _, choice = steer_market(spec, job, self.store, now, self.spot_policy, spot_available=False)
+        return choice == "wait"
 
     def _running(self) -> list:
         from broker.scheduling import running_jobs

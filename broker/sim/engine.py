@@ -102,19 +102,18 @@ def _run(scenario: Scenario, policy: SimPolicy, progress, workdir: Path) -> Poli
         untraced_spot=scenario.untraced_spot,
         speed=speed,
     )
-    made: list[Controller] = []  # the index step reads the controller's state (stay_home)
     controller = Controller(
         store,
         provider,
         clock,
-        _index_of(policy, made),
+        _index_of(policy),
         pool_gpus=dict(scenario.pool_gpus),
         spot_policy=policy.spot_policy,
         spot_strict=policy.strict,
         cooldown_scale=policy.cooldown_scale,
         pool_wait_factor=policy.pool_wait_factor,
+        stay_home=policy.stay_home,
     )
-    made.append(controller)
     order = sorted(range(len(scenario.jobs)), key=lambda i: (scenario.jobs[i].submit_hours, i))
     names = job_names(scenario.jobs)
     pending = [(scenario.jobs[i], names[i]) for i in order]
@@ -167,9 +166,8 @@ def _terminal_states():
     return (JobState.SUCCEEDED, JobState.FAILED, JobState.CANCELLED)
 
 
-def _index_of(policy: SimPolicy, made: list):
-    """The controller's offers-to-index step; spot-failover ranks spot by price alone;
-    `stay_home` policies see spot only in the checkpoint's region while they may wait."""
+def _index_of(policy: SimPolicy):
+    """The controller's offers-to-index step; spot-failover ranks spot by price alone."""
     from pricing.query import OfferIndex
     from pricing.table import OfferTable
 
@@ -177,38 +175,10 @@ def _index_of(policy: SimPolicy, made: list):
         import numpy as np
 
         table = provider.offers()
-        numbers = dict(table.numbers)
         if policy.price_only:
+            numbers = dict(table.numbers)
             numbers["spot_interruption_rate"] = np.zeros(len(table))
-        home = _home(made[0]) if policy.stay_home and made else None
-        if home is not None:
-            cloud, region = table.text("cloud"), table.text("region")
-            away = (cloud != home[0]) | (region != home[1])
-            numbers["price_spot"] = np.where(away, np.nan, numbers["price_spot"])
-        if policy.price_only or home is not None:
             table = OfferTable(numbers, table.codes, table.categories)
         return OfferIndex(table)
 
     return index_of
-
-
-def _home(controller) -> tuple[str, str] | None:
-    """The region holding the checkpoint of the one queued job, while its spot policy
-    would still wait for spot (the spare allows it): moving elsewhere then costs egress
-    and a restart that waiting for its own region to come back saves. None otherwise
-    (several jobs queued: they share one index, so no job's home restricts it)."""
-    from broker.recovery import checkpoint_place, steer_market
-
-    queued = controller.store.queued()
-    if len(queued) != 1:
-        return None
-    job = queued[0]
-    place = checkpoint_place(controller.store, job)
-    if place is None:
-        return None
-    spec = controller._spec(job)
-    now = controller.clock.now()
-    _, choice = steer_market(
-        spec, job, controller.store, now, controller.spot_policy, spot_available=False
-    )
-    return (place.cloud, place.region) if choice == "wait" else None

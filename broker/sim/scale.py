@@ -37,6 +37,7 @@ from typing import TYPE_CHECKING
 from broker.queue.bursting import expected_pool_start, wait_for_pool
 from broker.sim.metrics import PolicyResult, percentile
 from broker.sim.model import Place, SimJob
+from broker.spotpolicy import SpotState
 
 if TYPE_CHECKING:
     from broker.sim.engine import Scenario
@@ -58,6 +59,7 @@ class Option:
     cost_per_work_hour: float  # the planner's expected cost / the shape's work hours
     gpus: float
     label: str  # cloud/region/instance type
+    region: tuple[str, str] = ("", "")  # (cloud, region)
 
 
 @dataclass(slots=True)
@@ -78,6 +80,7 @@ class _JobState:
     waiting: int = 0  # the sequence number of its pending retry (0: none)
     retry_at: float = -1.0  # when that retry falls due
     pool: str | None = None  # the pool whose queue it waits in
+    home: tuple[str, str] | None = None  # (cloud, region) of its checkpoint, once reclaimed
 
 
 @dataclass
@@ -125,6 +128,7 @@ class _Fleet:
         self.spot_waiters: list[dict[int, None]] = [{} for _ in self.spot]
         self.totals = _Totals()
         self.events: list[tuple[float, int, int, object]] = []
+        self._places_of: dict[int, list] = {}
         self.seq = 0
         self.now = 0.0
         self.done = 0
@@ -173,6 +177,7 @@ class _Fleet:
         self._unqueue(i)
         options = self.options[i]
         markets = self._markets(i, options)
+        home = self._home(i, markets)
         pool_pick: Option | None = None
         cloud: Option | None = None
         for option in options:
@@ -185,6 +190,8 @@ class _Fleet:
             if option.kind not in markets:
                 continue
             if option.kind == "spot" and self._spot_left(option.key) <= 0:
+                continue
+            if home is not None and option.region != home:
                 continue
             cloud = option
             break
@@ -204,15 +211,13 @@ class _Fleet:
             return ("spot",)
         if self.jobs[i].deadline_hours is None:
             return ("spot", "on-demand")
-        open_now = any(o.kind == "spot" and self._spot_left(o.key) > 0 for o in options)
+        open_now = any(self._spot_left(k) > 0 for k in self._spot_places(i))
         if self._choice(i, self.now, open_now) == "on-demand":
             return ("on-demand",)
         return ("spot",) if self.policy.strict else ("spot", "on-demand")
 
     def _choice(self, i: int, at: float, spot_open: bool) -> str:
         """The spot policy's answer for idle job `i` at hour `at` (steer_market's state)."""
-        from broker.spotpolicy import SpotState
-
         job = self.jobs[i]
         every = job.checkpoint_minutes / 60 if job.checkpoint_minutes else math.inf
         state = SpotState(
@@ -247,6 +252,17 @@ class _Fleet:
             else:
                 high = mid
         return self.now + high * step
+
+    def _home(self, i: int, markets: tuple[str, ...]) -> tuple[str, str] | None:
+        """The checkpoint's region, when `stay_home` keeps a reclaimed job's spot there:
+        while its spot policy would still wait were no spot on sale (the controller's
+        stay_home hook)."""
+        home = self.state[i].home
+        if home is None or not self.policy.stay_home or markets != ("spot",):
+            return None
+        if self.jobs[i].deadline_hours is None or self.policy.spot != "prefer":
+            return None
+        return home if self._choice(i, self.now, False) == "wait" else None
 
     def _queued(self, option: Option) -> bool:
         return bool(self.pool_queue[option.key])
@@ -308,7 +324,13 @@ class _Fleet:
         st.waiting, st.retry_at = self._push(at, _RETRY, i), at
 
     def _spot_places(self, i: int) -> list[int]:
-        return [o.key for o in self.options[i] if o.kind == "spot" and o.key is not None]
+        """The traced spot places among job `i`'s options (shared per shape, memoised)."""
+        options = self.options[i]
+        places = self._places_of.get(id(options))
+        if places is None:
+            places = [o.key for o in options if o.kind == "spot" and o.key is not None]
+            self._places_of[id(options)] = places
+        return places
 
     # --- runs ------------------------------------------------------------------------------
 
@@ -392,20 +414,26 @@ class _Fleet:
     # --- trace steps -----------------------------------------------------------------------
 
     def _tick(self, t: float) -> None:
-        opened = []
+        """Apply every count that changes at `t` first, then let the reclaimed jobs decide
+        again, then the jobs waiting where spot opened: no job lands on a place whose
+        count falls at the same step."""
+        opened, reclaimed = [], []
         for place, count in self.changes[t]:
             room = count * self.scale
             before = self.spot_room[place]
             self.spot_room[place] = room
             runs = self.spot_runs[place]
             while len(runs) > room:
-                self._reclaim(runs[-1])
+                reclaimed.append(self._reclaim(runs[-1]))
             if room > before:
                 opened.append(place)
+        for i in reclaimed:
+            self._decide(i)
         for place in opened:
             self._serve_spot_waiters(place, self._spot_left(place))
 
-    def _reclaim(self, run: _Run) -> None:
+    def _reclaim(self, run: _Run) -> int:
+        """End a spot run at a reclaim; the job (returned) keeps its checkpointed work."""
         job, st = self.jobs[run.job], self.state[run.job]
         ran = max(0.0, self.now - run.start - self.restart)
         every = job.checkpoint_minutes / 60 if job.checkpoint_minutes else None
@@ -414,7 +442,9 @@ class _Fleet:
         self.totals.preemptions += 1
         self._close(run)
         st.saved = min(job.hours, st.saved + kept)
-        self._decide(run.job)
+        if every:
+            st.home = run.option.region
+        return run.job
 
     # --- figures ---------------------------------------------------------------------------
 
@@ -529,9 +559,12 @@ def _plan_shapes(scenario: Scenario, policy: SimPolicy, jobs: list[SimJob]) -> l
             gpus = float(p.accelerator_count) * p.nodes
             per_hour = p.expected_cost / max(rep.hours, 1e-9)
             label = f"{p.cloud}/{p.zone or p.region}/{p.instance_type}"
+            region = (p.cloud, p.region)
             if p.cloud == "onprem":
                 if p.zone in pools:
-                    options.append(Option("pool", p.zone, p.price_per_hour, per_hour, gpus, label))
+                    options.append(
+                        Option("pool", p.zone, p.price_per_hour, per_hour, gpus, label, region)
+                    )
                 continue
             if p.market == "spot":
                 place = _place_of(p, by_key)
@@ -539,9 +572,11 @@ def _plan_shapes(scenario: Scenario, policy: SimPolicy, jobs: list[SimJob]) -> l
                     if scenario.untraced_spot == "closed":
                         continue
                 key = None if place is None or place not in traced else number[place]
-                options.append(Option("spot", key, p.price_per_hour, per_hour, gpus, label))
+                options.append(Option("spot", key, p.price_per_hour, per_hour, gpus, label, region))
             else:
-                options.append(Option("on-demand", None, p.price_per_hour, per_hour, gpus, label))
+                options.append(
+                    Option("on-demand", None, p.price_per_hour, per_hour, gpus, label, region)
+                )
         per_shape.append(options)
     return [per_shape[s] for s in of_job]
 

@@ -14,16 +14,20 @@ second. Philly's 82,247 jobs need a leaner loop that keeps the same decisions:
   (broker.spotpolicy) through a SpotState, as broker.recovery.steer_market does in
   production; "spot" and "wait" then plan spot only (the strict hook of engine.py).
   A pool is open to every choice: it is no spot gamble.
-- **Full pool**: under `broker`, wait for it when broker.queue.bursting says waiting is
-  cheaper and fits the waiting budget and the deadline (Starburst); under
-  `burst-always`, take the next placement at once.
+- **Full pool**: with the policy's `pool_wait_factor` > 0 (`broker`), wait for it when
+  broker.queue.bursting says waiting is cheaper and fits the waiting budget and the
+  deadline (Starburst), as the controller does; else (`burst-always`) take the next
+  placement at once.
+- **stay_home**: a reclaimed job's spot stays in its checkpoint's region while its spot
+  policy would still wait (the controller's `stay_home` hook).
 - **Spot**: a place holds at most the trace's count x `spot_scale` spot runs. When the
   count drops, the newest runs there are reclaimed and lose the work since their last
   checkpoint; the job decides again at once.
 
 State lives in lists, events in a heap; ties break on sequence numbers, so the same
-inputs give the same figures. Not modelled here (engine.py has them): egress and
-checkpoint copies, cool-downs, queue priorities, quotas and budgets, price traces.
+inputs give the same figures. Not modelled here (engine.py has them): an on-demand run
+going back to spot (it runs to its end), egress and checkpoint copies, cool-downs,
+queue priorities, quotas and budgets, price traces.
 """
 
 from __future__ import annotations

@@ -78,6 +78,11 @@ class Controller:
     # still wait for spot, plan its spot only in the region holding its checkpoint, as
     # moving costs egress and a restart that waiting for its own region to return saves.
     stay_home: bool = False
+    # Simulator hooks (issue 8) for the spot policy's state (broker.recovery.steer_market):
+    # the true (re)start overhead, when known (None: the planner's estimate), and the
+    # interval between passes (0: asked continuously).
+    restart_hours: float | None = None
+    pass_hours: float = 0.0
     # A job whose cheapest placement is a full on-prem pool waits for it while waiting
     # stays cheaper, fits its deadline and this budget (x the job's hours, counted from
     # its queueing), then bursts to the best cloud placement (broker.queue.bursting,
@@ -386,7 +391,7 @@ class Controller:
             home = checkpoint_place(self.store, job)
             spec = with_checkpoint_at(self._spec(job), home)
             spec, choice = steer_market(
-                spec, job, self.store, now, self.spot_policy, **self._spot_open(spec)
+                spec, job, self.store, now, self.spot_policy, **self._steer_hooks(spec)
             )
             if self.spot_strict and choice in ("spot", "wait"):  # simulator hook (issue 8)
                 requirements = replace(spec.requirements, spot="only")
@@ -408,7 +413,8 @@ class Controller:
         """Whether the job's spot policy would still wait were no spot on sale at all."""
         from broker.recovery import steer_market
 
-        _, choice = steer_market(spec, job, self.store, now, self.spot_policy, spot_available=False)
+        hooks = {**self._steer_hooks(spec), "spot_available": False}
+        _, choice = steer_market(spec, job, self.store, now, self.spot_policy, **hooks)
         return choice == "wait"
 
     def _running(self) -> list:
@@ -448,12 +454,15 @@ class Controller:
             waited=max(0.0, (now - job.queued_at).total_seconds() / 3600),
         )
 
-    def _spot_open(self, spec: JobSpec) -> dict[str, bool]:
-        """Simulator hook (issue 8): steer_market's `spot_available` when `spot_strict`."""
+    def _steer_hooks(self, spec: JobSpec) -> dict[str, Any]:
+        """Simulator hooks (issue 8) for steer_market: `spot_available` when `spot_strict`
+        (the provider's `spot_open`), the true restart overhead and the pass interval."""
+        hooks: dict[str, Any] = {"restart_hours": self.restart_hours, "step_hours": self.pass_hours}
         is_open = getattr(self.provider, "spot_open", None)
-        if not self.spot_strict or is_open is None:
-            return {}
-        return {"spot_available": is_open(tuple(a.gpu for a in spec.requirements.accelerators))}
+        if self.spot_strict and is_open is not None:
+            gpus = tuple(a.gpu for a in spec.requirements.accelerators)
+            hooks["spot_available"] = is_open(gpus)
+        return hooks
 
     def _ordered(self, queued: list[Job], decisions: list[Decision]):
         """(job, decision, (verdict, placement)) in the policy's order."""
@@ -526,7 +535,7 @@ class Controller:
         now = self.clock.now()
         spec = self._spec(job)
         _, choice = steer_market(
-            spec, job, self.store, now, self.spot_policy, "on-demand", **self._spot_open(spec)
+            spec, job, self.store, now, self.spot_policy, "on-demand", **self._steer_hooks(spec)
         )
         return choice == "spot"
 

@@ -180,6 +180,8 @@ def steer_market(
     policy=None,
     current: str | None = None,
     spot_available: bool = True,  # simulator hook (issue 8): is spot on sale anywhere now
+    restart_hours: float | None = None,
+    step_hours: float = 0.0,
 ) -> tuple[JobSpec, str]:
     """For a deadline job with `spot: prefer`, ask the spot policy (default: the
     deadline-aware one, broker.spotpolicy) which market this placement may use, from
@@ -187,7 +189,12 @@ def steer_market(
     (spot "never" when the policy says on-demand) and the policy's choice ("" when it
     was not asked). Work saved by a reclaimed attempt counts up to its last checkpoint,
     a running attempt's is its time running, each less its restart overhead (time spent
-    starting is not progress). `current`: the market running now."""
+    starting is not progress). `current`: the market running now. `restart_hours`: what a
+    (re)start costs, restore included, when known better than the planner's estimate
+    (RESTART_HOURS + a worst-case restore; the simulator knows it); `step_hours`: how
+    often the policy is asked again (the controller's pass interval; 0: continuously).
+    The deadline guarantee of the deadline-aware policy needs both to be true
+    (docs/spot-policy.md)."""
     from broker.planner.cost import RESTART_HOURS, copy_hours
     from broker.reports.lines import lost_share
     from broker.spotpolicy import DeadlineAware, SpotState
@@ -200,7 +207,8 @@ def steer_market(
     deadline_at = spec.runtime.deadline_at(submitted)
     checkpoint = spec.checkpoint
     restore = copy_hours(checkpoint.size_gb, "internet") if checkpoint else 0.0  # worst case
-    overhead = RESTART_HOURS + restore  # what every (re)start spends before working
+    # what every (re)start spends before working: the planner's estimate, or the real one
+    overhead = RESTART_HOURS + restore if restart_hours is None else restart_hours
     attempts = store.attempts(job.id)
     reclaimed = any(a.state == AttemptState.INTERRUPTED for a in attempts)
     checkpoints = store.checkpoints() if reclaimed and checkpoint is not None else {}
@@ -222,6 +230,7 @@ def steer_market(
         spot_available=spot_available,
         work_total=total,
         preemption_loss=checkpoint.interval_minutes / 60 if checkpoint else float("inf"),
+        step=step_hours,
     )
     choice = (policy or DeadlineAware()).choose(state)
     if choice == "on-demand":

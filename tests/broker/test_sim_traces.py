@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import gzip
 import json
+from pathlib import Path
 
 import pytest
 
@@ -54,3 +55,25 @@ def test_shared_traces_read():
     assert all(len(a.counts) == 20158 for a in spot.places.values())
     jobs = read_jobs(traces / "philly/philly_jobs.csv.gz")
     assert len(jobs.jobs) == 82247
+
+
+@pytest.mark.parametrize(
+    "name, place",
+    [
+        ("us-east-1a_v100_1.json", ("aws", "us-east-1a", "V100")),
+        ("asia-northeast1-a_a100_40gb_8.json", ("gcp", "asia-northeast1-a", "A100")),
+        ("us-central1-a_c3-88.json", ("gcp", "us-central1-a", "C3-88")),  # no count
+    ],
+)
+def test_trace_file_names_give_the_place(name, place):
+    from broker.sim.traces.spotjson import place_of
+
+    found = place_of(Path(name))
+    assert (found.cloud, found.location, found.kind) == place
+
+
+def test_a_file_name_without_zone_and_kind_is_refused():
+    from broker.sim.traces.spotjson import place_of
+
+    with pytest.raises(ValueError, match="expected <zone>_<gpu>"):
+        place_of(Path("trace.json"))

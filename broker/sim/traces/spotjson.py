@@ -19,7 +19,8 @@ from pathlib import Path
 from broker.sim.model import Availability, Place, SpotTrace
 
 GPU_NAMES = {"v100": "V100", "k80": "K80", "h100": "H100", "a100": "A100", "a100_40gb": "A100"}
-_NAME = re.compile(r"^(?P<zone>[a-z0-9-]+?)_(?P<kind>[a-z0-9_]+?)_(?P<count>\d+)$")
+# <zone>_<gpu or instance>[_<count>]: the count is absent from GCP CPU files (us-central1-a_c3-88)
+_NAME = re.compile(r"^(?P<zone>[a-z0-9-]+?)_(?P<kind>[a-z0-9_-]+?)(?:_(?P<count>\d+))?$")
 
 
 def cloud_of(zone: str, path: Path | None = None) -> str:
@@ -32,7 +33,7 @@ def cloud_of(zone: str, path: Path | None = None) -> str:
 def place_of(path: Path, cloud: str | None = None) -> Place:
     match = _NAME.match(path.name.removesuffix(".gz").removesuffix(".json"))
     if match is None:
-        raise ValueError(f"{path.name}: expected <zone>_<gpu>_<count>.json")
+        raise ValueError(f"{path.name}: expected <zone>_<gpu>[_<count>].json")
     zone, kind = match["zone"], match["kind"]
     gpu = GPU_NAMES.get(kind, kind.upper())
     return Place(cloud or cloud_of(zone, path), zone, gpu)

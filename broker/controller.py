@@ -76,7 +76,7 @@ class Controller:
     cooldown_scale: float = 1.0
     # Simulator hook (issue 8), with spot_strict: while a reclaimed job's spot policy would
     # still wait for spot, plan its spot only in the region holding its checkpoint, as
-    # moving costs egress and a restart that waiting for its own region to return saves.
+    # moving it costs egress that waiting for its own region to return saves.
     stay_home: bool = False
     # Simulator hooks (issue 8) for the spot policy's state (broker.recovery.steer_market):
     # the true (re)start overhead, when known (None: the planner's estimate), and the
@@ -395,7 +395,7 @@ class Controller:
             )
             if self.spot_strict and choice in ("spot", "wait"):  # simulator hook (issue 8)
                 requirements = replace(spec.requirements, spot="only")
-                if self.stay_home and home is not None and self._may_wait(spec, job, now):
+                if self._stays_home(spec, home) and self._may_wait(spec, job, now):
                     requirements = replace(
                         requirements, clouds=(home.cloud,), regions=(home.region,)
                     )
@@ -408,6 +408,12 @@ class Controller:
 
             index = with_whole_pools(index, self.pool_gpus)  # a full pool may be waited for
         return plan_many(specs, index, now)
+
+    def _stays_home(self, spec: JobSpec, home) -> bool:
+        """stay_home applies where moving costs egress: a checkpoint with data, elsewhere.
+        Without data a move costs only the restart that a relaunch at home pays too."""
+        checkpoint = spec.checkpoint
+        return bool(self.stay_home and home is not None and checkpoint and checkpoint.size_gb > 0)
 
     def _may_wait(self, spec: JobSpec, job: Job, now) -> bool:
         """Whether the job's spot policy would still wait were no spot on sale at all."""

@@ -264,6 +264,8 @@ class _Fleet:
         home = self.state[i].home
         if home is None or not self.policy.stay_home or markets != ("spot",):
             return None
+        if not self.jobs[i].checkpoint_gb > 0:  # a move would cost no egress
+            return None
         if self.jobs[i].deadline_hours is None or self.policy.spot != "prefer":
             return None
         return home if self._choice(i, self.now, False) == "wait" else None

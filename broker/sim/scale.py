@@ -91,7 +91,6 @@ class _JobState:
 class _Totals:
     cost: float = 0.0
     spot_cost: float = 0.0
-    pool_cost: float = 0.0
     pool_gpu_hours: float = 0.0
     preemptions: int = 0
     lost_gpu_hours: float = 0.0
@@ -180,7 +179,7 @@ class _Fleet:
             self.spot_waiters[place].pop(i, None)
         self._unqueue(i)
         options = self.options[i]
-        markets = self._markets(i, options)
+        markets = self._markets(i)
         home = self._home(i, markets)
         pool_pick: Option | None = None
         cloud: Option | None = None
@@ -205,7 +204,7 @@ class _Fleet:
             return self._launch(i, cloud)
         self._wait(i)
 
-    def _markets(self, i: int, options: list[Option]) -> tuple[str, ...]:
+    def _markets(self, i: int) -> tuple[str, ...]:
         """The cloud markets this decision may use: the manifests' spot setting, and for
         deadline jobs with `spot: prefer`, the spot policy's choice."""
         spot_setting = self.policy.spot
@@ -379,7 +378,6 @@ class _Fleet:
         totals.daily[day] = totals.daily.get(day, 0.0) + cost
         self.state[run.job].run = None
         if option.kind == "pool":
-            totals.pool_cost += cost
             totals.pool_gpu_hours += option.gpus * hours
             self.pool_free[option.key] += option.gpus
             del self.pool_runs[option.key][run.job]

@@ -15,6 +15,7 @@ COLUMNS = (
     Column("policy", "policy"),
     Column("total_cost", "cost USD", lambda v: f"{v:,.2f}", numeric=True),
     Column("cost_vs_on_demand", "vs on-demand", lambda v: "-" if v is None else f"{v:.1%}"),
+    Column("finished", "finished", numeric=True),
     Column("deadline_misses", "deadline misses", numeric=True),
     Column(
         "mean_completion_hours", "mean completion h", lambda v: "-" if v is None else f"{v:.2f}"

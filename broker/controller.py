@@ -339,18 +339,26 @@ class Controller:
         decisions = self._decisions(queued)
         room = self._room()
         running = None  # read once, when a full pool first asks
+        ahead: dict[str, float] = {}  # pool -> GPUs of the jobs this pass left waiting for it
         for job, decision, (verdict, best) in self._ordered(queued, decisions):
+            burst = False  # held for a pool, it takes its best cloud placement instead
             if verdict.action != "launch":
-                if running is None and _pool_full(verdict, best):
+                held = _pool_full(verdict, best)
+                if held and running is None:
                     running = self._running()
-                if not (_pool_full(verdict, best) and self._bursts(job, decision, running)):
+                burst = held and self._bursts(job, decision, running, ahead)
+                if not burst:
+                    if held:
+                        gpus = best.accelerator_count * best.nodes
+                        ahead[best.zone] = ahead.get(best.zone, 0.0) + gpus
                     report.waiting[job.name] = verdict.reason
                     continue
             for victim in verdict.preempts:
                 self.preempt(victim, f"preempted by {job.team}/{job.name}")
             if verdict.preempts:
                 room = self._room()  # the victims' nodes are free again
-            placement = self._first_free(decision, room)
+            # a burst never takes the pool's room: the queue policy kept it for others
+            placement = _first_cloud(decision) if burst else self._first_free(decision, room)
             if placement is None:
                 report.waiting[job.name] = "capacity: every planned place is full"
                 continue
@@ -428,9 +436,11 @@ class Controller:
 
         return running_jobs(self.store, self.active(), self._spec)
 
-    def _bursts(self, job: Job, decision: Decision, running: list) -> bool:
+    def _bursts(self, job: Job, decision: Decision, running: list, ahead: dict[str, float]) -> bool:
         """For a job whose best placement is a full pool: True when it should take the
-        best cloud placement now rather than wait (broker.queue.bursting)."""
+        best cloud placement now rather than wait (broker.queue.bursting). The pool is
+        expected to have room once its running jobs' ends free this job's GPUs plus those
+        of the jobs ahead of it still waiting for the pool (`ahead`)."""
         from broker.queue.bursting import expected_pool_start, wait_for_pool
         from broker.scheduling import free_pool_gpus
 
@@ -444,7 +454,7 @@ class Controller:
         free = free_pool_gpus(self.pool_gpus, running).get(key, 0.0)
         ends = [((r.expected_end - now).total_seconds() / 3600, r.gpus)
                 for r in running if (r.cloud, r.region) == key]  # fmt: skip
-        need = pool.accelerator_count * pool.nodes
+        need = pool.accelerator_count * pool.nodes + ahead.get(pool.zone, 0.0)
         spec = self._spec(job)
         deadline_at = spec.runtime.deadline_at(self.store.version(job.id, job.version).submitted_at)
         work = spec.runtime.estimate_hours

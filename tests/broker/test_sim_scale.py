@@ -152,3 +152,17 @@ def test_waiting_for_the_pool_keeps_the_deadline_budget_and_saves(
         assert pool < cloud
     assert not wait_for_pool(now=now, pool_start=None, work_hours=work, restart_hours=restart,
                              deadline=None, pool_cost=0, cloud_cost=1)  # fmt: skip
+
+
+@pytest.mark.parametrize("engine", sorted(ENGINES))
+def test_a_job_behind_one_waiting_for_the_pool_counts_it(tmp_path, engine):
+    # A holds the one-GPU pool until 4.1; B (8 h) waits for it (3.9 h, within budget).
+    # C (5 h) comes next: alone it would wait 3.9 h too, but the pool's first free GPU
+    # is B's, and nothing running frees a second one: C bursts to the cloud at once.
+    offers, pool_gpus = with_pool(tmp_path)
+    jobs = [SimJob("a", "t", 0.0, "V100", 1, 4.0), SimJob("b", "t", 0.1, "V100", 1, 8.0),
+            SimJob("c", "t", 0.2, "V100", 1, 5.0)]  # fmt: skip
+    scenario = Scenario(offers, SpotTrace({}), jobs, restart_hours=0.1, pool_gpus=pool_gpus)
+    result = ENGINES[engine](scenario, policies.make("broker"))
+    assert result.total_cost == pytest.approx(4.1 + 8.1 + 5.1 * 3.06)
+    assert result.mean_queue_wait_hours == pytest.approx((0 + 4.0 + 0) / 3, abs=1e-4)

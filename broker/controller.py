@@ -85,8 +85,8 @@ class Controller:
     pass_hours: float = 0.0
     # A job whose cheapest placement is a full on-prem pool waits for it while waiting
     # stays cheaper, fits its deadline and this budget (x the job's hours, counted from
-    # its queueing), then bursts to the best cloud placement (broker.queue.bursting,
-    # Starburst). 0: burst at once.
+    # when it last entered the queue), then bursts to the best cloud placement
+    # (broker.queue.bursting, Starburst). 0: burst at once.
     pool_wait_factor: float = 1.0
     _specs: dict[tuple[str, int], JobSpec] = field(default_factory=dict)
     _steered: dict[str, str] = field(default_factory=dict)  # job id -> the spot policy's say
@@ -467,8 +467,14 @@ class Controller:
             pool_cost=pool.expected_cost,
             cloud_cost=cloud.expected_cost,
             max_wait_factor=self.pool_wait_factor,
-            waited=max(0.0, (now - job.queued_at).total_seconds() / 3600),
+            waited=max(0.0, (now - self._queued_since(job)).total_seconds() / 3600),
         )
+
+    def _queued_since(self, job: Job):
+        """When the job last entered the queue: its queueing, or the end of its last
+        attempt (a reclaimed or preempted job waits afresh)."""
+        ends = [a.ended_at for a in self.store.attempts(job.id) if a.ended_at is not None]
+        return max([job.queued_at, *ends])
 
     def _steer_hooks(self, spec: JobSpec) -> dict[str, Any]:
         """Simulator hooks (issue 8) for steer_market: `spot_available` when `spot_strict`

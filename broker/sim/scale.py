@@ -85,6 +85,7 @@ class _JobState:
     retry_at: float = -1.0  # when that retry falls due
     pool: str | None = None  # the pool whose queue it waits in
     home: tuple[str, str] | None = None  # (cloud, region) of its checkpoint, once reclaimed
+    queued_at: float | None = None  # when it last entered the queue (None: its submission)
 
 
 @dataclass
@@ -275,6 +276,9 @@ class _Fleet:
     def _wait_for_pool(self, i: int, option: Option, cloud: Option | None) -> bool:
         job, name = self.jobs[i], option.key
         queue = self.pool_queue[name]
+        queued_at = self.state[i].queued_at
+        if queued_at is None:
+            queued_at = job.submit_hours
         need = option.gpus + self.pool_queued_gpus[name]  # first come, first served
         ends = [(r.finish, r.option.gpus) for r in self.pool_runs[name].values()]
         start = expected_pool_start(self.pool_free[name], need, ends, self.now)
@@ -289,14 +293,14 @@ class _Fleet:
             pool_cost=option.cost_per_work_hour * work,
             cloud_cost=math.inf if cloud is None else cloud.cost_per_work_hour * work,
             max_wait_factor=self.wait_factor,
-            waited=self.now - job.submit_hours,
+            waited=self.now - queued_at,
         ):
             return False
         queue.append(i)
         self.pool_queued_gpus[name] += option.gpus
         self.state[i].pool = name
         # decide again once the budget is spent or the deadline needs the cloud
-        latest = job.submit_hours + self.wait_factor * work
+        latest = queued_at + self.wait_factor * work
         if deadline is not None:
             latest = min(latest, deadline - work - self.restart)
         self._retry(i, max(latest, self.now + _MIN_RETRY))
@@ -448,6 +452,7 @@ class _Fleet:
         st.saved = min(job.hours, st.saved + kept)
         if every:
             st.home = run.option.region
+        st.queued_at = self.now  # back in the queue: a fresh waiting budget, as in the controller
         return run.job
 
     # --- figures ---------------------------------------------------------------------------

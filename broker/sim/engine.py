@@ -169,18 +169,24 @@ def _terminal_states():
 
 
 def _index_of(policy: SimPolicy):
-    """The controller's offers-to-index step; spot-failover ranks spot by price alone."""
+    """The controller's offers-to-index step (see `ranked_index`)."""
+
+    def index_of(provider):
+        return ranked_index(provider.offers(), policy.price_only)
+
+    return index_of
+
+
+def ranked_index(table: OfferTable, price_only: bool):
+    """The planner's index over `table`; spot-failover ranks spot by price alone, so
+    its interruption rates are zeroed. Both engines plan through this."""
     from pricing.query import OfferIndex
     from pricing.table import OfferTable
 
-    def index_of(provider) -> OfferIndex:
+    if price_only:
         import numpy as np
 
-        table = provider.offers()
-        if policy.price_only:
-            numbers = dict(table.numbers)
-            numbers["spot_interruption_rate"] = np.zeros(len(table))
-            table = OfferTable(numbers, table.codes, table.categories)
-        return OfferIndex(table)
-
-    return index_of
+        numbers = dict(table.numbers)
+        numbers["spot_interruption_rate"] = np.zeros(len(table))
+        table = OfferTable(numbers, table.codes, table.categories)
+    return OfferIndex(table)

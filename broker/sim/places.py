@@ -75,15 +75,23 @@ def place_of_rows(table: OfferTable, places: list[Place]) -> list[Place | None]:
     by_key = {(p.cloud, p.location, p.kind): p for p in places}
     cloud, region, zone = (table.text(n) for n in ("cloud", "region", "zone"))
     itype, acc = table.text("instance_type"), table.text("accelerator")
-    out: list[Place | None] = []
-    for i in range(len(table)):
-        found = None
-        for location in (zone[i], region[i]):
-            for kind in (itype[i], acc[i]):
-                if location and kind and (cloud[i], location, kind) in by_key:
-                    found = by_key[(cloud[i], location, kind)]
-                    break
-            if found is not None:
-                break
-        out.append(found)
-    return out
+    return [
+        governing(by_key, cloud[i], zone[i], region[i], itype[i], acc[i]) for i in range(len(table))
+    ]
+
+
+def governing(
+    by_key: dict[tuple[str, str, str], Place],
+    cloud: str,
+    zone: str,
+    region: str,
+    instance_type: str,
+    accelerator: str,
+) -> Place | None:
+    """The trace place (by (cloud, location, kind)) that governs an offer: the one naming
+    its zone, else its region; its instance type, else its GPU. None: untraced."""
+    for location in (zone, region):
+        for kind in (instance_type, accelerator):
+            if location and kind and (cloud, location, kind) in by_key:
+                return by_key[(cloud, location, kind)]
+    return None

@@ -40,7 +40,7 @@ from typing import TYPE_CHECKING
 
 from broker.queue.bursting import expected_pool_start, wait_for_pool
 from broker.sim.metrics import PolicyResult, percentile
-from broker.sim.model import Place, SimJob
+from broker.sim.model import SimJob
 from broker.spotpolicy import SpotState
 
 if TYPE_CHECKING:
@@ -532,13 +532,13 @@ def _plan_shapes(scenario: Scenario, policy: SimPolicy, jobs: list[SimJob]) -> l
 
     from broker.manifest.load import parse_manifest_text
     from broker.planner.plan import plan_many
-    from broker.sim.engine import ORIGIN
+    from broker.sim.engine import ORIGIN, ranked_index
     from broker.sim.manifests import manifest_text
-    from broker.sim.places import expand_zones, place_of_rows
+    from broker.sim.places import expand_zones, governing
 
     places = sorted(scenario.spot.places, key=str)
     table = expand_zones(scenario.offers, places)
-    index = _index(table, policy.price_only)
+    index = ranked_index(table, policy.price_only)
     shapes: dict[tuple, int] = {}
     reps: list[SimJob] = []
     of_job = []
@@ -559,7 +559,6 @@ def _plan_shapes(scenario: Scenario, policy: SimPolicy, jobs: list[SimJob]) -> l
     decisions = plan_many(specs, index, ORIGIN, top=10_000)
     by_key = {(p.cloud, p.location, p.kind): p for p in places}
     number = {p: k for k, p in enumerate(scenario.spot.places)}  # the loop's place ids
-    traced = {p for p in place_of_rows(table, places) if p is not None}
     pools = {name for (_c, name) in scenario.pool_gpus}
     per_shape = []
     for rep, decision in zip(reps, decisions, strict=True):
@@ -576,11 +575,10 @@ def _plan_shapes(scenario: Scenario, policy: SimPolicy, jobs: list[SimJob]) -> l
                     )
                 continue
             if p.market == "spot":
-                place = _place_of(p, by_key)
-                if place is None or place not in traced:
-                    if scenario.untraced_spot == "closed":
-                        continue
-                key = None if place is None or place not in traced else number[place]
+                place = governing(by_key, p.cloud, p.zone, p.region, p.instance_type, p.accelerator)
+                if place is None and scenario.untraced_spot == "closed":
+                    continue
+                key = None if place is None else number[place]
                 options.append(Option("spot", key, p.price_per_hour, per_hour, gpus, label, region))
             else:
                 options.append(
@@ -600,26 +598,3 @@ def _changes(trace, horizon: float) -> dict[float, list[tuple[int, int]]]:
                 break
             out.setdefault(t, []).append((k, counts[availability.index(t)]))
     return dict(sorted(out.items()))
-
-
-def _place_of(p, by_key) -> Place | None:
-    for location in (p.zone, p.region):
-        for kind in (p.instance_type, p.accelerator):
-            found = by_key.get((p.cloud, location, kind))
-            if found is not None:
-                return found
-    return None
-
-
-def _index(table, price_only: bool):
-    """The planner's index; spot-failover ranks spot by price alone (rates zeroed)."""
-    from pricing.query import OfferIndex
-    from pricing.table import OfferTable
-
-    if price_only:
-        import numpy as np
-
-        numbers = dict(table.numbers)
-        numbers["spot_interruption_rate"] = np.zeros(len(table))
-        table = OfferTable(numbers, table.codes, table.categories)
-    return OfferIndex(table)

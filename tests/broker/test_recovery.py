@@ -301,3 +301,33 @@ def test_a_checkpoint_copy_that_fails_for_now_is_retried_on_the_next_pass(rt, mo
     rt.controller.run_pass()
     assert rt.store.migration(second.id) is not None
     assert len(rt.store.instances(attempt_id=second.id)) == 1
+
+
+@pytest.mark.parametrize(
+    "hooks, choice",
+    [
+        ({}, "spot"),  # the planner's 0.1 h restart: 4 h of spare is plenty
+        ({"restart_hours": 1.5}, "on-demand"),  # 3 restarts + 0.5 h loss > 4 h spare
+        ({"step_hours": 3.5}, "on-demand"),  # judged in whole 3.5 h steps: 2 left, 2 needed
+    ],
+)
+def test_the_spot_policy_judges_with_the_restart_and_pass_interval_it_is_told(
+    tmp_path, hooks, choice
+):
+    from datetime import UTC, datetime
+
+    from broker.clock import FixedClock
+    from broker.recovery import steer_market
+
+    clock = FixedClock(datetime(2026, 11, 30, 9, tzinfo=UTC))
+    rt = open_runtime(tmp_path / "state.db", load_offers(), clock=clock, time_scale=1.0)
+    try:
+        path = tmp_path / "due.yaml"
+        path.write_text(DEADLINE_JOB)  # 6 h of work, 10 h deadline, 30-min checkpoints
+        (manifest,) = load_manifests([path]).manifests
+        (result,) = submit_manifests(rt.store, [manifest])
+        job = rt.store.job(result.job_id)
+        _, said = steer_market(manifest.spec, job, rt.store, clock.now(), **hooks)
+        assert said == choice
+    finally:
+        rt.close()

@@ -166,3 +166,23 @@ def test_a_job_behind_one_waiting_for_the_pool_counts_it(tmp_path, engine):
     result = ENGINES[engine](scenario, policies.make("broker"))
     assert result.total_cost == pytest.approx(4.1 + 8.1 + 5.1 * 3.06)
     assert result.mean_queue_wait_hours == pytest.approx((0 + 4.0 + 0) / 3, abs=1e-4)
+
+
+@pytest.mark.parametrize("engine", sorted(ENGINES))
+def test_stay_home_keeps_every_reclaimed_job_waiting_for_its_own_region(engine):
+    # Two jobs run in us-east-1a until it closes at 1 h (back at 3 h); us-east-2a opens at
+    # 1 h. With 20 GB checkpoints and spare to wait, stay_home keeps both at home (no
+    # egress), where without it they move and pay to copy their checkpoints.
+    home = Availability(0.5, (2, 2, 0, 0, 0, 0) + (2,) * 30)
+    away = Availability(0.5, (0, 0) + (2,) * 34)
+    trace = SpotTrace({PLACE: home, Place("aws", "us-east-2a", "V100"): away})
+    jobs = [SimJob(f"j{i}", "t", 0.0, "V100", 1, 4.0, 14.0, checkpoint_minutes=30.0,
+                   checkpoint_gb=20.0) for i in range(2)]  # fmt: skip
+    scenario = Scenario(synthetic_offers(ZONES[:2]), trace, jobs, restart_hours=0.1)
+    stayed = ENGINES[engine](scenario, policies.make("broker"))
+    moved = ENGINES[engine](scenario, policies.make("broker", stay_home=False))
+    assert stayed.deadline_misses == moved.deadline_misses == 0
+    assert stayed.preemptions == moved.preemptions == 2
+    assert stayed.mean_completion_hours > moved.mean_completion_hours  # it waited
+    if engine == "full":  # the scale engine does not model egress
+        assert stayed.egress_cost == 0 < moved.egress_cost

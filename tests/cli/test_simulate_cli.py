@@ -59,7 +59,7 @@ def test_the_scale_engine_runs_the_same_policies_and_says_so():
     data = json.loads(result.stdout)
     assert data["engine"] == "scale"
     rows = {row["policy"]: row for row in data["policies"]}
-    assert rows["on-demand"]["deadline_misses"] == 0
+    assert rows["on-demand"]["finished"] == 30 and rows["on-demand"]["deadline_misses"] == 0
     assert rows["broker"]["total_cost"] < rows["on-demand"]["total_cost"]
 
 

@@ -297,12 +297,12 @@ class Controller:
         self.store.finish_attempt(attempt.id, outcome, code, reason, hours, entries, job_to=to)
 
     def _billed_hours(self, instance: Instance) -> float:
-        billed = getattr(self.provider, "billed_hours", None)
-        if billed is not None:
-            return float(billed(instance))
-        if instance.launched_at is None or instance.ended_at is None:
-            return 0.0
-        return (instance.ended_at - instance.launched_at).total_seconds() / 3600.0
+        from providers.base import launch_to_end_hours
+        from providers.capabilities import Billing
+
+        if isinstance(self.provider, Billing):
+            return float(self.provider.billed_hours(instance))
+        return launch_to_end_hours(instance)
 
     # --- (2) instances nobody wants -------------------------------------------------
 
@@ -480,10 +480,11 @@ class Controller:
         """Simulator hooks (issue 8) for steer_market: `spot_available` when `spot_strict`
         (the provider's `spot_open`), the true restart overhead and the pass interval."""
         hooks: dict[str, Any] = {"restart_hours": self.restart_hours, "step_hours": self.pass_hours}
-        is_open = getattr(self.provider, "spot_open", None)
-        if self.spot_strict and is_open is not None:
+        from providers.capabilities import SpotMarket
+
+        if self.spot_strict and isinstance(self.provider, SpotMarket):
             gpus = tuple(a.gpu for a in spec.requirements.accelerators)
-            hooks["spot_available"] = is_open(gpus)
+            hooks["spot_available"] = self.provider.spot_open(gpus)
         return hooks
 
     def _ordered(self, queued: list[Job], decisions: list[Decision]):
@@ -535,8 +536,9 @@ class Controller:
 
     def _room(self) -> dict[tuple[str, str], int]:
         """Nodes free per place now, read once per pass."""
-        capacity = getattr(self.provider, "free_nodes", None)
-        return capacity() if capacity is not None else {}
+        from providers.capabilities import Capacity
+
+        return self.provider.free_nodes() if isinstance(self.provider, Capacity) else {}
 
     @staticmethod
     def _take(room: dict[tuple[str, str], int], placement: Placement) -> None:
@@ -576,9 +578,11 @@ class Controller:
     def _checkpoint_store(self, job_id: str, cloud: str, region: str) -> str | None:
         """The provider's checkpoint store for a job in (cloud, region), as a path or URI;
         None when the provider keeps none per place (clouds read the manifest's URI)."""
-        keeper = getattr(self.provider, "checkpoint_dir", None)
-        found = keeper(job_id, cloud, region) if keeper is not None else None
-        return str(found) if found is not None else None
+        from providers.capabilities import CheckpointStores
+
+        if not isinstance(self.provider, CheckpointStores):
+            return None
+        return self.provider.checkpoint_store(job_id, cloud, region)
 
     def _migrate(self, job: Job, attempt: Attempt) -> None:
         """Before a resumed attempt starts elsewhere, copy the job's checkpoint from the
@@ -632,8 +636,11 @@ class Controller:
         """Record when the interrupted attempt last checkpointed; say how much work it lost
         (billed hours since that checkpoint, or since its start without one)."""
         p = attempt.placement
-        seen = getattr(self.provider, "last_checkpoint_at", None)
-        at = seen(job.id, p["cloud"], p["region"]) if seen is not None else None
+        from providers.capabilities import CheckpointStores
+
+        at = None
+        if isinstance(self.provider, CheckpointStores):
+            at = self.provider.last_checkpoint_at(job.id, p["cloud"], p["region"])
         start, end = instance.launched_at, instance.ended_at
         if at is not None and start is not None and at > start:
             self.store.record_checkpoint(attempt.id, at)

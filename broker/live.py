@@ -26,6 +26,7 @@ def live_offers(
 
     from pricing.query import OfferIndex
     from pricing.table import concat
+    from providers.capabilities import Restrictions
     from providers.registry import load_provider
 
     table = view.index.offers
@@ -33,6 +34,7 @@ def live_offers(
     for cloud in clouds:
         provider = load_provider(cloud, catalog=table)
         parts.append(provider.offers())
-        reasons.extend(provider.unavailable())
+        if isinstance(provider, Restrictions):
+            reasons.extend(provider.unavailable())
     index = OfferIndex(concat(parts), extra_countries=view.index.extra_countries)
     return replace(view, index=index), reasons

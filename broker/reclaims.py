@@ -11,7 +11,8 @@ from __future__ import annotations
 import math
 import random
 import sys
-from pathlib import Path
+
+from providers.capabilities import Billing, CheckpointStores, PlayedReclaims
 
 
 class ReclaimOnce:
@@ -30,13 +31,15 @@ class ReclaimOnce:
         if len(attempts) != 1 or attempts[0].market != "spot":
             self.done = len(attempts) > 1 or bool(attempts)  # gone past it, or on demand
             return
-        first, keeper = attempts[0], getattr(rt.provider, "checkpoint_dir", None)
+        first, provider = attempts[0], rt.provider
+        if not isinstance(provider, CheckpointStores) or not isinstance(provider, PlayedReclaims):
+            self.done = True  # a real cloud reclaims by itself
+            return
         place = first.placement
-        folder = keeper(first.job_id, place["cloud"], place["region"]) if keeper else None
-        if folder is None or not any(Path(folder).glob("*")):
+        if provider.last_checkpoint_at(first.job_id, place["cloud"], place["region"]) is None:
             return  # not checkpointed yet
         for instance in rt.store.instances(attempt_id=first.id):
-            rt.provider.interrupt(instance.provider_id)
+            provider.interrupt(instance.provider_id)
             print(
                 f"demo: spot reclaim of {self.job_name} on {instance.provider_id}", file=sys.stderr
             )
@@ -53,20 +56,19 @@ class RandomReclaims:
         self.seen: dict[str, float] = {}  # instance id -> billed hours at the last look
 
     def __call__(self, rt) -> None:
-        interrupt = getattr(rt.provider, "interrupt", None)
-        billed = getattr(rt.provider, "billed_hours", None)
-        if interrupt is None or billed is None:
+        provider = rt.provider
+        if not isinstance(provider, PlayedReclaims) or not isinstance(provider, Billing):
             return  # a real cloud reclaims by itself
         for known in rt.store.instances(state="running"):
             attempt = rt.store.attempt(known.attempt_id)
             if attempt.market != "spot":
                 continue
             try:
-                hours = billed(rt.provider.describe(known.provider_id))
+                hours = provider.billed_hours(provider.describe(known.provider_id))
             except Exception:  # noqa: BLE001 (gone meanwhile: nothing to reclaim)
                 continue
             elapsed = max(0.0, hours - self.seen.get(known.provider_id, 0.0))
             self.seen[known.provider_id] = hours
             if self.random.random() < 1 - math.exp(-self.rate * elapsed):
-                interrupt(known.provider_id)
+                provider.interrupt(known.provider_id)
                 print(f"sandbox: spot reclaim of {known.provider_id}", file=sys.stderr)

@@ -164,6 +164,14 @@ class Instance:
         return self.state in ACTIVE_STATES
 
 
+def launch_to_end_hours(instance: Instance) -> float:
+    """The hours between an instance's launch and its end (0 until both are known): how
+    an instance is billed by a provider without a billing of its own."""
+    if instance.launched_at is None or instance.ended_at is None:
+        return 0.0
+    return max(0.0, (instance.ended_at - instance.launched_at).total_seconds()) / 3600.0
+
+
 @dataclass(frozen=True)
 class InterruptionNotice:
     """A provider's warning that it is reclaiming an instance (spot reclaim, maintenance)."""

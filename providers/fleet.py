@@ -11,8 +11,11 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Mapping
+from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
+from providers.base import launch_to_end_hours
+from providers.capabilities import Billing, Capacity, CheckpointStores, PlayedReclaims
 from providers.errors import NotFound, ProviderError
 
 if TYPE_CHECKING:
@@ -22,7 +25,7 @@ if TYPE_CHECKING:
 SEPARATOR = ":"
 
 
-class Fleet:
+class Fleet(Capacity, Billing, CheckpointStores, PlayedReclaims):
     """A `Provider` whose members each serve some clouds (see the module docstring).
 
     `routes` maps a cloud name to the member serving it; member names must differ.
@@ -96,7 +99,7 @@ class Fleet:
 
     def launch(self, request: LaunchRequest) -> Instance:
         member = self.member_for(request.cloud)
-        if request.resume_from and not hasattr(member, "checkpoint_dir"):
+        if request.resume_from and not isinstance(member, CheckpointStores):
             # A cloud resumes from the durable checkpoint, never from a sandbox path.
             request = dataclasses.replace(request, resume_from=request.checkpoint_uri)
         return self._tagged(member, member.launch(request))
@@ -128,41 +131,52 @@ class Fleet:
             return self.default.object_store()
         raise NotImplementedError("the fleet has no default member for checkpoints")
 
-    # --- optional verbs the controller uses when a provider has them -------------------
+    # --- capabilities (providers.capabilities), for the members that have them ------------
 
     def free_nodes(self) -> dict[tuple[str, str], int]:
         """Free nodes per (cloud, region) where a member knows them (the sandbox)."""
         free: dict[tuple[str, str], int] = {}
         for member in self.members.values():
-            known = getattr(member, "free_nodes", None)
-            if known is None:
+            if not isinstance(member, Capacity):
                 continue
             clouds, others = self._serves(member)
-            for (cloud, region), nodes in known().items():
+            for (cloud, region), nodes in member.free_nodes().items():
                 if cloud in clouds or (others and cloud not in self.routes):
                     free[(cloud, region)] = nodes
         return free
 
-    def checkpoint_dir(self, job_id: str, cloud: str, region: str):
+    def checkpoint_store(self, job_id: str, cloud: str, region: str) -> str | None:
         """The checkpoint store of (cloud, region) when the member serving that cloud
         keeps one (the sandbox); None for a cloud, whose jobs read the manifest's URI."""
         member = self.routes.get(cloud, self.default)
-        keeper = getattr(member, "checkpoint_dir", None)
-        return keeper(job_id, cloud, region) if keeper is not None else None
+        if not isinstance(member, CheckpointStores):
+            return None
+        return member.checkpoint_store(job_id, cloud, region)
 
-    def last_checkpoint_at(self, job_id: str, cloud: str, region: str):
+    def last_checkpoint_at(self, job_id: str, cloud: str, region: str) -> datetime | None:
         """When the member serving `cloud` last saw the job checkpoint there, if it can tell."""
         member = self.routes.get(cloud, self.default)
-        seen = getattr(member, "last_checkpoint_at", None)
-        return seen(job_id, cloud, region) if seen is not None else None
+        if not isinstance(member, CheckpointStores):
+            return None
+        return member.last_checkpoint_at(job_id, cloud, region)
 
     def billed_hours(self, instance: Instance) -> float:
         """The member's billing when it has its own (the sandbox's time scale), else the
         time between launch and end."""
         member, own_id = self._split(instance.id)
-        billed = getattr(member, "billed_hours", None)
-        if billed is not None:
-            return float(billed(dataclasses.replace(instance, id=own_id)))
-        if instance.launched_at is None or instance.ended_at is None:
-            return 0.0
-        return (instance.ended_at - instance.launched_at).total_seconds() / 3600.0
+        if isinstance(member, Billing):
+            return float(member.billed_hours(dataclasses.replace(instance, id=own_id)))
+        return launch_to_end_hours(instance)
+
+    def interrupt(self, instance_id: str, kind: str = "spot-reclaim") -> InterruptionNotice | None:
+        """A played reclaim on the member that owns the instance; InvalidRequest when that
+        member is a real cloud (it reclaims by itself)."""
+        member, own_id = self._split(instance_id)
+        if not isinstance(member, PlayedReclaims):
+            from providers.errors import InvalidRequest
+
+            raise InvalidRequest(self.name, f"{member.name} instances cannot be reclaimed by hand")
+        notice = member.interrupt(own_id, kind)
+        if notice is None:
+            return None
+        return dataclasses.replace(notice, instance_id=instance_id)

@@ -40,8 +40,15 @@ def interrupt(
             if not mine:
                 fail(f"{job.team}/{job.name} has no running instance ({job.state})", BAD_INPUT)
             target = mine[0].provider_id
-        play = getattr(rt.provider, "interrupt", None)
-        notice = play(target) if play is not None else None
+        from providers.capabilities import PlayedReclaims
+        from providers.errors import ProviderError
+
+        notice = None
+        if isinstance(rt.provider, PlayedReclaims):
+            try:
+                notice = rt.provider.interrupt(target)
+            except ProviderError:
+                notice = None
         if notice is None:
             fail(f"{target} cannot be interrupted here (not a running sandbox instance)", BAD_INPUT)
         print(f"reclaimed {target}: SIGTERM sent, killed at {notice.deadline:%H:%M:%S} if still up")

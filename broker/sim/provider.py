@@ -28,6 +28,7 @@ from typing import TYPE_CHECKING
 from broker.sim.model import Place, SpotTrace
 from broker.sim.places import expand_zones, place_of_rows
 from providers.base import Instance, InterruptionNotice, LaunchRequest, instance_tags
+from providers.capabilities import Billing, Capacity, CheckpointStores, SpotMarket
 from providers.errors import InsufficientCapacity, InvalidRequest, NotFound
 
 if TYPE_CHECKING:
@@ -84,7 +85,7 @@ class _Run:
         return self.start_progress + done * self.rate, self.launched + self.overhead + done
 
 
-class SimulatedProvider:
+class SimulatedProvider(Capacity, Billing, CheckpointStores, SpotMarket):
     """See the module docstring. `speed(gpu)` gives a GPU's relative throughput."""
 
     name = NAME
@@ -296,7 +297,7 @@ class SimulatedProvider:
 
         return ObjectStore()
 
-    # --- the optional hooks the controller uses -------------------------------------------
+    # --- capabilities (providers.capabilities) ---------------------------------------------
 
     def billed_hours(self, instance: Instance) -> float:
         run = self._require(instance.id)
@@ -311,7 +312,10 @@ class SimulatedProvider:
             free[key] = max(free.get(key, 0), int(n))
         return free
 
-    def checkpoint_dir(self, job_id: str, cloud: str, region: str) -> Path:
+    def checkpoint_store(self, job_id: str, cloud: str, region: str) -> str:
+        return str(self._checkpoint_folder(job_id, cloud, region))
+
+    def _checkpoint_folder(self, job_id: str, cloud: str, region: str) -> Path:
         return self.workdir / "checkpoints" / cloud / region / job_id
 
     def last_checkpoint_at(self, job_id: str, cloud: str, region: str) -> datetime | None:
@@ -375,7 +379,7 @@ class SimulatedProvider:
     def _write_checkpoint(self, run: _Run) -> None:
         """A marker file in the place's checkpoint store, so the controller's migration
         (copy and egress charge) sees a checkpoint there."""
-        folder = self.checkpoint_dir(run.request.job_id, run.request.cloud, run.request.region)
+        folder = self._checkpoint_folder(run.request.job_id, run.request.cloud, run.request.region)
         folder.mkdir(parents=True, exist_ok=True)
         (folder / "checkpoint").write_text(f"{run.saved_at_end:.6f}\n")
 

@@ -59,6 +59,7 @@ from providers.base import (
     request_hash,
     startup_script,
 )
+from providers.capabilities import Restrictions
 from providers.cloud import (
     CapacityCooldown,
     Unavailable,
@@ -135,7 +136,7 @@ def spot_interrupted(status_code: str) -> bool:
     return ended and not status_code.endswith("-by-user")
 
 
-class AwsProvider:
+class AwsProvider(Restrictions):
     """EC2 instances as broker instances (see the module docstring).
 
     `image_id`: the AMI for jobs that do not name one. `launch_options`: extra

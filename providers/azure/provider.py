@@ -62,6 +62,7 @@ from providers.base import (
     request_hash,
     startup_script,
 )
+from providers.capabilities import Restrictions
 from providers.cloud import (
     CapacityCooldown,
     Unavailable,
@@ -114,7 +115,7 @@ def image_reference(image: str) -> dict[str, str]:
     return dict(zip(("publisher", "offer", "sku", "version"), parts, strict=True))
 
 
-class AzureProvider:
+class AzureProvider(Restrictions):
     """Azure VMs in one subscription and resource group (see the module docstring)."""
 
     name = NAME

@@ -50,6 +50,7 @@ from providers.base import (
     LaunchRequest,
     request_hash,
 )
+from providers.capabilities import Restrictions
 from providers.cloud import (
     CapacityCooldown,
     Unavailable,
@@ -122,7 +123,7 @@ class _UtcClock:
         return datetime.now(UTC)
 
 
-class GcpProvider:
+class GcpProvider(Restrictions):
     """A `Provider` on Compute Engine (see the module docstring for the choices).
 
     `project`: default GOOGLE_CLOUD_PROJECT, CLOUDSDK_CORE_PROJECT, else the one

@@ -55,6 +55,7 @@ from providers.base import (
     instance_tags,
     startup_script,
 )
+from providers.capabilities import Billing, Capacity, CheckpointStores, PlayedReclaims
 from providers.errors import InsufficientCapacity, InvalidRequest, NotFound, ProviderError
 
 if TYPE_CHECKING:
@@ -111,7 +112,7 @@ class _Record:
         return json.dumps({"format": RECORD_FORMAT, **asdict(self)}, indent=1)
 
 
-class SandboxProvider:
+class SandboxProvider(Capacity, Billing, CheckpointStores, PlayedReclaims):
     """A `Provider` whose instances are local processes (see the module docstring).
 
     `capacity`: nodes that may run at once per (cloud, region); an int for every
@@ -288,15 +289,18 @@ class SandboxProvider:
         )
         return places, inverse, free
 
-    def checkpoint_dir(self, job_id: str, cloud: str, region: str) -> Path:
+    def checkpoint_store(self, job_id: str, cloud: str, region: str) -> str:
         """The directory standing for a job's checkpoint store in (cloud, region): what
         an attempt placed there sees as BROKER_CHECKPOINT_DIR, and resumes from."""
+        return str(self._checkpoint_folder(job_id, cloud, region))
+
+    def _checkpoint_folder(self, job_id: str, cloud: str, region: str) -> Path:
         return self.workdir / "checkpoints" / cloud / region / job_id
 
     def last_checkpoint_at(self, job_id: str, cloud: str, region: str) -> datetime | None:
         """When the job last wrote a checkpoint file in (cloud, region), by the files'
         modification times (None: never), on the provider's clock."""
-        folder = self.checkpoint_dir(job_id, cloud, region)
+        folder = self._checkpoint_folder(job_id, cloud, region)
         newest = max(
             (entry.stat().st_mtime for entry in folder.rglob("*") if entry.is_file()),
             default=None,
@@ -358,7 +362,7 @@ class SandboxProvider:
 
     def _start(self, request: LaunchRequest, zone: str, digest: str) -> _Record:
         run_dir = self.workdir / request.attempt_id
-        checkpoints = self.checkpoint_dir(request.job_id, request.cloud, request.region)
+        checkpoints = self._checkpoint_folder(request.job_id, request.cloud, request.region)
         run_dir.mkdir(parents=True, exist_ok=True)
         checkpoints.mkdir(parents=True, exist_ok=True)
         request = replace(request, zone=zone, checkpoint_dir=str(checkpoints))

@@ -66,7 +66,7 @@ def run_until_reclaimed(rt, job_id: str):
     rt.controller.run_pass()
     (first,) = rt.store.attempts(job_id)
     place = first.placement
-    store = rt.provider.checkpoint_dir(job_id, place["cloud"], place["region"])
+    store = Path(rt.provider.checkpoint_store(job_id, place["cloud"], place["region"]))
     assert wait_until((store / "checkpoint.json").exists)
     (instance,) = rt.store.instances(attempt_id=first.id)
     assert rt.provider.interrupt(instance.provider_id) is not None
@@ -113,7 +113,7 @@ def test_a_reclaimed_job_moves_its_checkpoint_and_resumes_where_it_stopped(rt, t
     saved_step = int(interrupted.split("interrupted by SIGTERM at step ")[1].split(":")[0])
     resumed = log_of(rt, second.id)
     assert f"resumed from step {saved_step} " in resumed
-    target = rt.provider.checkpoint_dir(job_id, there["cloud"], there["region"])
+    target = Path(rt.provider.checkpoint_store(job_id, there["cloud"], there["region"]))
     assert f"({target})" in resumed
     # Lost work: at most one checkpoint interval (here none: SIGTERM saved at once).
     last_logged = max(int(line.split()[1].split("/")[0]) for line in interrupted.splitlines()

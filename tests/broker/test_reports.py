@@ -206,7 +206,7 @@ def test_the_ledger_adds_up_after_a_run_with_an_interruption(tmp_path):
         rt.controller.run_pass()
         (first,) = rt.store.attempts(spot)
         instance = rt.store.instances(attempt_id=first.id)[0].provider_id
-        written = rt.provider.checkpoint_dir(spot, "aws", first.placement["region"])
+        written = Path(rt.provider.checkpoint_store(spot, "aws", first.placement["region"]))
         assert wait_until(lambda: (written / "checkpoint.json").exists())
         assert rt.provider.interrupt(instance) is not None  # a spot reclaim
         for _ in range(60):

@@ -117,7 +117,7 @@ def test_train_runs_to_completion_and_checkpoints(make):
     assert done.state == "succeeded" and done.exit_code == 0, log
     assert done.ended_at is not None and done.ended_at >= done.launched_at
     checkpoint = json.loads(
-        (provider.checkpoint_dir("j-1", "aws", "us-east-1") / "checkpoint.json").read_text()
+        (Path(provider.checkpoint_store("j-1", "aws", "us-east-1")) / "checkpoint.json").read_text()
     )
     assert checkpoint["step"] == 60 and checkpoint["done"] and len(checkpoint["weights"]) == 4
     assert "step 20/60" in log and "done at step 60" in log
@@ -252,7 +252,7 @@ def test_interrupt_checkpoints_and_a_relaunch_resumes(make, tmp_path):
     steps, every = 1500, 25
     command = train("--steps", steps, "--checkpoint-every", every, "--step-seconds", 0.002)
     first = provider.launch(request("a-1", command))
-    checkpoint = provider.checkpoint_dir("j-1", "aws", "us-east-1") / "checkpoint.json"
+    checkpoint = Path(provider.checkpoint_store("j-1", "aws", "us-east-1")) / "checkpoint.json"
     assert wait_until(checkpoint.exists)
     notice = provider.interrupt(first.id)
     assert notice is not None and notice.kind == "spot-reclaim"
@@ -320,10 +320,13 @@ def test_billed_hours_follow_the_clock_and_time_scale(make):
 def test_object_store_puts_and_gets_file_uris(make, tmp_path):
     provider = make()
     store = provider.object_store()
-    uri = provider.checkpoint_dir("job-1", "aws", "us-east-1").as_uri() + "/step-1/weights.bin"
+    uri = (
+        Path(provider.checkpoint_store("job-1", "aws", "us-east-1")).as_uri()
+        + "/step-1/weights.bin"
+    )
     assert store.put(b"weights", uri).size == 7
     assert store.exists(uri) and store.list(
-        provider.checkpoint_dir("job-1", "aws", "us-east-1").as_uri()
+        Path(provider.checkpoint_store("job-1", "aws", "us-east-1")).as_uri()
     ) == [uri]
     assert store.get(uri, tmp_path / "restored.bin").size == 7
     assert (tmp_path / "restored.bin").read_bytes() == b"weights"

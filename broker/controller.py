@@ -654,14 +654,10 @@ class Controller:
     # --- helpers --------------------------------------------------------------------
 
     def _spec(self, job: Job) -> JobSpec:
-        """The job's spec, from the manifest text of the version in force."""
-        from broker.manifest.load import parse_manifest_text
-
+        """The job's spec in the version in force, as the store keeps it (decoded once)."""
         key = (job.id, job.version)
         if key not in self._specs:
-            version = self.store.version(job.id, job.version)
-            (manifest,) = parse_manifest_text(version.manifest_text, Path(f"{job.team}/{job.name}"))
-            self._specs[key] = manifest.spec
+            self._specs[key] = self.store.version(job.id, job.version).spec
         return self._specs[key]
 
     def _request(self, job: Job, attempt: Attempt) -> LaunchRequest:

@@ -56,6 +56,7 @@ class Manifest:
     index: int  # 0-based document number in the file
     line: int  # 1-based line where the document's content starts
     digest: str  # sha256 hex of the document's canonical JSON
+    text: str = ""  # the document as written (comments included): what the store keeps
 
 
 @dataclass(frozen=True)
@@ -145,7 +146,7 @@ def parse_manifest_text(text: str, path: Path = Path("<stdin>")) -> list[Manifes
     errors: list[UserInputError] = []
     cache = SpecCache(cache_dir())
     for doc in iter_yaml_documents(text, Path(path)):
-        _load_document(doc, loaded, errors, cache)
+        _load_document(doc, text, loaded, errors, cache)
     manifests = _unique(loaded, errors)
     if errors:
         raise UserInputError.collect(errors)
@@ -181,6 +182,7 @@ class _Loaded(NamedTuple):
 
     manifest: Manifest
     name_at: tuple[int, int]
+    span: tuple[int, int]  # of its text in the file
 
 
 def _load_file(
@@ -228,8 +230,10 @@ def _from_cache(path: Path, text: str, cache: SpecCache) -> list[_Loaded] | None
         spec = cache.get(entry.digest)
         if spec is None:
             return None
-        manifest = Manifest(spec, path, entry.index, entry.line, entry.digest)
-        found.append(_Loaded(manifest, entry.name_at))
+        start, end = entry.span
+        document = text[start:end] + "\n"
+        manifest = Manifest(spec, path, entry.index, entry.line, entry.digest, document)
+        found.append(_Loaded(manifest, entry.name_at, entry.span))
     return found
 
 
@@ -252,7 +256,7 @@ def _parse_file(
         for doc in iter_yaml_documents(text, path):
             documents += doc.data is not None
             claimed += _is_broker_document(doc.data)
-            _load_document(doc, found, mistakes, cache)
+            _load_document(doc, text, found, mistakes, cache)
     except UserInputError as exc:  # a syntax error, in a file that mentions a broker apiVersion
         mistakes.append(exc)
     else:
@@ -261,7 +265,7 @@ def _parse_file(
         if not documents:
             mistakes.append(UserInputError(path, 0, 0, "", "no job manifest in this file"))
     if found and not mistakes:
-        entries = [FileEntry(m.digest, m.index, m.line, at) for m, at in found]
+        entries = [FileEntry(m.digest, m.index, m.line, at, span) for m, at, span in found]
         cache.put_file(text, entries)
     loaded.extend(found)
     errors.extend(mistakes)
@@ -279,10 +283,14 @@ def _is_broker_document(data: Any) -> bool:
 
 
 def _load_document(
-    doc: YamlDocument, loaded: list[_Loaded], errors: list[UserInputError], cache: SpecCache
+    doc: YamlDocument,
+    text: str,
+    loaded: list[_Loaded],
+    errors: list[UserInputError],
+    cache: SpecCache,
 ) -> None:
-    """Validate one document into `loaded` (or `errors`). A document that validated
-    before, with the same code, comes from the spec cache without pydantic."""
+    """Validate one document of `text` into `loaded` (or `errors`). A document that
+    validated before, with the same code, comes from the spec cache without pydantic."""
     data = doc.data
     if data is None:  # an empty document, e.g. after a trailing `---`
         return
@@ -306,8 +314,20 @@ def _load_document(
         spec = model.to_spec()
         cache.put(digest, spec)
     line = doc.locate(())[0]
-    manifest = Manifest(spec, doc.path, doc.index, line, digest)
-    loaded.append(_Loaded(manifest, doc.locate(("name",))))
+    span = document_span(doc, text)
+    manifest = Manifest(spec, doc.path, doc.index, line, digest, text[span[0] : span[1]] + "\n")
+    loaded.append(_Loaded(manifest, doc.locate(("name",)), span))
+
+
+def document_span(doc: YamlDocument, text: str) -> tuple[int, int]:
+    """Where a document's content starts and ends in its file: from its first node to
+    its last, surrounding white space left out (its text is that slice plus a newline)."""
+    start, end = doc.node.start_mark.index, doc.node.end_mark.index
+    while start < end and text[start].isspace():
+        start += 1
+    while end > start and text[end - 1].isspace():
+        end -= 1
+    return start, end
 
 
 def _version_error(doc: YamlDocument, data: dict[Any, Any]) -> UserInputError:

@@ -18,24 +18,14 @@ from __future__ import annotations
 
 import json
 import os
-from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any, NamedTuple
 
-from broker.spec import (
-    Amount,
-    Budget,
-    Checkpoint,
-    DataInput,
-    GpuAsk,
-    JobSpec,
-    Place,
-    Requirements,
-    RunSpec,
-    Runtime,
-)
+from broker.spec import JobSpec
+from broker.spec_codec import decode, encode
 
 _SOURCES = (
+    "broker/spec_codec.py",
     "broker/manifest/load.py",  # how a file's documents are found and located
     "broker/manifest/model.py",
     "broker/manifest/spec_cache.py",
@@ -71,6 +61,7 @@ class FileEntry(NamedTuple):
     index: int  # 0-based document number in the file
     line: int  # where its content starts
     name_at: tuple[int, int]  # line and column of its `name`
+    span: tuple[int, int]  # where its text starts and ends in the file (characters)
 
 
 class SpecCache:
@@ -94,7 +85,10 @@ class SpecCache:
         """The documents of a manifest file with this text, when it was loaded before."""
         try:
             data = json.loads((self.folder / "files" / f"{_text_digest(text)}.json").read_bytes())
-            return [FileEntry(d, i, line, (at[0], at[1])) for d, i, line, at in data]
+            return [
+                FileEntry(d, i, line, (at[0], at[1]), (span[0], span[1]))
+                for d, i, line, at, span in data
+            ]
         except (OSError, ValueError, TypeError, IndexError):
             return None  # absent or unreadable: parse the file
 
@@ -134,77 +128,3 @@ def _write(folder: Path, name: str, data: Any) -> None:
         os.replace(tmp, folder / f"{name}.json")
     except OSError:
         pass  # a read-only cache costs speed, never correctness
-
-
-def encode(spec: JobSpec) -> dict[str, Any]:
-    """JobSpec as plain JSON (tuples as lists, deadlines tagged)."""
-    from dataclasses import asdict
-
-    data = asdict(spec)
-    deadline = spec.runtime.deadline
-    if isinstance(deadline, timedelta):
-        data["runtime"]["deadline"] = {
-            "days": deadline.days,
-            "seconds": deadline.seconds,
-            "microseconds": deadline.microseconds,
-        }
-    elif isinstance(deadline, datetime):
-        data["runtime"]["deadline"] = {"at": deadline.isoformat()}
-    return data
-
-
-def decode(data: dict[str, Any]) -> JobSpec:
-    """The exact inverse of `encode`."""
-    r = data["requirements"]
-    requirements = Requirements(
-        accelerators=tuple(GpuAsk(a["gpu"], a["count"]) for a in r["accelerators"]),
-        cpus=_amount(r["cpus"]),
-        memory_gib=_amount(r["memory_gib"]),
-        nodes=r["nodes"],
-        interconnect=r["interconnect"],
-        clouds=tuple(r["clouds"]),
-        exclude_clouds=tuple(r["exclude_clouds"]),
-        regions=tuple(r["regions"]),
-        countries=tuple(r["countries"]),
-        spot=r["spot"],
-        max_price_per_hour=r["max_price_per_hour"],
-    )
-    run = data["run"]
-    runtime = data["runtime"]
-    ckpt = data["checkpoint"]
-    return JobSpec(
-        name=data["name"],
-        team=data["team"],
-        requirements=requirements,
-        queue=data["queue"],
-        priority=data["priority"],
-        run=RunSpec(run["command"], run["image"], tuple((k, v) for k, v in run["env"])),
-        runtime=Runtime(runtime["estimate_hours"], _deadline(runtime["deadline"])),
-        checkpoint=None
-        if ckpt is None
-        else Checkpoint(
-            ckpt["uri"], ckpt["interval_minutes"], ckpt["size_gb"], _place(ckpt["location"])
-        ),
-        data=tuple(DataInput(d["uri"], d["size_gb"], _place(d["location"])) for d in data["data"]),
-        budget=Budget(data["budget"]["max_cost"]),
-        max_restarts_on_error=data["max_restarts_on_error"],
-        recover_on_exit_codes=tuple(data["recover_on_exit_codes"]),
-    )
-
-
-def _amount(value: dict | None) -> Amount | None:
-    return None if value is None else Amount(value["value"], value["at_least"])
-
-
-def _place(value: dict | None) -> Place | None:
-    return None if value is None else Place(value["cloud"], value["region"])
-
-
-def _deadline(value: dict | None) -> timedelta | datetime | None:
-    if value is None:
-        return None
-    if "days" in value:
-        return timedelta(
-            days=value["days"], seconds=value["seconds"], microseconds=value["microseconds"]
-        )
-    return datetime.fromisoformat(value["at"])

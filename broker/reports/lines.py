@@ -21,6 +21,7 @@ from broker.state.model import AttemptState, multiply, to_decimal, total
 
 if TYPE_CHECKING:
     from broker.reports.savings import OnDemandPrices
+    from broker.spec import JobSpec
     from broker.state import Attempt, Job, LedgerEntry, StateStore
 
 _MICROSECOND = timedelta(microseconds=1)
@@ -36,7 +37,7 @@ class Ledger:
     jobs: dict[str, Job]
     attempts: dict[str, Attempt]
     checkpoints: dict[str, datetime]
-    specs: dict[tuple[str, int], dict[str, Any]]  # (job id, version) -> spec JSON
+    specs: dict[tuple[str, int], JobSpec]  # (job id, version) -> its spec
 
     @classmethod
     def read(

@@ -31,6 +31,7 @@ from typing import TYPE_CHECKING, Any
 from broker.state.model import multiply, to_decimal
 
 if TYPE_CHECKING:
+    from broker.spec import JobSpec
     from pricing.table import OfferTable
 
 ONPREM = "onprem"
@@ -89,9 +90,9 @@ class OnDemandPrices:
         return min(found, key=lambda q: (q.price_per_hour, q.cloud, q.region), default=None)
 
 
-def first_choice_cloud(spec: Mapping[str, Any] | None, first_attempt_cloud: str) -> str | None:
+def first_choice_cloud(spec: JobSpec | None, first_attempt_cloud: str) -> str | None:
     """The job's first-choice public cloud (module docstring); None: any public cloud."""
-    listed = ((spec or {}).get("requirements") or {}).get("clouds") or ()
+    listed = spec.requirements.clouds if spec is not None else ()
     for cloud in listed:
         if cloud != ONPREM:
             return str(cloud)

@@ -82,7 +82,6 @@ def _run(scenario: Scenario, policy: SimPolicy, progress, workdir: Path) -> Poli
     from broker.clock import FixedClock
     from broker.controller import Controller
     from broker.manifest.load import parse_manifest_text
-    from broker.manifest.spec_cache import encode
     from broker.sim.metrics import collect
     from broker.sim.provider import SimulatedProvider, Work
     from broker.state import StateStore
@@ -128,11 +127,7 @@ def _run(scenario: Scenario, policy: SimPolicy, progress, workdir: Path) -> Poli
                 job, name = pending[submitted]
                 text = manifest_text(job, policy.spot, scenario.clouds, name=name)
                 (manifest,) = parse_manifest_text(text)
-                spec = manifest.spec
-                result = store.submit(
-                    encode(spec), text, manifest.digest, spec.team, spec.name, spec.queue,
-                    spec.priority,
-                )  # fmt: skip
+                result = store.submit(manifest.spec, text, manifest.digest)
                 every = job.checkpoint_minutes / 60 if job.checkpoint_minutes else None
                 provider.work[result.job_id] = Work(job.hours, job.gpu, every)
                 ids[result.job_id] = job

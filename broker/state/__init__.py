@@ -1,7 +1,7 @@
 """Durable broker state: one SQLite file, one writer (`StateStore`), rows as frozen values.
 
     with StateStore.open(default_state_path(), SystemClock()) as store:
-        result = store.submit(spec_json, text, digest, team="ml", name="llama")
+        result = store.submit(manifest.spec, manifest.text, manifest.digest)
         store.transition(result.job_id, JobState.PLANNED, expect=JobState.QUEUED)
 
 See docs/state.md for the tables, the state machine and the concurrency rules.

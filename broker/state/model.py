@@ -24,6 +24,9 @@ from decimal import (
 from enum import StrEnum
 from typing import Any, Literal
 
+from broker.spec import JobSpec
+from broker.spec_codec import decode
+
 
 class StateError(Exception):
     """Root of the state store's errors."""
@@ -132,7 +135,7 @@ class JobVersion:
     version: int
     digest: str
     manifest_text: str
-    spec: dict[str, Any]
+    spec: JobSpec
     queue: str
     priority: int
     submitted_at: datetime
@@ -360,7 +363,7 @@ def job_of(row: Any) -> Job:
 def version_of(row: Any) -> JobVersion:
     return JobVersion(
         job_id=row["job_id"], version=row["version"], digest=row["digest"],
-        manifest_text=row["manifest_text"], spec=json.loads(row["spec_json"]),
+        manifest_text=row["manifest_text"], spec=decode(json.loads(row["spec_json"])),
         queue=row["queue"], priority=row["priority"], submitted_at=_at(row["submitted_at"]),
     )  # fmt: skip
 

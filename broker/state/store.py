@@ -26,6 +26,7 @@ from types import TracebackType
 from typing import Any
 
 from broker.clock import Clock
+from broker.spec import JobSpec
 from broker.state import schema
 from broker.state.model import (
     IN_FLIGHT,
@@ -157,19 +158,18 @@ class StateStore:
 
     # --- jobs and versions ----------------------------------------------------------
 
-    def submit(
-        self,
-        spec_json: Mapping[str, Any],
-        manifest_text: str,
-        digest: str,
-        team: str,
-        name: str,
-        queue: str = "default",
-        priority: int = 0,
-    ) -> SubmitResult:
-        """Enqueue a manifest, or record its new version (rules in docs/state.md)."""
+    def submit(self, spec: JobSpec, manifest_text: str, digest: str) -> SubmitResult:
+        """Enqueue a manifest's spec, or record its new version (rules in docs/state.md).
+
+        The job is known by the spec's (team, name); `manifest_text` is the document as
+        written and `digest` tells an unchanged manifest from a changed one. The spec is
+        kept in `broker.spec_codec`'s encoding and read back decoded (`version().spec`).
+        """
+        from broker.spec_codec import encode
+
+        team, name, queue, priority = spec.team, spec.name, spec.queue, spec.priority
         version = {"digest": digest, "manifest_text": manifest_text, "queue": queue}
-        version |= {"spec_json": json_text(dict(spec_json)), "priority": priority}
+        version |= {"spec_json": json_text(encode(spec)), "priority": priority}
         with self._write() as now:
             version["submitted_at"] = now
             row = self._conn.execute(

@@ -28,6 +28,7 @@ from broker.state.charges import attempt_charges
 from broker.state.model import Attempt, total
 from tests.fakes.billing import ledger as fixed
 from tests.fakes.offers import write_catalog
+from tests.fakes.specs import job_spec
 from tests.waiting import wait_until
 
 REPO = Path(__file__).resolve().parents[2]
@@ -137,7 +138,7 @@ def test_idle_attempts_are_charged_nothing_and_pools_their_amortised_rate():
 
 def test_a_failing_ledger_write_leaves_the_attempt_open_and_nothing_billed(tmp_path, monkeypatch):
     store = fixed.build(tmp_path / "s.db")
-    job = store.submit({}, "x", "dx", "nlp", "crashy").job_id
+    job = store.submit(job_spec("crashy", "nlp"), "x", "dx").job_id
     store.transition(job, JobState.PLANNED)
     attempt_id = store.start_attempt(job, fixed.PLACEMENTS["llama-1"], "10", "spot")
     store.attempt_running(attempt_id, {"provider_id": "i-crash"})
@@ -360,14 +361,9 @@ def test_checkpoints_keep_the_latest_per_attempt(store):
 
 
 def test_first_choice_cloud_rules():
-    from broker.manifest.spec_cache import encode
-
-    stored = encode(JobSpec("x", "t", Requirements(clouds=("onprem", "gcp", "aws"))))
-    assert first_choice_cloud(stored, "aws") == "gcp"  # as the store keeps the spec
-    assert first_choice_cloud({"requirements": {"clouds": ["onprem", "gcp", "aws"]}}, "aws") == (
-        "gcp"
-    )
-    assert first_choice_cloud({"requirements": {"clouds": []}}, "azure") == "azure"
+    listed = JobSpec("x", "t", Requirements(clouds=("onprem", "gcp", "aws")))
+    assert first_choice_cloud(listed, "aws") == "gcp"  # the first public cloud listed
+    assert first_choice_cloud(JobSpec("x", "t", Requirements()), "azure") == "azure"
     assert first_choice_cloud(None, "onprem") is None  # any public cloud
 
 
@@ -386,7 +382,7 @@ def test_a_version_1_ledger_migrates_and_reports_by_the_attempts_place(tmp_path,
     monkeypatch.setattr(schema, "MIGRATIONS", schema.MIGRATIONS[:1])
     clock = FixedClock(fixed.T0)
     with StateStore.open(path, clock) as old:
-        job = old.submit({}, "x", "d", "nlp", "old").job_id
+        job = old.submit(job_spec("old", "nlp"), "x", "d").job_id
         old.transition(job, JobState.PLANNED)
         attempt_id = old.start_attempt(job, fixed.PLACEMENTS["detector"], "0.85", "on-demand")
         old._conn.execute("BEGIN IMMEDIATE")

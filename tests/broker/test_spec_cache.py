@@ -11,7 +11,7 @@ from pathlib import Path
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from broker.manifest import spec_cache
+from broker import spec_codec
 from broker.spec import Runtime
 from tests.broker.test_planner import jobs
 
@@ -31,7 +31,7 @@ def test_encode_decode_round_trips_exactly(job, deadline):
     job = replace(job, runtime=Runtime(job.runtime.estimate_hours, deadline))
     import json
 
-    assert spec_cache.decode(json.loads(json.dumps(spec_cache.encode(job)))) == job
+    assert spec_codec.decode(json.loads(json.dumps(spec_codec.encode(job)))) == job
 
 
 PROBE = """
@@ -55,6 +55,25 @@ def test_second_load_skips_pydantic_and_yaml_and_gives_the_same_manifests(tmp_pa
     ).stdout.split(" ", 2)
     assert first[:2] == ["True", "True"] and second[:2] == ["False", "False"]
     assert first[2] == second[2]  # specs, paths, document numbers, lines and digests
+
+
+def test_each_manifest_carries_its_own_document_as_written(tmp_path, monkeypatch):
+    """What the store keeps of a manifest: its own document of a multi-document file,
+    from its first key to its last line (comments inside included), the same whether the
+    file was parsed or came from the cache."""
+    from broker.manifest.load import load_manifests
+
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    def body(name: str) -> str:
+        text = (REPO / "examples" / "demo" / name).read_text()
+        return text[text.index("apiVersion") :].strip().replace("\nrun:", "\n# inside\nrun:")
+
+    one, two = body("eval-eu.yaml"), body("second-team.yaml")
+    path = tmp_path / "jobs.yaml"
+    path.write_text(f"# two jobs\n---\n{one}\n\n---\n  \n{two}\n---\n")
+    for _ in range(2):  # parsed, then from the cache
+        texts = [m.text for m in load_manifests([path]).manifests]
+        assert texts == [one + "\n", two + "\n"]
 
 
 def test_a_changed_document_is_validated_again(tmp_path, monkeypatch):

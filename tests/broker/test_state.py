@@ -37,6 +37,7 @@ from broker.state import (
     schema,
 )
 from broker.state import store as store_module
+from tests.fakes.specs import job_spec
 
 REPO = Path(__file__).resolve().parents[2]
 T0 = datetime(2026, 11, 1, tzinfo=UTC)
@@ -70,7 +71,7 @@ def shared(tmp_path_factory: pytest.TempPathFactory) -> Iterator[StateStore]:
 
 def submit(store: StateStore, name: str = "llama", digest: str = "d1", **kw: Any) -> str:
     kw.setdefault("team", "ml")
-    return store.submit({"name": name}, f"name: {name}\n", digest, name=name, **kw).job_id
+    return store.submit(job_spec(name, **kw), f"name: {name}\n", digest).job_id
 
 
 def launched(store: StateStore, name: str = "llama", price: Any = 32.7726) -> tuple[str, str]:
@@ -305,16 +306,18 @@ def test_two_controllers_racing_to_start_an_attempt_start_one(store, path, clock
 
 
 def test_submit_new_then_unchanged_is_a_no_op(store, path):
-    result = store.submit({"a": 1}, "text", "d1", "ml", "llama", "gpu", 5)
+    result = store.submit(job_spec("llama", "ml", queue="gpu", priority=5), "text", "d1")
     assert result.created and result.changed and result.version == 1
     assert result.job_id.startswith("j-") and len(result.job_id) == 14
     before = counts(path)
-    again = store.submit({"a": 1}, "other layout", "d1", "ml", "llama", "gpu", 5)
+    again = store.submit(job_spec("llama", "ml", queue="gpu", priority=5), "other layout", "d1")
     assert (again.job_id, again.version, again.created, again.changed) == (result.job_id, 1, 0, 0)
     assert counts(path) == before
     job = store.job(result.job_id)
     assert (job.queue, job.priority, job.state, job.digest) == ("gpu", 5, Q.QUEUED, "d1")
-    assert store.version(job.id).manifest_text == "text" and store.version(job.id).spec == {"a": 1}
+    version = store.version(job.id)
+    assert version.manifest_text == "text"
+    assert version.spec == job_spec("llama", "ml", queue="gpu", priority=5)  # decoded as given
 
 
 @pytest.mark.parametrize("start", [Q.QUEUED, Q.PLANNED])
@@ -324,7 +327,7 @@ def test_a_new_version_replaces_a_waiting_one(store, clock, start):
         store.transition(job, step)
     queued_at = store.job(job).queued_at
     clock.advance(timedelta(minutes=5))
-    result = store.submit({"v": 2}, "v2", "d2", "ml", "llama", "default", 3)
+    result = store.submit(job_spec("llama", "ml", priority=3), "v2", "d2")
     assert (result.version, result.created, result.changed) == (2, False, True)
     now = store.job(job)
     assert (now.state, now.version, now.pending_version, now.priority) == (Q.QUEUED, 2, None, 3)
@@ -338,7 +341,7 @@ def test_a_new_version_requeues_a_finished_job_at_the_back(store, clock, end):
         store.transition(job, step)
     clock.advance(timedelta(hours=1))
     assert submit(store, digest="d1") == job and store.job(job).state is end  # unchanged: no-op
-    result = store.submit({}, "v2", "d2", "ml", "llama")
+    result = store.submit(job_spec("llama", "ml"), "v2", "d2")
     now = store.job(job)
     assert (result.version, now.state, now.version, now.queued_at) == (2, Q.QUEUED, 2, clock.now())
     assert store.events(job)[-1].data["resubmitted"] is True
@@ -346,8 +349,8 @@ def test_a_new_version_requeues_a_finished_job_at_the_back(store, clock, end):
 
 def test_a_new_version_waits_for_a_live_attempt(store, clock, path):
     job, attempt = running(store)
-    assert store.submit({}, "v2", "d2", "ml", "llama").version == 2
-    assert store.submit({}, "v3", "d3", "ml", "llama").version == 3  # the newest waits
+    assert store.submit(job_spec("llama", "ml"), "v2", "d2").version == 2
+    assert store.submit(job_spec("llama", "ml"), "v3", "d3").version == 3  # the newest waits
     assert submit(store, digest="d3") == job  # same as the waiting one: no-op
     now = store.job(job)
     assert (now.state, now.version, now.pending_version) == (Q.RUNNING, 1, 3)
@@ -364,8 +367,8 @@ def test_a_new_version_waits_for_a_live_attempt(store, clock, path):
 
 def test_resubmitting_the_running_version_withdraws_the_waiting_one(store):
     job, attempt = running(store)
-    store.submit({}, "v2", "d2", "ml", "llama")
-    result = store.submit({}, "v1", "d1", "ml", "llama")
+    store.submit(job_spec("llama", "ml"), "v2", "d2")
+    result = store.submit(job_spec("llama", "ml"), "v1", "d1")
     assert (result.version, result.changed) == (1, True)
     assert store.job(job).pending_version is None
     store.finish_attempt(attempt, "failed", 1)
@@ -374,12 +377,12 @@ def test_resubmitting_the_running_version_withdraws_the_waiting_one(store):
 
 def test_cancel_drops_a_waiting_version_and_a_later_one_waits_for_the_attempt(store):
     job, attempt = running(store)
-    store.submit({}, "v2", "d2", "ml", "llama")
+    store.submit(job_spec("llama", "ml"), "v2", "d2")
     store.transition(job, Q.CANCELLED, reason="user")
     assert store.job(job).pending_version is None
     assert store.events(job)[-1].data["dropped_version"] == 2
     # cancelled, but its instance is still being torn down: a new version waits for it
-    store.submit({}, "v3", "d3", "ml", "llama")
+    store.submit(job_spec("llama", "ml"), "v3", "d3")
     assert (store.job(job).state, store.job(job).pending_version) == (Q.CANCELLED, 3)
     assert store.finish_attempt(attempt, "cancelled", reason="terminated")
     assert (store.job(job).state, store.job(job).version) == (Q.QUEUED, 3)
@@ -389,7 +392,7 @@ def test_an_interrupted_job_requeued_takes_the_waiting_version_and_keeps_its_pla
     job, attempt = running(store)
     queued_at = store.job(job).queued_at
     clock.advance(timedelta(hours=1))
-    store.submit({}, "v2", "d2", "ml", "llama")
+    store.submit(job_spec("llama", "ml"), "v2", "d2")
     store.finish_attempt(attempt, "interrupted", reason="spot reclaimed")
     assert (store.job(job).state, store.job(job).version) == (Q.INTERRUPTED, 1)
     store.transition(job, Q.QUEUED, reason="re-plan")
@@ -403,7 +406,7 @@ def test_queued_is_priority_then_fifo(store, clock):
         clock.advance(timedelta(seconds=1))
     store.transition(store.job("c").id, Q.CANCELLED)
     assert [j.name for j in store.queued()] == ["b", "d", "a"]
-    store.submit({}, "c2", "c2", "ml", "c", "default", 5)  # a new run joins the back
+    store.submit(job_spec("c", "ml", priority=5), "c2", "c2")  # a new run joins the back
     assert [j.name for j in store.queued()] == ["b", "d", "c", "a"]
     assert store.queued(queue="other") == []
 
@@ -579,7 +582,7 @@ def test_an_error_inside_a_transaction_leaves_no_partial_rows(store, path, monke
     with pytest.raises(RuntimeError):
         store.finish_attempt(attempt, "succeeded", 0, "", 3, [{"kind": "compute"}])
     with pytest.raises(RuntimeError):
-        store.submit({}, "v1", "d1", "ml", "other-job")
+        store.submit(job_spec("other-job", "ml"), "v1", "d1")
     assert counts(path) == before
     assert (store.job(job).state, store.attempt(attempt).state) == (Q.RUNNING, "running")
     monkeypatch.undo()

@@ -18,6 +18,7 @@ from pricing.catalog import read_offer_table
 from tests.cli.runner import run_cli
 from tests.fakes import prices as fakes
 from tests.fakes.offers import write_catalog
+from tests.fakes.specs import job_spec
 
 price_fake = fakes.price_fake
 REPO = Path(__file__).resolve().parents[2]
@@ -175,7 +176,7 @@ def test_interruptions_the_broker_saw_become_learned_rates(capsys, price_fake, t
     state = tmp_path / "state.db"
     with StateStore.open(state, clock) as store:
         for name, hours, outcome in (("a", 20, "interrupted"), ("b", 10, "succeeded")):
-            job = store.submit({"name": name}, f"name: {name}\n", name, "ml", name).job_id
+            job = store.submit(job_spec(name, "ml"), f"name: {name}\n", name).job_id
             store.transition(job, JobState.PLANNED)
             attempt = store.start_attempt(job, place, 13.5, "spot")
             assert store.attempt_running(attempt, {"provider_id": f"{name}-vm"})

@@ -22,6 +22,7 @@ from pathlib import Path
 
 from broker.clock import FixedClock
 from broker.state import JobState, StateStore
+from tests.fakes.specs import job_spec
 
 HERE = Path(__file__).parent
 T0 = datetime(2026, 11, 1, tzinfo=UTC)
@@ -110,12 +111,12 @@ def build(path: Path) -> StateStore:
     """A fresh state file at `path` holding the fixed ledger; the store, open."""
     clock = FixedClock(T0)
     store = StateStore.open(path, clock, new_id=counter_ids())
-    spec = {"requirements": {"clouds": []}}
-    llama = store.submit(spec, "llama", "d1", "nlp", "llama", "research").job_id
-    gcp_only = {"requirements": {"clouds": ["gcp"]}}
-    detector = store.submit(gcp_only, "detector", "d2", "vision", "detector").job_id
-    embed = store.submit(spec, "embed", "d3", "vision", "embed").job_id
-    ablation = store.submit(spec, "ablation", "d4", "research", "ablation", "research").job_id
+    llama = store.submit(job_spec("llama", "nlp", queue="research"), "llama", "d1").job_id
+    gcp_only = job_spec("detector", "vision", clouds=("gcp",))
+    detector = store.submit(gcp_only, "detector", "d2").job_id
+    embed = store.submit(job_spec("embed", "vision"), "embed", "d3").job_id
+    ablation_spec = job_spec("ablation", "research", queue="research")
+    ablation = store.submit(ablation_spec, "ablation", "d4").job_id
     input_move = {
         "kind": "egress", "quantity": 100, "unit_price_usd": "0.12", "cloud": "gcp",
         "region": "us-central1", "detail": "input gs://data/corpus",

@@ -1,0 +1,100 @@
+"""JobSpec <-> plain JSON: the one encoding of a validated manifest.
+
+The state store keeps each job version's spec in this form (`job_versions.spec_json`)
+and gives it back decoded, and the spec cache (`broker.manifest.spec_cache`) saves
+validated documents in it, so nothing re-parses a manifest's YAML after loading.
+`decode(encode(spec)) == spec` for every spec; fields added to the spec later are
+optional here (a state file written before them still decodes).
+"""
+
+from __future__ import annotations
+
+from datetime import datetime, timedelta
+from typing import Any
+
+from broker.spec import (
+    Amount,
+    Budget,
+    Checkpoint,
+    DataInput,
+    GpuAsk,
+    JobSpec,
+    Place,
+    Requirements,
+    RunSpec,
+    Runtime,
+)
+
+
+def encode(spec: JobSpec) -> dict[str, Any]:
+    """JobSpec as plain JSON (tuples as lists, deadlines tagged)."""
+    from dataclasses import asdict
+
+    data = asdict(spec)
+    deadline = spec.runtime.deadline
+    if isinstance(deadline, timedelta):
+        data["runtime"]["deadline"] = {
+            "days": deadline.days,
+            "seconds": deadline.seconds,
+            "microseconds": deadline.microseconds,
+        }
+    elif isinstance(deadline, datetime):
+        data["runtime"]["deadline"] = {"at": deadline.isoformat()}
+    return data
+
+
+def decode(data: dict[str, Any]) -> JobSpec:
+    """The exact inverse of `encode`."""
+    r = data["requirements"]
+    requirements = Requirements(
+        accelerators=tuple(GpuAsk(a["gpu"], a["count"]) for a in r["accelerators"]),
+        cpus=_amount(r["cpus"]),
+        memory_gib=_amount(r["memory_gib"]),
+        nodes=r["nodes"],
+        interconnect=r["interconnect"],
+        clouds=tuple(r["clouds"]),
+        exclude_clouds=tuple(r["exclude_clouds"]),
+        regions=tuple(r["regions"]),
+        countries=tuple(r["countries"]),
+        spot=r["spot"],
+        max_price_per_hour=r["max_price_per_hour"],
+    )
+    run = data["run"]
+    runtime = data["runtime"]
+    ckpt = data["checkpoint"]
+    return JobSpec(
+        name=data["name"],
+        team=data["team"],
+        requirements=requirements,
+        queue=data["queue"],
+        priority=data["priority"],
+        run=RunSpec(run["command"], run["image"], tuple((k, v) for k, v in run["env"])),
+        runtime=Runtime(runtime["estimate_hours"], _deadline(runtime["deadline"])),
+        checkpoint=None
+        if ckpt is None
+        else Checkpoint(
+            ckpt["uri"], ckpt["interval_minutes"], ckpt["size_gb"], _place(ckpt["location"])
+        ),
+        data=tuple(DataInput(d["uri"], d["size_gb"], _place(d["location"])) for d in data["data"]),
+        budget=Budget(data["budget"]["max_cost"]),
+        max_restarts_on_error=data["max_restarts_on_error"],
+        recover_on_exit_codes=tuple(data["recover_on_exit_codes"]),
+    )
+
+
+def _amount(value: dict | None) -> Amount | None:
+    return None if value is None else Amount(value["value"], value["at_least"])
+
+
+def _place(value: dict | None) -> Place | None:
+    return None if value is None else Place(value["cloud"], value["region"])
+
+
+def _deadline(value: dict | None) -> timedelta | datetime | None:
+    if value is None:
+        return None
+    if "days" in value:
+        return timedelta(
+            days=value["days"], seconds=value["seconds"], microseconds=value["microseconds"]
+        )
+    return datetime.fromisoformat(value["at"])

@@ -83,8 +83,8 @@ def one_reclaim(rt, n: int, checkpoint_mb: int) -> dict:
     job_id = result.job_id
     rt.controller.run_pass()
     (first,) = rt.store.attempts(job_id)
-    place = first.placement
-    store = Path(rt.provider.checkpoint_store(job_id, place["cloud"], place["region"]))
+    place = first.placed_on
+    store = Path(rt.provider.checkpoint_store(job_id, place.cloud, place.region))
     wait_until((store / "checkpoint.json").exists)
     with open(store / "state.bin", "wb") as blob:  # the bulk of a real checkpoint
         for _ in range(checkpoint_mb):

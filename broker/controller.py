@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any
 
 from broker.clock import Clock
 from broker.state import IllegalTransition, JobState
+from broker.state.placed import PlacedOn
 
 if TYPE_CHECKING:
     from broker.planner.decision import Decision, Placement
@@ -120,8 +121,8 @@ class Controller:
         rows = []
         for job in self.active():
             attempts = self.store.attempts(job.id)
-            p = attempts[-1].placement if attempts else {}
-            rows.append(_row(job, now, p, p.get("expected_cost"), ""))
+            placed = attempts[-1].placed_on if attempts else None
+            rows.append(_row(job, now, placed, placed.expected_cost if placed else None, ""))
         queued = self.store.queued()
         if not queued:
             return rows
@@ -132,15 +133,15 @@ class Controller:
             if placement is not None:
                 self._take(room, placement)
                 why = "starts on the next pass" + (f" ({verdict.reason})" if verdict.reason else "")
-                row = _row(job, now, placement.as_dict(), placement.expected_cost, why)
+                row = _row(job, now, PlacedOn.of(placement), placement.expected_cost, why)
             else:
-                shown = best.as_dict() if best is not None else {}
+                shown = PlacedOn.of(best) if best is not None else None
                 why = (
                     verdict.reason
                     if verdict.action == "wait"
                     else "capacity: every planned place is full"
                 )
-                row = _row(job, now, shown, shown.get("expected_cost"), why)
+                row = _row(job, now, shown, shown.expected_cost if shown else None, why)
             rows.append(row | {"position": position})
         return rows
 
@@ -286,12 +287,12 @@ class Controller:
         spec = self._spec(self.store.job(attempt.job_id)) if hours > 0 else None
         earlier = self.store.attempts(attempt.job_id) if hours > 0 else []
         moved = []
-        p = attempt.placement
+        p = attempt.placed_on
         if spec is not None and spec.checkpoint is not None:
-            if self._checkpoint_store(attempt.job_id, p["cloud"], p["region"]) is not None:
+            if self._checkpoint_store(attempt.job_id, p.cloud, p.region) is not None:
                 # Checkpoints live in the place's own store: writes and restores are local;
                 # what crossed places is the migration, charged once, from where it came.
-                spec = with_checkpoint_at(spec, Place(p["cloud"], p["region"]))
+                spec = with_checkpoint_at(spec, Place(p.cloud, p.region))
                 moved = self._migration_charge(attempt, spec)
         entries = attempt_charges(attempt, hours, spec, outcome, earlier) + moved
         self.store.finish_attempt(attempt.id, outcome, code, reason, hours, entries, job_to=to)
@@ -362,28 +363,21 @@ class Controller:
             if placement is None:
                 report.waiting[job.name] = "capacity: every planned place is full"
                 continue
-            where = f"{placement.cloud}/{placement.region}/{placement.instance_type}"
+            # on demand by the spot policy's call, not the price's: may go back to spot
+            steered = self._steered.get(job.id) == "on-demand"
+            placed = PlacedOn.of(placement, steered=steered)
+            where = placed.where
             if not self.store.transition(
                 job.id,
                 JobState.PLANNED,
                 f"planned on {where}: {_decision_figures(placement)}",
-                {"placement": placement.as_dict()},
+                {"placement": placed.to_row()},
                 expect=JobState.QUEUED,
             ):
                 continue  # another controller took it
             self._take(room, placement)
             try:
-                planned = placement.as_dict()
-                if self._steered.get(job.id) == "on-demand":
-                    planned["steered"] = "on-demand"  # the spot policy's call, not the price's
-                attempt_id = self.store.start_attempt(
-                    job.id,
-                    planned,
-                    placement.price_per_hour,
-                    placement.market,
-                    placement.price_source,
-                    placement.price_as_of,
-                )
+                attempt_id = self.store.start_attempt(job.id, placed)
             except IllegalTransition:
                 continue  # another controller re-queued it meanwhile (see _recover)
             self._instance_of(job, self.store.attempt(attempt_id), report)
@@ -554,7 +548,7 @@ class Controller:
         an on-demand placement chosen on price stays."""
         from broker.recovery import steer_market
 
-        if attempt.placement.get("steered") != "on-demand":
+        if not attempt.placed_on.steered:
             return False
         now = self.clock.now()
         spec = self._spec(job)
@@ -594,11 +588,11 @@ class Controller:
         spec = self._spec(job)
         if attempt.number == 1 or spec.checkpoint is None or self.store.migration(attempt.id):
             return
-        source, p = checkpoint_place(self.store, job), attempt.placement
-        if source is None or (source.cloud, source.region) == (p["cloud"], p["region"]):
+        source, p = checkpoint_place(self.store, job), attempt.placed_on
+        if source is None or (source.cloud, source.region) == (p.cloud, p.region):
             return
         src = self._checkpoint_store(job.id, source.cloud, source.region)
-        dst = self._checkpoint_store(job.id, p["cloud"], p["region"])
+        dst = self._checkpoint_store(job.id, p.cloud, p.region)
         if src is None or dst is None or not Path(src).is_dir() or not any(Path(src).iterdir()):
             return  # nothing written yet, or the clouds read the durable URI in place
         from providers.storage import ObjectStore
@@ -607,7 +601,7 @@ class Controller:
         self.store.record_migration(
             attempt.id,
             f"{source.cloud}/{source.region}",
-            f"{p['cloud']}/{p['region']}",
+            f"{p.cloud}/{p.region}",
             sum(item.size for item in copied),
         )
 
@@ -622,10 +616,10 @@ class Controller:
         if moved is None or spec.checkpoint is None or not spec.checkpoint.size_gb:
             return []
         cloud, _, region = moved["from"].partition("/")
-        p = attempt.placement
+        p = attempt.placed_on
         entry = egress_entry(
             Place(cloud, region),
-            (p["cloud"], p["region"]),
+            (p.cloud, p.region),
             to_decimal(spec.checkpoint.size_gb),
             f"checkpoint migration {spec.checkpoint.uri}",
             {},
@@ -635,12 +629,12 @@ class Controller:
     def _lost_work(self, job: Job, attempt: Attempt, instance: Instance, hours: float) -> str:
         """Record when the interrupted attempt last checkpointed; say how much work it lost
         (billed hours since that checkpoint, or since its start without one)."""
-        p = attempt.placement
+        p = attempt.placed_on
         from providers.capabilities import CheckpointStores
 
         at = None
         if isinstance(self.provider, CheckpointStores):
-            at = self.provider.last_checkpoint_at(job.id, p["cloud"], p["region"])
+            at = self.provider.last_checkpoint_at(job.id, p.cloud, p.region)
         start, end = instance.launched_at, instance.ended_at
         if at is not None and start is not None and at > start:
             self.store.record_checkpoint(attempt.id, at)
@@ -666,24 +660,24 @@ class Controller:
         from providers.base import LaunchRequest
 
         spec = self._spec(job)
-        p = attempt.placement
+        p = attempt.placed_on
         resume = ""
         if attempt.number > 1 and spec.checkpoint is not None:
-            store = self._checkpoint_store(job.id, p["cloud"], p["region"])
+            store = self._checkpoint_store(job.id, p.cloud, p.region)
             resume = store if store is not None else spec.checkpoint.uri
         return LaunchRequest(
             attempt_id=attempt.id,
             job_id=job.id,
             job_name=job.name,
             team=job.team,
-            cloud=p["cloud"],
-            region=p["region"],
-            zone=p.get("zone", ""),
-            instance_type=p["instance_type"],
+            cloud=p.cloud,
+            region=p.region,
+            zone=p.zone,
+            instance_type=p.instance_type,
             market=attempt.market,
-            nodes=p.get("nodes", 1),
-            accelerator=p.get("accelerator", "") or "",
-            accelerator_count=p.get("accelerator_count", 0) or 0,
+            nodes=p.nodes,
+            accelerator=p.accelerator,
+            accelerator_count=p.accelerator_count,
             command=spec.run.command,
             image=spec.run.image or "",
             env=spec.run.env,
@@ -693,13 +687,7 @@ class Controller:
         )
 
 
-def _row(job: Job, now, placement: dict, cost, why: str) -> dict:
-    where = "/".join(str(placement.get(k, "")) for k in ("cloud", "region", "instance_type"))
-    gpus = (
-        f"{placement.get('accelerator')}:{placement.get('accelerator_count', 0):g}"
-        if placement.get("accelerator")
-        else ""
-    )
+def _row(job: Job, now, placed: PlacedOn | None, cost, why: str) -> dict:
     waited = now - job.queued_at
     return {
         "position": None,
@@ -709,8 +697,8 @@ def _row(job: Job, now, placement: dict, cost, why: str) -> dict:
         "queue": job.queue,
         "priority": job.priority,
         "state": str(job.state),
-        "gpus": gpus,
-        "placement": f"{where} {placement.get('market', '')}".strip() if placement else "",
+        "gpus": placed.gpu_label if placed else "",
+        "placement": f"{placed.where} {placed.market}" if placed else "",
         "expected_cost": cost,
         "waiting": f"{int(waited.total_seconds() // 60)} min",
         "why": why,

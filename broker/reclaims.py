@@ -35,8 +35,8 @@ class ReclaimOnce:
         if not isinstance(provider, CheckpointStores) or not isinstance(provider, PlayedReclaims):
             self.done = True  # a real cloud reclaims by itself
             return
-        place = first.placement
-        if provider.last_checkpoint_at(first.job_id, place["cloud"], place["region"]) is None:
+        place = first.placed_on
+        if provider.last_checkpoint_at(first.job_id, place.cloud, place.region) is None:
             return  # not checkpointed yet
         for instance in rt.store.instances(attempt_id=first.id):
             provider.interrupt(instance.provider_id)

@@ -56,13 +56,13 @@ def recent_reclaims(store: StateStore, now: datetime) -> list[Reclaim]:
             continue
         if now - attempt.ended_at > HISTORY:
             continue
-        p = attempt.placement
+        p = attempt.placed_on
         reclaims.append(
             Reclaim(
-                p.get("cloud", ""),
-                p.get("region", ""),
-                p.get("zone", "") or "",
-                p.get("instance_type", ""),
+                p.cloud,
+                p.region,
+                p.zone,
+                p.instance_type,
                 attempt.ended_at,
                 float(attempt.billed_hours or 0),
             )
@@ -117,8 +117,8 @@ def spot_exposure(store: StateStore, now: datetime) -> dict[tuple[str, str, str]
             continue
         if now - attempt.ended_at > HISTORY:
             continue
-        p = attempt.placement
-        key = (p.get("cloud", ""), p.get("region", ""), p.get("instance_type", ""))
+        p = attempt.placed_on
+        key = (p.cloud, p.region, p.instance_type)
         hours[key] += float(attempt.billed_hours or 0)
     return hours
 
@@ -161,8 +161,8 @@ def checkpoint_place(store: StateStore, job: Job) -> Place | None:
     ran = [a for a in store.attempts(job.id) if a.running_at is not None]
     if not ran:
         return None
-    p = ran[-1].placement
-    return Place(p.get("cloud", ""), p.get("region", ""))
+    p = ran[-1].placed_on
+    return Place(p.cloud, p.region)
 
 
 def with_checkpoint_at(spec: JobSpec, place: Place | None) -> JobSpec:

@@ -65,11 +65,10 @@ def verdicts(
     teams = {job.id: job.team for job in store.jobs()}
     usage_records = []
     for attempt in store.attempts():
-        p = attempt.placement
-        gpus = float(p.get("accelerator_count", 0) or 0) * int(p.get("nodes", 1) or 1)
         usage_records.append(
-            (teams.get(attempt.job_id, ""), gpus, attempt.started_at, attempt.ended_at)
-        )
+            (teams.get(attempt.job_id, ""), attempt.placed_on.gpus, attempt.started_at,
+             attempt.ended_at)
+        )  # fmt: skip
     usage = decayed_usage(usage_records, now, policy.fair_share_half_life_hours)
     for verdict in schedule(
         candidates,
@@ -93,20 +92,18 @@ def running_jobs(store: StateStore, active: Sequence[Job], spec_of) -> list:
         if not attempts:
             continue
         last = attempts[-1]
-        p = last.placement
-        hours = float(p.get("expected_hours", 1.0) or 1.0)
+        p = last.placed_on
+        hours = p.expected_hours or 1.0
         running.append(
             RunningJob(
                 job_id=job.id,
                 team=job.team,
                 priority=job.priority,
                 started_at=last.started_at,
-                gpus=float(p.get("accelerator_count", 0) or 0) * int(p.get("nodes", 1) or 1),
-                gpu_model=str(p.get("accelerator", "")),
-                cloud=str(p.get("cloud", "")),
-                region=_place(
-                    str(p.get("cloud", "")), str(p.get("region", "")), str(p.get("zone", ""))
-                ),
+                gpus=p.gpus,
+                gpu_model=p.accelerator,
+                cloud=p.cloud,
+                region=_place(p.cloud, p.region, p.zone),
                 preemptible=spec_of(job).checkpoint is not None,
                 expected_end=last.started_at + timedelta(hours=hours),
             )
@@ -124,7 +121,7 @@ def spent_this_month(store: StateStore, active: Sequence[Job], now: datetime) ->
     for job in active:
         attempts = store.attempts(job.id)
         if attempts:
-            cost = float(attempts[-1].placement.get("expected_cost", 0) or 0)
+            cost = attempts[-1].placed_on.expected_cost
             spent[job.team] = spent.get(job.team, 0.0) + cost
     return spent
 

@@ -199,9 +199,7 @@ def status(
             "attempt": a.id,
             "number": a.number,
             "state": str(a.state),
-            "where": "/".join(
-                str(a.placement.get(k, "")) for k in ("cloud", "region", "instance_type")
-            ),
+            "where": a.placed_on.where,
             "market": a.market,
             "price_per_hour": str(a.price_per_hour),
             "billed_hours": str(a.billed_hours or 0),

@@ -236,13 +236,13 @@ def _observations(state: Path | None) -> list:
         return []
     with store:
         for attempt in store.attempts(states=list(AttemptState)):
-            place = attempt.placement
+            place = attempt.placed_on
             if attempt.market != "spot" or not attempt.running_at or not attempt.ended_at:
                 continue
             hours = (attempt.ended_at - attempt.running_at).total_seconds() / 3600
             interrupted = int(attempt.state == AttemptState.INTERRUPTED)
-            key = (place.get("cloud", ""), place.get("region", ""), place.get("instance_type", ""))
-            found.append(Observation(*map(str, key), hours, interrupted))
+            key = (place.cloud, place.region, place.instance_type)
+            found.append(Observation(*key, hours, interrupted))
     return found
 
 

@@ -214,11 +214,7 @@ def _summary(store, offers=None) -> list[dict]:
         cost = sum(float(e.amount_usd) for e in store.ledger(job_id=job.id))
         hours = sum(float(a.billed_hours or 0) for a in attempts)
         seen = figures.get(f"{job.team}/{job.name}")
-        where = (
-            "/".join(str(last.placement.get(k, "")) for k in ("cloud", "region", "instance_type"))
-            if last
-            else ""
-        )
+        where = last.placed_on.where if last else ""
         rows.append(
             {
                 "name": job.name,
@@ -239,8 +235,9 @@ def _summary(store, offers=None) -> list[dict]:
 
 def _gpus(attempt) -> float:
     """GPUs of an attempt's placement (lost GPU-hours to lost hours); 1 for CPU jobs."""
-    p = attempt.placement if attempt else {}
-    return float(p.get("accelerator_count") or 1) * float(p.get("nodes") or 1)
+    if attempt is None or not attempt.placed_on.accelerator_count:
+        return 1.0
+    return attempt.placed_on.gpus
 
 
 def _on_demand(figures) -> float | None:

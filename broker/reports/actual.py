@@ -304,7 +304,7 @@ def planned_by_attempt(
         attempt = attempts.get(line.attempt_id or "")
         if attempt is None:
             continue
-        here = (attempt.placement.get("cloud"), attempt.placement.get("region"))
+        here = (attempt.placed_on.cloud, attempt.placed_on.region)
         if line.hourly or (line.keys["cloud"], line.keys["region"]) == here:
             amounts.setdefault(attempt.id, []).append(line.amount)
     return {attempt: total(values) for attempt, values in amounts.items()}

@@ -14,7 +14,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from decimal import ROUND_HALF_EVEN, Decimal
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from broker.reports.query import ZERO, Line
 from broker.state.model import AttemptState, multiply, to_decimal, total
@@ -81,14 +81,11 @@ def _line(
 ) -> Line:
     job = ledger.jobs[entry.job_id]
     attempt = ledger.attempts.get(entry.attempt_id or "")
-    placement: Mapping[str, Any] = attempt.placement if attempt is not None else {}
+    placed = attempt.placed_on if attempt is not None else None
     hourly = entry.kind != "egress"
     gpus = ZERO
-    if hourly and placement.get("accelerator"):
-        gpus = multiply(
-            to_decimal(placement.get("accelerator_count") or 0),
-            to_decimal(int(placement.get("nodes") or 1)),
-        )
+    if hourly and placed is not None and placed.accelerator:
+        gpus = multiply(to_decimal(placed.accelerator_count), to_decimal(placed.nodes))
     share = lost_share(attempt, ledger.checkpoints.get(entry.attempt_id or "")) if hourly else ZERO
     lost_hours = _portion(entry.quantity, share, HOURS_STEP)
     lost_usd = _portion(entry.amount_usd, share, USD_STEP)
@@ -101,9 +98,9 @@ def _line(
         "job": f"{job.team}/{job.name}",
         "team": job.team,
         "queue": job.queue,
-        "cloud": entry.cloud or str(placement.get("cloud", "")) or "-",
-        "region": entry.region or str(placement.get("region", "")) or "-",
-        "gpu": str(placement.get("accelerator") or "-"),
+        "cloud": entry.cloud or (placed.cloud if placed else "") or "-",
+        "region": entry.region or (placed.region if placed else "") or "-",
+        "gpu": (placed.accelerator if placed else "") or "-",
         "market": entry.market or "-",
         "kind": entry.kind,
         "day": entry.period_end.date().isoformat(),
@@ -133,7 +130,7 @@ def _first_clouds(ledger: Ledger) -> dict[str, str]:
         known = first.get(attempt.job_id)
         if known is None or attempt.number < known.number:
             first[attempt.job_id] = attempt
-    return {job: str(a.placement.get("cloud", "")) for job, a in first.items()}
+    return {job: a.placed_on.cloud for job, a in first.items()}
 
 
 def _rates(
@@ -147,7 +144,7 @@ def _rates(
         if attempt.id not in cache:
             spec = ledger.specs.get((attempt.job_id, attempt.version))
             cloud = first_choice_cloud(spec, first_cloud.get(attempt.job_id, ""))
-            cache[attempt.id] = baseline_rate(prices, attempt.placement, cloud)
+            cache[attempt.id] = baseline_rate(prices, attempt.placed_on, cloud)
         return cache[attempt.id]
 
     return rate_of

@@ -26,12 +26,13 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 from decimal import Decimal
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from broker.state.model import multiply, to_decimal
 
 if TYPE_CHECKING:
     from broker.spec import JobSpec
+    from broker.state.placed import PlacedOn
     from pricing.table import OfferTable
 
 ONPREM = "onprem"
@@ -102,13 +103,12 @@ def first_choice_cloud(spec: JobSpec | None, first_attempt_cloud: str) -> str | 
 
 
 def baseline_rate(
-    prices: OnDemandPrices, placement: Mapping[str, Any], first_cloud: str | None
+    prices: OnDemandPrices, placed: PlacedOn, first_cloud: str | None
 ) -> Decimal | None:
-    """USD per hour for all nodes of `placement`'s GPUs on demand; None when unknown."""
-    gpu, count = placement.get("accelerator"), placement.get("accelerator_count")
-    if not gpu or not count:
+    """USD per hour for all nodes of `placed`'s GPUs on demand; None when unknown."""
+    if not placed.accelerator or not placed.accelerator_count:
         return None
-    quote = prices.cheapest(first_cloud, str(gpu), float(count))
+    quote = prices.cheapest(first_cloud, placed.accelerator, placed.accelerator_count)
     if quote is None:
         return None
-    return multiply(quote.price_per_hour, to_decimal(int(placement.get("nodes", 1) or 1)))
+    return multiply(quote.price_per_hour, to_decimal(placed.nodes))

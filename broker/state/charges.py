@@ -46,12 +46,12 @@ def attempt_charges(
     billed = to_decimal(hours)
     if billed <= 0:
         return []
-    placement = attempt.placement
-    kind = "onprem" if placement.get("cloud") == "onprem" else "compute"
+    placed = attempt.placed_on
+    kind = "onprem" if placed.cloud == "onprem" else "compute"
     entries: list[dict[str, Any]] = [{"kind": kind}]
     if spec is None:
         return entries
-    here = (str(placement.get("cloud", "")), str(placement.get("region", "")))
+    here = (placed.cloud, placed.region)
     moves: list[tuple[Place, tuple[str, str], Decimal, str]] = []
     for item in spec.data:
         if item.location is not None and item.size_gb > 0:

@@ -9,7 +9,7 @@ from __future__ import annotations
 import json
 import math
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import UTC, date, datetime, timedelta
 from decimal import (
     MAX_EMAX,
@@ -22,10 +22,13 @@ from decimal import (
     Rounded,
 )
 from enum import StrEnum
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from broker.spec import JobSpec
 from broker.spec_codec import decode
+
+if TYPE_CHECKING:
+    from broker.state.placed import PlacedOn
 
 
 class StateError(Exception):
@@ -147,7 +150,7 @@ class Attempt:
     job_id: str
     number: int
     version: int
-    placement: dict[str, Any]
+    placed_on: PlacedOn
     market: str
     price_per_hour: Decimal  # USD for all nodes, as in force at launch
     price_source: str
@@ -319,7 +322,9 @@ def ledger_columns(
     unit_price = to_decimal(entry.get("unit_price_usd", attempt["price_per_hour_usd"]))
     given = entry.get("amount_usd")
     amount = to_decimal(given) if given is not None else multiply(quantity, unit_price)
-    placement = json.loads(attempt["placement_json"])
+    from broker.state.placed import PlacedOn
+
+    placed = PlacedOn.from_row(json.loads(attempt["placement_json"]))
     return {
         "kind": kind,
         "amount_usd": decimal_text(amount),
@@ -331,8 +336,8 @@ def ledger_columns(
         "price_as_of": str(entry.get("price_as_of", attempt["price_as_of"])),
         "period_start": _ts_arg(entry.get("period_start"), attempt["started_at"]),
         "period_end": _ts_arg(entry.get("period_end"), now),
-        "cloud": str(entry.get("cloud", placement.get("cloud", ""))),
-        "region": str(entry.get("region", placement.get("region", ""))),
+        "cloud": str(entry.get("cloud", placed.cloud)),
+        "region": str(entry.get("region", placed.region)),
         "detail": str(entry.get("detail", "")),
     }
 
@@ -369,10 +374,14 @@ def version_of(row: Any) -> JobVersion:
 
 
 def attempt_of(row: Any) -> Attempt:
+    from broker.state.placed import PlacedOn
+
+    price = Decimal(row["price_per_hour_usd"])
+    placed = replace(PlacedOn.from_row(json.loads(row["placement_json"])), price_per_hour=price)
     return Attempt(
         id=row["id"], job_id=row["job_id"], number=row["number"], version=row["version"],
-        placement=json.loads(row["placement_json"]), market=row["market"],
-        price_per_hour=Decimal(row["price_per_hour_usd"]), price_source=row["price_source"],
+        placed_on=placed, market=row["market"],
+        price_per_hour=price, price_source=row["price_source"],
         price_as_of=row["price_as_of"], state=AttemptState(row["state"]),
         started_at=_at(row["started_at"]), running_at=parse_ts(row["running_at"]),
         ended_at=parse_ts(row["ended_at"]), exit_code=row["exit_code"], reason=row["reason"],

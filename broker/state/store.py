@@ -62,12 +62,12 @@ from broker.state.model import (
     ts_text,
     version_of,
 )
+from broker.state.placed import PlacedOn
 
 JOB_SELECT = (
     "SELECT j.*, v.digest FROM jobs j"
     " JOIN job_versions v ON v.job_id = j.id AND v.version = j.version"
 )
-_WHERE = ("cloud", "region", "instance_type")  # of a placement, named in messages
 LEDGER_SELECT = "SELECT l.*, j.team FROM ledger l JOIN jobs j ON j.id = l.job_id"
 
 
@@ -231,23 +231,17 @@ class StateStore:
 
     # --- attempts -------------------------------------------------------------------
 
-    def start_attempt(
-        self,
-        job_id: str,
-        placement: Mapping[str, Any],
-        price_per_hour: Any,
-        market: str,
-        price_source: str = "",
-        price_as_of: str = "",
-    ) -> str:
-        """A new attempt for a PLANNED (or MIGRATING) job, which moves to LAUNCHING; its id.
+    def start_attempt(self, job_id: str, placed: PlacedOn) -> str:
+        """A new attempt on `placed` for a PLANNED (or MIGRATING) job, which moves to
+        LAUNCHING; its id. The price, market and price source in force are the record's.
 
         The id exists before any instance does: providers use it as the launch's
         idempotency key and tag, so a restarted controller finds what it launched.
         """
-        attempt = {"placement_json": json_text(dict(placement)), "market": market}
-        attempt |= {"price_per_hour_usd": decimal_text(price_per_hour), "reason": ""}
-        attempt |= {"price_source": price_source, "price_as_of": price_as_of}
+        market = placed.market
+        attempt = {"placement_json": json_text(placed.to_row()), "market": market}
+        attempt |= {"price_per_hour_usd": decimal_text(placed.price_per_hour), "reason": ""}
+        attempt |= {"price_source": placed.price_source, "price_as_of": placed.price_as_of}
         with self._write() as now:
             row = self._job_row(job_id)
             state = JobState(row["state"])
@@ -260,10 +254,9 @@ class StateStore:
             attempt |= {"id": attempt_id, "job_id": job_id, "number": number}
             attempt |= {"version": row["version"], "state": AttemptState.LAUNCHING}
             self._insert("attempts", attempt | {"started_at": now})
-            where = "/".join(str(placement.get(k, "")) for k in _WHERE)
             data = {"attempt": attempt_id, "number": number, "market": market}
             data["price_per_hour_usd"] = attempt["price_per_hour_usd"]
-            reason = f"attempt {number} on {where}"
+            reason = f"attempt {number} on {placed.where}"
             self._move(job_id, state, JobState.LAUNCHING, now, reason, data, attempt_id)
             return attempt_id
 
@@ -281,9 +274,10 @@ class StateStore:
                 return False
             running = {"state": AttemptState.RUNNING, "running_at": now}
             self._update("attempts", {"id": attempt_id}, running)
-            placement = json.loads(att["placement_json"])
-            keys = ("cloud", "region", "zone", "instance_type")
-            found = {k: instance.get(k, placement.get(k, "")) for k in keys}
+            placed = PlacedOn.from_row(json.loads(att["placement_json"]))
+            planned = {"cloud": placed.cloud, "region": placed.region, "zone": placed.zone}
+            planned["instance_type"] = placed.instance_type
+            found = {k: instance.get(k, default) for k, default in planned.items()}
             found |= {"state": "running", **instance, "attempt_id": attempt_id}
             self._upsert_instance(now, found)
             job_id, provider_id = att["job_id"], instance["provider_id"]

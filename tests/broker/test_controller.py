@@ -11,6 +11,7 @@ from broker.manifest.load import load_manifests
 from broker.offers import load_offers
 from broker.runtime import open_runtime
 from broker.state import AttemptState, JobState
+from broker.state.placed import PlacedOn
 from broker.submit import submit_manifests
 
 REPO = Path(__file__).resolve().parents[2]
@@ -70,9 +71,7 @@ def test_crash_between_attempt_and_launch_relaunches_the_same_attempt(rt):
     )
     placement = decision.placements[0]
     rt.store.transition(job_id, JobState.PLANNED, expect=JobState.QUEUED)
-    attempt_id = rt.store.start_attempt(
-        job_id, placement.as_dict(), placement.price_per_hour, placement.market
-    )
+    attempt_id = rt.store.start_attempt(job_id, PlacedOn.of(placement))
     assert rt.provider.list_instances() == []
     finish(rt, job_id)  # a fresh pass finds the open attempt and launches it, once
     assert [a.id for a in rt.store.attempts(job_id)] == [attempt_id]

@@ -65,8 +65,8 @@ def run_until_reclaimed(rt, job_id: str):
     """Launch the job, let it checkpoint, reclaim its spot instance; the first attempt."""
     rt.controller.run_pass()
     (first,) = rt.store.attempts(job_id)
-    place = first.placement
-    store = Path(rt.provider.checkpoint_store(job_id, place["cloud"], place["region"]))
+    place = first.placed_on
+    store = Path(rt.provider.checkpoint_store(job_id, place.cloud, place.region))
     assert wait_until((store / "checkpoint.json").exists)
     (instance,) = rt.store.instances(attempt_id=first.id)
     assert rt.provider.interrupt(instance.provider_id) is not None
@@ -95,25 +95,25 @@ def test_a_reclaimed_job_moves_its_checkpoint_and_resumes_where_it_stopped(rt, t
     attempts = rt.store.attempts(job_id)
     assert [a.state for a in attempts] == [AttemptState.INTERRUPTED, AttemptState.SUCCEEDED]
     second = attempts[1]
-    here, there = first.placement, second.placement
-    assert (here["cloud"], here["region"]) != (there["cloud"], there["region"])
+    here, there = first.placed_on, second.placed_on
+    assert (here.cloud, here.region) != (there.cloud, there.region)
     assert second.market == "spot"
     # The reclaimed place is closed for spot now, for every job.
     now = rt.controller.clock.now()
     closed = closed_places(recent_reclaims(rt.store, now), now)
     assert [(u.cloud, u.region, u.market) for u in closed] == [
-        (here["cloud"], here["region"], "spot")
+        (here.cloud, here.region, "spot")
     ]
 
     # The checkpoint was copied once, to the new place's store, and resumed from there.
     migration = rt.store.migration(second.id)
-    assert migration["from"] == f"{here['cloud']}/{here['region']}"
-    assert migration["to"] == f"{there['cloud']}/{there['region']}"
+    assert migration["from"] == f"{here.cloud}/{here.region}"
+    assert migration["to"] == f"{there.cloud}/{there.region}"
     interrupted = log_of(rt, first.id)
     saved_step = int(interrupted.split("interrupted by SIGTERM at step ")[1].split(":")[0])
     resumed = log_of(rt, second.id)
     assert f"resumed from step {saved_step} " in resumed
-    target = Path(rt.provider.checkpoint_store(job_id, there["cloud"], there["region"]))
+    target = Path(rt.provider.checkpoint_store(job_id, there.cloud, there.region))
     assert f"({target})" in resumed
     # Lost work: at most one checkpoint interval (here none: SIGTERM saved at once).
     last_logged = max(int(line.split()[1].split("/")[0]) for line in interrupted.splitlines()
@@ -264,7 +264,7 @@ def test_a_job_the_policy_sent_to_on_demand_goes_back_to_spot_when_it_allows(tmp
         rt.controller.spot_policy = make_policy("on-demand")  # slack gone, say
         rt.controller.run_pass()
         (first,) = rt.store.attempts(result.job_id)
-        assert first.market == "on-demand" and first.placement["steered"] == "on-demand"
+        assert first.market == "on-demand" and first.placed_on.steered
         clock.advance(timedelta(hours=1))
         rt.controller.run_pass()  # the same policy: stays on demand
         assert len(rt.store.attempts(result.job_id)) == 1
@@ -274,7 +274,7 @@ def test_a_job_the_policy_sent_to_on_demand_goes_back_to_spot_when_it_allows(tmp
         assert ("due-friday", "back to spot") in report.finished
         first, second = rt.store.attempts(result.job_id)
         assert first.state == AttemptState.INTERRUPTED and "back to spot" in first.reason
-        assert second.market == "spot" and "steered" not in second.placement
+        assert second.market == "spot" and not second.placed_on.steered
     finally:
         for instance in rt.provider.list_instances():
             rt.provider.terminate(instance.id)

@@ -268,7 +268,7 @@ def recover(tmp_path: Path, clock: FixedClock, source: Side, target: Side, spot:
         assert fleet.interruptions() == []
 
         assert second.number == 2 and second.state == AttemptState.RUNNING
-        assert (second.placement["cloud"], second.placement["region"]) == (
+        assert (second.placed_on.cloud, second.placed_on.region) == (
             target.cloud,
             target.region,
         )

@@ -28,7 +28,7 @@ from broker.state.charges import attempt_charges
 from broker.state.model import Attempt, total
 from tests.fakes.billing import ledger as fixed
 from tests.fakes.offers import write_catalog
-from tests.fakes.specs import job_spec
+from tests.fakes.specs import job_spec, placed
 from tests.waiting import wait_until
 
 REPO = Path(__file__).resolve().parents[2]
@@ -61,9 +61,10 @@ def attempt(
     state: AttemptState = AttemptState.RUNNING,
     billed: str | None = None,
 ) -> Attempt:
-    placement = {"cloud": cloud, "region": region, "accelerator": "H100", "accelerator_count": 8}
+    where = {"cloud": cloud, "region": region, "accelerator": "H100", "accelerator_count": 8}
     return Attempt(
-        id=f"a-{number}", job_id="j-1", number=number, version=1, placement=placement,
+        id=f"a-{number}", job_id="j-1", number=number, version=1,
+        placed_on=placed(where, "30", "spot", "test", "2026-10-30"),
         market="spot", price_per_hour=D("30"), price_source="test", price_as_of="2026-10-30",
         state=state, started_at=fixed.T0, billed_hours=None if billed is None else D(billed),
     )  # fmt: skip
@@ -140,7 +141,7 @@ def test_a_failing_ledger_write_leaves_the_attempt_open_and_nothing_billed(tmp_p
     store = fixed.build(tmp_path / "s.db")
     job = store.submit(job_spec("crashy", "nlp"), "x", "dx").job_id
     store.transition(job, JobState.PLANNED)
-    attempt_id = store.start_attempt(job, fixed.PLACEMENTS["llama-1"], "10", "spot")
+    attempt_id = store.start_attempt(job, placed(fixed.PLACEMENTS["llama-1"], "10", "spot"))
     store.attempt_running(attempt_id, {"provider_id": "i-crash"})
     before = len(store.ledger())
     real = StateStore._insert
@@ -207,7 +208,7 @@ def test_the_ledger_adds_up_after_a_run_with_an_interruption(tmp_path):
         rt.controller.run_pass()
         (first,) = rt.store.attempts(spot)
         instance = rt.store.instances(attempt_id=first.id)[0].provider_id
-        written = Path(rt.provider.checkpoint_store(spot, "aws", first.placement["region"]))
+        written = Path(rt.provider.checkpoint_store(spot, "aws", first.placed_on.region))
         assert wait_until(lambda: (written / "checkpoint.json").exists())
         assert rt.provider.interrupt(instance) is not None  # a spot reclaim
         for _ in range(60):
@@ -227,7 +228,7 @@ def test_the_ledger_adds_up_after_a_run_with_an_interruption(tmp_path):
         for a in attempts:
             (entry,) = [e for e in hourly if e.attempt_id == a.id]
             assert entry.amount_usd == a.price_per_hour * a.billed_hours
-            assert entry.kind == ("onprem" if a.placement["cloud"] == "onprem" else "compute")
+            assert entry.kind == ("onprem" if a.placed_on.cloud == "onprem" else "compute")
             assert (entry.market, entry.price_source) == (a.market, a.price_source)
             assert entry.price_as_of == a.price_as_of and entry.price_as_of
         # transfers: the input on each spot attempt; the sandbox keeps checkpoints in each
@@ -235,14 +236,14 @@ def test_the_ledger_adds_up_after_a_run_with_an_interruption(tmp_path):
         # the migration into the second attempt when it runs elsewhere, billed by the first
         for e in egress:
             assert e.amount_usd == e.quantity * e.unit_price_usd
-        first_region = first.placement["region"]
+        first_region = first.placed_on.region
         for a in rt.store.attempts(spot):
             mine = [e for e in egress if e.attempt_id == a.id]
             inputs = [e for e in mine if e.detail.startswith("input")]
             assert [(e.quantity, e.unit_price_usd, e.cloud) for e in inputs] == [
                 (100, D("0.12"), "gcp")
             ]
-            moved = a.number == 2 and a.placement["region"] != first_region
+            moved = a.number == 2 and a.placed_on.region != first_region
             assert moved or a.number == 1  # the reclaimed place is closed for a while
             migrations = [(e.quantity, e.cloud, e.region) for e in mine if "migration" in e.detail]
             assert migrations == ([(40, "aws", first_region)] if moved else [])
@@ -384,7 +385,8 @@ def test_a_version_1_ledger_migrates_and_reports_by_the_attempts_place(tmp_path,
     with StateStore.open(path, clock) as old:
         job = old.submit(job_spec("old", "nlp"), "x", "d").job_id
         old.transition(job, JobState.PLANNED)
-        attempt_id = old.start_attempt(job, fixed.PLACEMENTS["detector"], "0.85", "on-demand")
+        detector = placed(fixed.PLACEMENTS["detector"], "0.85", "on-demand")
+        attempt_id = old.start_attempt(job, detector)
         old._conn.execute("BEGIN IMMEDIATE")
         old._conn.execute(
             "INSERT INTO ledger (job_id, attempt_id, kind, amount_usd, quantity, unit,"

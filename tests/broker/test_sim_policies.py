@@ -43,7 +43,7 @@ def _run(scenario: Scenario, policy, workdir: Path):
     store = StateStore.open(workdir / "state.db", FixedClock(ORIGIN))
     try:
         attempts = [
-            (a.started_at, a.ended_at, a.placement["region"], a.placement.get("zone"), a.market)
+            (a.started_at, a.ended_at, a.placed_on.region, a.placed_on.zone, a.market)
             for a in store.attempts()
         ]
     finally:

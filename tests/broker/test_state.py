@@ -37,7 +37,8 @@ from broker.state import (
     schema,
 )
 from broker.state import store as store_module
-from tests.fakes.specs import job_spec
+from broker.state.placed import PlacedOn
+from tests.fakes.specs import job_spec, placed
 
 REPO = Path(__file__).resolve().parents[2]
 T0 = datetime(2026, 11, 1, tzinfo=UTC)
@@ -78,7 +79,7 @@ def launched(store: StateStore, name: str = "llama", price: Any = 32.7726) -> tu
     """A job PLANNED -> LAUNCHING with one attempt; (job id, attempt id)."""
     job = submit(store, name)
     store.transition(job, Q.PLANNED)
-    return job, store.start_attempt(job, PLACEMENT, price, "spot", "aws-api", "2026-10-30")
+    return job, store.start_attempt(job, placed(PLACEMENT, price, "spot", "aws-api", "2026-10-30"))
 
 
 def running(store: StateStore, name: str = "llama", price: Any = 32.7726) -> tuple[str, str]:
@@ -295,7 +296,8 @@ def test_two_controllers_racing_to_start_an_attempt_start_one(store, path, clock
     for round_ in range(10):
         job = submit(store, f"race-{round_}")
         store.transition(job, Q.PLANNED)
-        results = race(path, clock, lambda s, j=job: s.start_attempt(j, PLACEMENT, 1.5, "spot"))
+        attempt = placed(PLACEMENT, 1.5, "spot")
+        results = race(path, clock, lambda s, j=job, a=attempt: s.start_attempt(j, a))
         ids = [r for r in results if isinstance(r, str)]
         assert len(ids) == 1 and ids[0].startswith("a-") and len(ids[0]) == 14
         assert sum(isinstance(r, IllegalTransition) for r in results) == 1
@@ -435,11 +437,12 @@ def test_attempt_lifecycle_records_placement_price_and_instance(store, clock):
     )  # fmt: skip
     job = submit(store)
     store.transition(job, Q.PLANNED)
-    attempt_id = store.start_attempt(
-        job, placement.as_dict(), placement.price_per_hour, "spot", "aws-api", "2026-10-30"
-    )
+    attempt_id = store.start_attempt(job, PlacedOn.of(placement))
     attempt = store.attempt(attempt_id)
-    assert attempt.placement == placement.as_dict()
+    assert attempt.placed_on == PlacedOn.of(placement)  # every figure read back as planned
+    assert (attempt.market, attempt.price_source, attempt.price_as_of) == (
+        "spot", "aws-api", "2026-10-30",
+    )  # fmt: skip
     assert (attempt.number, attempt.state, attempt.price_per_hour) == (
         1,
         AttemptState.LAUNCHING,
@@ -525,7 +528,7 @@ def test_ledger_filters_by_period_and_team(store, clock):
     for name, team in [("a", "ml"), ("b", "vision"), ("c", "ml")]:
         job = submit(store, name, team=team)
         store.transition(job, Q.PLANNED)
-        attempt = store.start_attempt(job, PLACEMENT, "2.5", "on-demand")
+        attempt = store.start_attempt(job, placed(PLACEMENT, "2.5", "on-demand"))
         clock.advance(timedelta(days=20))
         store.finish_attempt(attempt, "failed", 1, "", 0, [{"kind": "onprem", "quantity": 2}])
     november = store.ledger(since=T0, until=datetime(2026, 12, 1, tzinfo=UTC))
@@ -596,6 +599,7 @@ from datetime import UTC, datetime
 from broker.clock import FixedClock
 from broker.state import StateStore
 from broker.state import store as store_module
+from broker.state.placed import PlacedOn
 
 real = store_module._insert_event
 

@@ -18,7 +18,7 @@ from pricing.catalog import read_offer_table
 from tests.cli.runner import run_cli
 from tests.fakes import prices as fakes
 from tests.fakes.offers import write_catalog
-from tests.fakes.specs import job_spec
+from tests.fakes.specs import job_spec, placed
 
 price_fake = fakes.price_fake
 REPO = Path(__file__).resolve().parents[2]
@@ -178,7 +178,7 @@ def test_interruptions_the_broker_saw_become_learned_rates(capsys, price_fake, t
         for name, hours, outcome in (("a", 20, "interrupted"), ("b", 10, "succeeded")):
             job = store.submit(job_spec(name, "ml"), f"name: {name}\n", name).job_id
             store.transition(job, JobState.PLANNED)
-            attempt = store.start_attempt(job, place, 13.5, "spot")
+            attempt = store.start_attempt(job, placed(place, 13.5, "spot"))
             assert store.attempt_running(attempt, {"provider_id": f"{name}-vm"})
             clock.advance(timedelta(hours=hours))
             assert store.finish_attempt(attempt, outcome, billed_hours=hours)

@@ -22,7 +22,7 @@ from pathlib import Path
 
 from broker.clock import FixedClock
 from broker.state import JobState, StateStore
-from tests.fakes.specs import job_spec
+from tests.fakes.specs import job_spec, placed
 
 HERE = Path(__file__).parent
 T0 = datetime(2026, 11, 1, tzinfo=UTC)
@@ -99,7 +99,8 @@ def counter_ids():
 
 def _attempt(store: StateStore, clock: FixedClock, job: str, key: str, price: str, market: str):
     store.transition(job, JobState.PLANNED)
-    attempt = store.start_attempt(job, PLACEMENTS[key], price, market, "test", "2026-10-30")
+    where = PLACEMENTS[key]
+    attempt = store.start_attempt(job, placed(where, price, market, "test", "2026-10-30"))
     assert attempt == ATTEMPTS[key]
     store.attempt_running(
         attempt, {"provider_id": INSTANCES[key], "tags": {"broker-attempt": attempt}}

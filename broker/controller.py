@@ -739,7 +739,7 @@ def _pool_full(verdict, best: Placement | None) -> bool:
     team's quota or budget, which a cloud would not lift."""
     if best is None or best.cloud != "onprem":
         return False
-    return not verdict.reason.startswith(("quota:", "budget:"))
+    return verdict.category not in ("quota", "budget")
 
 
 def _first_cloud(decision: Decision) -> Placement | None:

@@ -41,7 +41,8 @@ def verdicts(
     for job, decision in zip(queued, decisions, strict=True):
         if not decision.placements:
             reason = decision.rejected[-1].reason if decision.rejected else "nothing matches"
-            out[job.id] = (Verdict(job.id, "wait", f"no feasible placement ({reason})"), None)
+            text = f"no feasible placement ({reason})"
+            out[job.id] = (Verdict(job.id, "wait", text, category="infeasible"), None)
             continue
         best = decision.placements[0]
         chosen[job.id] = best

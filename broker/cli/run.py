@@ -190,9 +190,14 @@ def _recovery_note(rt_store_path: Path) -> str:
         events = store.events(jobs[0].id) if jobs else []
     finally:
         store.close()
-    if not any(e.kind == "attempt_finished" and "interrupted" in e.message for e in events):
+    finished = (e.data.get("outcome") for e in events if e.kind == "attempt_finished")
+    if "interrupted" not in finished:
         return f"{DEMO_RECLAIMED} was not reclaimed this time (it ended first)"
-    moved = [e.message.split(": ", 1)[1] for e in events if e.kind == "checkpoint_migrated"]
+    moved = [
+        f"checkpoint copied from {e.data['from']} to {e.data['to']}"
+        for e in events
+        if e.kind == "checkpoint_migrated"
+    ]
     where = moved[0] if moved else "resumed in the same region, from its own checkpoint store"
     return f"{DEMO_RECLAIMED} was reclaimed once mid-run (a played spot interruption): {where}"
 

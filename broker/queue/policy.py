@@ -132,13 +132,21 @@ class Policy:
         return self.queues.get(name, 1.0)
 
 
+# Why a job waits (or how it launches): the first words of its reason, as a value.
+Category = Literal[
+    "", "quota", "budget", "capacity", "lower priority", "fair share", "backfill",
+    "preemption", "infeasible",
+]  # fmt: skip
+
+
 @dataclass(frozen=True, slots=True)
 class Verdict:
     """What to do with one queued job in this pass.
 
-    `reason` starts with its category: for "wait" one of quota, budget, capacity,
-    lower priority, fair share, backfill; for "launch" it is "" unless the launch
-    is a backfill or preempts ("backfill: ...", "preemption: ...").
+    `category` says why: for "wait" one of quota, budget, capacity, lower priority,
+    fair share, backfill, infeasible (no placement at all); for "launch" it is ""
+    unless the launch is a backfill or preempts. `reason` is the sentence users read,
+    which starts with the category ("quota: team nlp at 8/8 GPUs, ...").
     """
 
     job_id: str
@@ -146,6 +154,19 @@ class Verdict:
     reason: str
     preempts: tuple[str, ...] = ()  # running job ids to preempt first (launch only)
     position: int = 0  # 1-based order in the queue as the policy sees it
+    category: Category = ""
+
+
+@dataclass(frozen=True, slots=True)
+class Why:
+    """A category and its detail; `text` is the reason users read."""
+
+    category: Category
+    detail: str
+
+    @property
+    def text(self) -> str:
+        return f"{self.category}: {self.detail}"
 
 
 def job_scores(
@@ -246,12 +267,12 @@ class _Pass:
     # --- one job ---------------------------------------------------------------
 
     def decide(self, job: QueuedJob, position: int) -> Verdict:
-        reason = self._quota(job) or self._budget(job)
-        if reason:
-            return Verdict(job.job_id, "wait", reason, position=position)
+        limited = self._quota(job) or self._budget(job)
+        if limited is not None:
+            return self._wait(job, position, limited)
         place = (job.cloud, job.region)
         if place not in self.free:
-            return self._launch(job, position, "")
+            return self._launch(job, position, None)
         label = f"{job.cloud}:{job.region}"
         fits = job.gpus <= self.free[place] + _EPS
         held = self.reserved.get(place)
@@ -260,72 +281,67 @@ class _Pass:
                 return self._wait(job, position, self._capacity(job, place))
             head = held.job
             if not self.policy.backfill:
-                why = self._behind(head, job)
-                return self._wait(
-                    job, position, f"{why}: waits behind {head.job_id} for {label} (backfill off)"
-                )
+                behind = f"waits behind {head.job_id} for {label} (backfill off)"
+                return self._wait(job, position, Why(self._behind(head, job), behind))
             ends = self.now + timedelta(hours=job.expected_hours)
             if held.start is None or ends <= held.start:
-                return self._launch(
-                    job, position, f"backfill: ends before {head.job_id} needs {label}"
-                )
+                why = Why("backfill", f"ends before {head.job_id} needs {label}")
+                return self._launch(job, position, why)
             if job.gpus <= held.extra + _EPS:
                 held.extra -= job.gpus
-                return self._launch(
-                    job, position, f"backfill: uses GPUs {head.job_id} will not need on {label}"
-                )
-            return self._wait(
-                job,
-                position,
-                f"backfill: would delay {head.job_id}, which needs {head.gpus:g} GPUs on "
-                f"{label} at {_when(held.start)}",
+                why = Why("backfill", f"uses GPUs {head.job_id} will not need on {label}")
+                return self._launch(job, position, why)
+            delay = (
+                f"would delay {head.job_id}, which needs {head.gpus:g} GPUs on "
+                f"{label} at {_when(held.start)}"
             )
+            return self._wait(job, position, Why("backfill", delay))
         if fits:
-            return self._launch(job, position, "")
+            return self._launch(job, position, None)
         chosen = self._choose_victims(job, place)
         if chosen:
             for victim in chosen:
                 self._preempt(victim, place)
             ids = tuple(victim.job_id for victim in chosen)
-            return self._launch(
-                job, position, f"preemption: preempts {', '.join(ids)} on {label}", ids
-            )
+            why = Why("preemption", f"preempts {', '.join(ids)} on {label}")
+            return self._launch(job, position, why, ids)
         start, extra = self._expected_start(job, place)
         self.reserved[place] = _Reservation(job, start, extra)
         return self._wait(job, position, self._capacity(job, place, start))
 
-    def _quota(self, job: QueuedJob) -> str:
+    def _quota(self, job: QueuedJob) -> Why | None:
         if job.gpus <= 0:
-            return ""
+            return None
         team = self.policy.team(job.team)
         used = self.team_gpus.get(job.team, 0.0)
         if team.max_gpus is not None and used + job.gpus > team.max_gpus + _EPS:
-            return (
-                f"quota: team {job.team} at {used:g}/{team.max_gpus:g} GPUs, job needs {job.gpus:g}"
-            )
+            detail = f"team {job.team} at {used:g}/{team.max_gpus:g} GPUs, job needs {job.gpus:g}"
+            return Why("quota", detail)
         limit = team.model_limit(job.gpu_model) if job.gpu_model else None
         if limit is not None:
             used = self.model_gpus.get((job.team, job.gpu_model.casefold()), 0.0)
             if used + job.gpus > limit + _EPS:
-                return (
-                    f"quota: team {job.team} at {used:g}/{limit:g} {job.gpu_model} GPUs, "
+                detail = (
+                    f"team {job.team} at {used:g}/{limit:g} {job.gpu_model} GPUs, "
                     f"job needs {job.gpus:g}"
                 )
-        return ""
+                return Why("quota", detail)
+        return None
 
-    def _budget(self, job: QueuedJob) -> str:
+    def _budget(self, job: QueuedJob) -> Why | None:
         budget = self.policy.team(job.team).monthly_budget
         if budget is None or job.expected_cost <= 0:
-            return ""
+            return None
         spent = self.spent.get(job.team, 0.0)
         if spent + job.expected_cost > budget + _EPS:
-            return (
-                f"budget: team {job.team} at ${spent:,.2f} of ${budget:,.2f} this month, "
+            detail = (
+                f"team {job.team} at ${spent:,.2f} of ${budget:,.2f} this month, "
                 f"job needs ${job.expected_cost:,.2f}"
             )
-        return ""
+            return Why("budget", detail)
+        return None
 
-    def _capacity(self, job: QueuedJob, place: Place, start: datetime | None = None) -> str:
+    def _capacity(self, job: QueuedJob, place: Place, start: datetime | None = None) -> Why:
         """Why `job` does not fit: the GPUs went to a job ranked ahead, or there are too few."""
         label = f"{place[0]}:{place[1]}"
         taken = self.launched.get(place)
@@ -333,11 +349,13 @@ class _Pass:
             first = taken[0]
             why = self._behind(first, job)
             if why != "capacity":
-                return f"{why}: the free GPUs on {label} went to {job_label(first)}"
-        text = f"capacity: {self.free[place]:g} GPUs free on {label}, job needs {job.gpus:g}"
-        return text + (f" (expected by {_when(start)})" if start is not None else "")
+                return Why(why, f"the free GPUs on {label} went to {job_label(first)}")
+        text = f"{self.free[place]:g} GPUs free on {label}, job needs {job.gpus:g}"
+        if start is not None:
+            text += f" (expected by {_when(start)})"
+        return Why("capacity", text)
 
-    def _behind(self, ahead: QueuedJob, job: QueuedJob) -> str:
+    def _behind(self, ahead: QueuedJob, job: QueuedJob) -> Category:
         """The category of why `ahead` ranks before `job`."""
         if ahead.priority > job.priority:
             return "lower priority"
@@ -402,7 +420,7 @@ class _Pass:
     # --- outcomes ----------------------------------------------------------------
 
     def _launch(
-        self, job: QueuedJob, position: int, reason: str, preempts: tuple[str, ...] = ()
+        self, job: QueuedJob, position: int, why: Why | None, preempts: tuple[str, ...] = ()
     ) -> Verdict:
         self._hold(job.team, job.gpu_model, job.gpus)
         self.spent[job.team] = self.spent.get(job.team, 0.0) + job.expected_cost
@@ -412,10 +430,12 @@ class _Pass:
             end = self.now + timedelta(hours=job.expected_hours)
             self.ends[place][job.job_id] = (end, job.gpus)
             self.launched.setdefault(place, []).append(job)
-        return Verdict(job.job_id, "launch", reason, preempts, position)
+        if why is None:
+            return Verdict(job.job_id, "launch", "", preempts, position)
+        return Verdict(job.job_id, "launch", why.text, preempts, position, why.category)
 
-    def _wait(self, job: QueuedJob, position: int, reason: str) -> Verdict:
-        return Verdict(job.job_id, "wait", reason, position=position)
+    def _wait(self, job: QueuedJob, position: int, why: Why) -> Verdict:
+        return Verdict(job.job_id, "wait", why.text, position=position, category=why.category)
 
 
 def _fewest(pool: Sequence[RunningJob], need: float) -> int | None:

@@ -126,6 +126,7 @@ def test_fair_share_lets_a_light_team_overtake_a_heavy_team_at_equal_priority():
         "wait",
         "fair share: the free GPUs on onprem:lab went to l1 (team light, priority 0)",
         position=2,
+        category="fair share",
     )
     # Without the usage, first come first served.
     assert [v.job_id for v in run([heavy, light], free={LAB: 8})] == ["h1", "l1"]
@@ -191,6 +192,7 @@ def test_quota_counts_jobs_launched_earlier_in_the_same_call():
     )
     assert [v.action for v in verdicts] == ["launch", "launch", "wait"]
     assert verdicts[2].reason == "quota: team nlp at 16/16 GPUs, job needs 8"
+    assert verdicts[2].category == "quota"
 
 
 def test_per_model_quota():
@@ -238,8 +240,9 @@ def test_backfill_allowed_when_the_small_job_ends_before_the_head_can_start():
         "capacity: 4 GPUs free on onprem:lab, job needs 12 (expected by 2025-03-10T14:00Z)"
     )
     assert verdicts["small"] == Verdict(
-        "small", "launch", "backfill: ends before head needs onprem:lab", position=2
-    )
+        "small", "launch", "backfill: ends before head needs onprem:lab", position=2,
+        category="backfill",
+    )  # fmt: skip
 
 
 def test_backfill_refused_when_it_would_delay_the_head():
@@ -276,8 +279,9 @@ def test_preemption_picks_the_lowest_priority_victim():
     running = [r("mid", priority=2), r("low", priority=1), r("top", priority=9)]
     verdict = preempt(running)
     assert verdict == Verdict(
-        "urgent", "launch", "preemption: preempts low on onprem:lab", ("low",), position=1
-    )
+        "urgent", "launch", "preemption: preempts low on onprem:lab", ("low",), position=1,
+        category="preemption",
+    )  # fmt: skip
 
 
 def test_preemption_prefers_fewest_then_lowest_then_most_recent():
@@ -691,3 +695,22 @@ def test_policy_values_are_checked_in_code_too():
     with pytest.raises(ValueError):
         Policy(fair_share_half_life_hours=-1)
     assert math.isclose(Policy().queue_weight("unknown"), 1.0)
+
+
+def test_every_verdict_category_is_the_first_words_of_its_reason():
+    """The category the controller acts on and the reason users read never disagree."""
+    cases = [
+        run([q("h1", "heavy", minutes_ago=90), q("l1", "light", minutes_ago=10)],
+            usage={"heavy": 100.0, "light": 0.0}, free={LAB: 8}),
+        list(backfill_case(q("long", gpus=4, hours=3, minutes_ago=5)).values()),
+        [preempt([r("mid", priority=2), r("low", priority=1), r("top", priority=9)])],
+    ]  # fmt: skip
+    seen = set()
+    for verdicts in cases:
+        for verdict in verdicts:
+            if verdict.category:
+                assert verdict.reason.startswith(f"{verdict.category}: ")
+                seen.add(verdict.category)
+            else:
+                assert verdict.action == "launch" and verdict.reason == ""
+    assert {"fair share", "backfill", "preemption"} <= seen

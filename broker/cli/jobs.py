@@ -40,7 +40,7 @@ def load_policy_option(flag: Path | None):
     """The policy in force; a broken file exits 2 naming file, line and field."""
     from broker.config import resolve_path
     from broker.queue import load_policy
-    from pricing.yamlfile import UserInputError
+    from pricing.userio.errors import UserInputError
 
     path = resolve_path("policy", flag, default_file="policy.yaml")
     try:

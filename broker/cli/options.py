@@ -75,7 +75,7 @@ def offers_in_force(
     except ValueError as exc:
         # A broken pools or overlays file. Its error class is imported only now: its
         # module costs a plan that has neither file ~0.01 s.
-        from pricing.yamlfile import UserInputError
+        from pricing.userio.errors import UserInputError
 
         if isinstance(exc, UserInputError):
             fail(str(exc), BAD_INPUT)

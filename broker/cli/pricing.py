@@ -58,7 +58,7 @@ def import_catalog(
     from pricing.importers.skypilot import CatalogImportError, import_skypilot
 
     if format not in FORMATS:
-        from pricing.suggest import hint
+        from pricing.userio.suggest import hint
 
         fail(f"unknown format {format!r}{hint(format, FORMATS)}", BAD_INPUT)
     if not directory.is_dir():
@@ -127,7 +127,7 @@ def refresh_command(
     clouds = tuple(c.lower() for c in split_list(cloud)) or CLOUDS
     wrong = [c for c in clouds if c not in CLOUDS]
     if wrong:
-        from pricing.suggest import hint
+        from pricing.userio.suggest import hint
 
         fail(f"unknown cloud {wrong[0]!r}{hint(wrong[0], CLOUDS)}", BAD_INPUT)
     target = _target(catalog)

@@ -4,7 +4,7 @@ pydantic is imported at the top of this module: import it only when a
 manifest is read (`broker.manifest.load` does so inside its functions), so
 that `broker --help` stays instant. Every check that concerns one document
 lives here, as a validator on the field it is about, so that
-`pricing.yamlfile.validation_errors` can locate its error; checks across
+`pricing.userio.validation.validation_errors` can locate its error; checks across
 documents (a team's job names) are in `load.py`.
 
 The field descriptions are the help an editor shows from `broker schema`;
@@ -36,7 +36,7 @@ from broker.manifest.load import API_VERSION
 from pricing.gpus import parse_gpu_request
 from pricing.regions import REGION_COUNTRY
 from pricing.schema import CLOUDS
-from pricing.yamlfile import suggestion
+from pricing.userio.suggest import suggestion
 
 SCHEMES: tuple[str, ...] = ("s3", "gs", "az", "file")
 _LABEL = re.compile(r"[a-z0-9](?:[a-z0-9-]{0,61}[a-z0-9])?")

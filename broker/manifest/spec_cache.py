@@ -33,7 +33,11 @@ _SOURCES = (
     "pricing/gpus.py",
     "pricing/regions.py",
     "pricing/schema.py",
-    "pricing/yamlfile.py",
+    "pricing/userio/errors.py",
+    "pricing/userio/locate.py",
+    "pricing/userio/suggest.py",
+    "pricing/userio/validation.py",
+    "pricing/userio/yaml_reader.py",
 )
 
 

@@ -44,7 +44,7 @@ from datetime import datetime, timedelta
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from pricing.suggest import hint
+from pricing.userio.suggest import hint
 from providers.base import (
     ID_PATTERN,
     Clock,

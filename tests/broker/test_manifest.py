@@ -33,7 +33,7 @@ from broker.spec import (
 )
 from pricing.gpus import gpu_names
 from pricing.schema import CLOUDS
-from pricing.yamlfile import UserInputError
+from pricing.userio.errors import UserInputError
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples" / "jobs"
 WHERE = Path("jobs/llama.yaml")
@@ -785,7 +785,7 @@ def test_digest_changes_with_a_value(generated, key):
     assert manifest.digest == manifest_digest(changed)
 
 
-# --- the fast YAML path (pricing.yamlfile with libyaml) builds what PyYAML's safe_load builds ---
+# --- the fast YAML path (userio.yaml_reader with libyaml) builds what PyYAML's safe_load builds ---
 
 YAML_CORNERS = [
     "a: 010\nb: 0x1f\nc: 1_000\nd: 12\ne: -3\nf: 1.5\ng: .inf\nh: yes\ni: ~\nj: 2025-01-01\n",
@@ -801,14 +801,14 @@ YAML_CORNERS = [
 
 @pytest.mark.parametrize("text", YAML_CORNERS)
 def test_fast_yaml_builds_what_safe_load_builds(text):
-    from pricing.yamlfile import parse_yaml_documents
+    from pricing.userio.yaml_reader import parse_yaml_documents
 
     got = [doc.data for doc in parse_yaml_documents(text, WHERE)]
     assert repr(got) == repr(list(yaml.load_all(text, Loader=yaml.SafeLoader)))
 
 
 def test_fast_yaml_errors_are_pyyaml_errors():
-    from pricing.yamlfile import parse_yaml_documents
+    from pricing.userio.yaml_reader import parse_yaml_documents
 
     with pytest.raises(UserInputError, match="found unhashable key") as info:
         parse_yaml_documents("ok: 1\n---\n? [1, 2]\n: x\n", WHERE)

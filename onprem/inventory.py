@@ -1,7 +1,7 @@
 """The on-prem pool inventory: a user's YAML file of GPU pools, read into frozen dataclasses.
 
 Usually `~/.config/broker/pools.yaml`; the CLI resolves the path (`--pools PATH`,
-broker.config) and passes it here.
+pricing.userio.settings) and passes it here.
 Full reference and example: docs/pools.md and examples/pools.yaml.
 
     pools:

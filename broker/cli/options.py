@@ -50,9 +50,9 @@ def offers_in_force(
     """Resolve the three sources by the config precedence and load them; bad input exits 2.
     With the `auto_refresh_days` setting (off by default), a due user catalog is
     refreshed first (see `broker pricing refresh`)."""
-    from broker.config import ConfigError, resolve, resolve_path
     from broker.offers import load_offers
     from pricing.schema import SchemaError
+    from pricing.userio.settings import ConfigError, resolve, resolve_path
 
     if resolve("auto_refresh_days").value:  # checked here: the refresh module is not cheap
         from broker.cli.pricing import auto_refresh

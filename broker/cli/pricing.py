@@ -171,8 +171,8 @@ def run_refresh(
 
 
 def _target(flag: Path | None) -> Path:
-    from broker.config import resolve_path
     from pricing.catalog import user_catalog_path
+    from pricing.userio.settings import resolve_path
 
     return resolve_path("catalog", flag) or user_catalog_path()
 
@@ -324,9 +324,9 @@ STATUS_COLUMNS = (
 @app.command("status")
 def status_command(catalog: Path = CatalogTarget, output: Output = OutputOption) -> None:
     """Each price source: last success, age, offers in the catalog, last failure."""
-    from broker.config import resolve, resolve_path
     from pricing.catalog import load_catalog, status_path
     from pricing.schema import SchemaError
+    from pricing.userio.settings import resolve, resolve_path
 
     path = resolve_path("catalog", catalog)
     if path is not None and not path.is_file():
@@ -443,9 +443,9 @@ def auto_refresh(catalog: Path | None = None, now: datetime | None = None) -> Re
     never fatal: a failure is one line on stderr and the command goes on."""
     import os
 
-    from broker.config import resolve, resolve_path
     from pricing.catalog import status_path
     from pricing.sources.status import read_status
+    from pricing.userio.settings import resolve, resolve_path
 
     setting = resolve("auto_refresh_days").value
     if not setting or os.environ.get("CI") or resolve_path("catalog", catalog) is not None:

@@ -55,7 +55,7 @@ def offers_in_force(
     from pricing.userio.settings import ConfigError, resolve, resolve_path
 
     if resolve("auto_refresh_days").value:  # checked here: the refresh module is not cheap
-        from broker.cli.pricing import auto_refresh
+        from broker.cli.pricing_refresh import auto_refresh
 
         auto_refresh(catalog)
     try:

@@ -26,12 +26,12 @@ from broker.spec import (
     DataInput,
     GpuAsk,
     JobSpec,
-    Place,
     Requirements,
     RunSpec,
-    Runtime,
+    RuntimeEstimate,
 )
 from pricing.gpus import gpu_names
+from pricing.regions import Place
 from pricing.schema import CLOUDS
 from pricing.userio.errors import UserInputError
 
@@ -132,7 +132,7 @@ def test_every_field_of_the_full_manifest():
             image="ghcr.io/acme/train:1.4",
             env=(("WANDB_PROJECT", "llama"),),
         ),
-        runtime=Runtime(estimate_hours=12.0, deadline=timedelta(hours=36)),
+        runtime=RuntimeEstimate(estimate_hours=12.0, deadline=timedelta(hours=36)),
         checkpoint=Checkpoint("s3://acme-ckpt/llama-ft/", 30.0, 120.0, Place("aws", "us-east-1")),
         data=(DataInput("s3://acme-data/pile/", 800.0, Place("aws", "us-east-1")),),
         budget=Budget(max_cost=500.0),
@@ -151,7 +151,7 @@ def test_defaults():
     spec = manifest.spec
     assert (spec.queue, spec.priority, spec.requirements.spot) == ("default", 0, "never")
     assert spec.requirements.accelerators == ()  # a CPU-only job
-    assert spec.runtime == Runtime(estimate_hours=1.0, deadline=None)
+    assert spec.runtime == RuntimeEstimate(estimate_hours=1.0, deadline=None)
     assert spec.checkpoint is None and spec.data == () and spec.budget.max_cost is None
     assert (spec.max_restarts_on_error, spec.recover_on_exit_codes) == (0, ())
 
@@ -714,7 +714,7 @@ def manifests(draw) -> tuple[dict, JobSpec]:
         deadline = moment.astimezone(UTC)
     if runtime:
         doc["runtime"] = runtime
-    spec["runtime"] = Runtime(spec_hours, deadline)
+    spec["runtime"] = RuntimeEstimate(spec_hours, deadline)
 
     if draw(st.booleans()):
         checkpoint = {"uri": draw(URIS)}

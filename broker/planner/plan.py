@@ -20,8 +20,9 @@ from datetime import datetime
 from typing import TYPE_CHECKING
 
 from broker.planner import assemble, cost
+from broker.planner.candidates import Candidates
 from broker.planner.decision import Decision, Rejection, Rejections
-from broker.planner.filters import Candidates, Slices
+from broker.planner.filters import Slices
 from broker.planner.partitions import Partitions
 from broker.spec import JobSpec, Requirements
 from pricing.regions import Place

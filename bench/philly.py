@@ -36,7 +36,7 @@ def scenario(shared: Path, limit: int | None, deadline_factor: float):
     from broker.offers import load_offers
     from broker.scheduling import pool_gpus_of
     from broker.sim.engine import Scenario
-    from broker.sim.model import Place, SpotTrace
+    from broker.sim.model import SpotTrace, TracePlace
     from broker.sim.traces.jobs import read_philly
     from broker.sim.traces.spotjson import read_spot
 
@@ -48,12 +48,12 @@ def scenario(shared: Path, limit: int | None, deadline_factor: float):
     aws = read_spot([traces / "cant-be-late-spot/availability/1-node/aws-02-15-2023"])
     gcp = read_spot([traces / "spothedge-spot/data/GCP1"])
     old = read_spot([traces / "cant-be-late-spot/availability/1-node/aws-10-26-2022"])
-    places = {Place("aws", p.location, "A100"): a for p, a in aws.places.items()}
+    places = {TracePlace("aws", p.location, "A100"): a for p, a in aws.places.items()}
     places.update(gcp.places)
     azure = {"us-west-2a": "eastus", "us-west-2b": "westus2"}
     for p, a in sorted(old.places.items(), key=lambda kv: str(kv[0])):
         if p.kind == "V100" and p.location in azure:
-            places.setdefault(Place("azure", azure[p.location], "A100"), a)
+            places.setdefault(TracePlace("azure", azure[p.location], "A100"), a)
     spot = SpotTrace(places, "philly bench").cycled(span)
     view = load_offers(None, Path(__file__).with_name("philly_pools.yaml"))
     return Scenario(

@@ -41,10 +41,10 @@ def generated_jobs(count: int, gpus: list[str], seed: int = 7, cpu_share: float 
         DataInput,
         GpuAsk,
         JobSpec,
-        Place,
         Requirements,
-        Runtime,
+        RuntimeEstimate,
     )
+    from pricing.regions import Place
 
     rng = random.Random(seed)
     places = [Place("aws", "us-east-1"), Place("gcp", "us-central1"), Place("azure", "westeurope")]
@@ -75,7 +75,7 @@ def generated_jobs(count: int, gpus: list[str], seed: int = 7, cpu_share: float 
             name=f"job-{i}",
             team=f"team-{i % 7}",
             requirements=req,
-            runtime=Runtime(
+            runtime=RuntimeEstimate(
                 rng.choice([1.0, 8.0, 48.0]),
                 rng.choice([None, timedelta(hours=24), timedelta(days=4)]),
             ),

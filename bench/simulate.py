@@ -258,7 +258,7 @@ def _cbl_trace(file: str):
     """The file's zone (its name up to "_"; spotjson.place_of rejects the GCP names
     like us-central1-a_c3-88.json) as a V100 place, and its counts per tick; prices
     dropped so every file sells spot at the catalog's 0.918 USD/h."""
-    from broker.sim.model import Availability, Place
+    from broker.sim.model import Availability, TracePlace
     from broker.sim.traces.spotjson import cloud_of
 
     path = Path(file)
@@ -266,7 +266,7 @@ def _cbl_trace(file: str):
     zone = path.name.split("_", 1)[0]
     counts = tuple(int(v) for v in data["data"])
     step = float(data["metadata"]["gap_seconds"]) / 3600
-    return Place(cloud_of(zone, path), zone, CBL_GPU[1]), Availability(step, counts)
+    return TracePlace(cloud_of(zone, path), zone, CBL_GPU[1]), Availability(step, counts)
 
 
 def _cbl_run(task: tuple) -> tuple[float, int]:
@@ -297,7 +297,8 @@ def _cbl_run(task: tuple) -> tuple[float, int]:
 def _optimum(trace, window, on_demand_price: float) -> float:
     """Our hindsight optimum for the window (broker.sim.optimum), same model as the run."""
     from broker.sim.optimum import Market, hindsight_optimum
-    from pricing.egress import Place, egress_cost
+    from pricing.egress import egress_cost
+    from pricing.regions import Place
 
     markets, regions = [], set()
     for place, avail in sorted(trace.places.items(), key=lambda kv: str(kv[0])):

@@ -281,8 +281,8 @@ class Controller:
         to: JobState | None,
     ) -> None:
         from broker.recovery import with_checkpoint_at
-        from broker.spec import Place
         from broker.state.charges import attempt_charges
+        from pricing.regions import Place
 
         spec = self._spec(self.store.job(attempt.job_id)) if hours > 0 else None
         earlier = self.store.attempts(attempt.job_id) if hours > 0 else []
@@ -608,9 +608,9 @@ class Controller:
     def _migration_charge(self, attempt: Attempt, spec: JobSpec) -> list[dict]:
         """The egress entry of the checkpoint copy into this attempt, priced at the
         manifest's checkpoint size (what the plan priced), billed by the sending cloud."""
-        from broker.spec import Place
         from broker.state.charges import egress_entry
         from broker.state.model import to_decimal
+        from pricing.regions import Place
 
         moved = self.store.migration(attempt.id)
         if moved is None or spec.checkpoint is None or not spec.checkpoint.size_gb:

@@ -34,7 +34,7 @@ def load_offers(
     """Read the catalog, add on-prem pools, apply overlays, and index the result.
 
     Raises pricing.schema.SchemaError for an unreadable catalog and
-    pricing.yamlfile.UserInputError for a broken pools or overlays file.
+    pricing.userio.errors.UserInputError for a broken pools or overlays file.
     """
     from pricing.query import OfferIndex
     from pricing.table import concat

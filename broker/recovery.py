@@ -23,9 +23,10 @@ from datetime import datetime, timedelta
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from broker.spec import JobSpec, Place
+    from broker.spec import JobSpec
     from broker.state import Job, StateStore
     from pricing.query import OfferIndex
+    from pricing.regions import Place
     from providers.cloud import Unavailable
 
 COOLDOWN_BASE = timedelta(minutes=10)
@@ -156,7 +157,7 @@ def adjust_index(
 
 def checkpoint_place(store: StateStore, job: Job) -> Place | None:
     """Where the job's checkpoint lives now: the place of its last attempt that ran."""
-    from broker.spec import Place
+    from pricing.regions import Place
 
     ran = [a for a in store.attempts(job.id) if a.running_at is not None]
     if not ran:

@@ -10,6 +10,8 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Literal
 
+from pricing.regions import Place
+
 SpotPolicy = Literal["never", "prefer", "only"]
 
 
@@ -59,7 +61,7 @@ class RunSpec:
 
 
 @dataclass(frozen=True, slots=True)
-class Runtime:
+class RuntimeEstimate:
     """How long the job takes on its first-choice GPU, and when it must be done."""
 
     estimate_hours: float = 1.0
@@ -71,14 +73,6 @@ class Runtime:
         if isinstance(self.deadline, timedelta):
             return submitted + self.deadline
         return self.deadline
-
-
-@dataclass(frozen=True, slots=True)
-class Place:
-    """Where data lives: a cloud and region ("aws:us-east-1"); on-prem uses its region label."""
-
-    cloud: str
-    region: str
 
 
 @dataclass(frozen=True, slots=True)
@@ -115,7 +109,7 @@ class JobSpec:
     queue: str = "default"
     priority: int = 0
     run: RunSpec = field(default_factory=RunSpec)
-    runtime: Runtime = field(default_factory=Runtime)
+    runtime: RuntimeEstimate = field(default_factory=RuntimeEstimate)
     checkpoint: Checkpoint | None = None
     data: tuple[DataInput, ...] = ()
     budget: Budget = field(default_factory=Budget)

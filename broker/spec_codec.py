@@ -19,11 +19,11 @@ from broker.spec import (
     DataInput,
     GpuAsk,
     JobSpec,
-    Place,
     Requirements,
     RunSpec,
-    Runtime,
+    RuntimeEstimate,
 )
+from pricing.regions import Place
 
 
 def encode(spec: JobSpec) -> dict[str, Any]:
@@ -40,6 +40,22 @@ def encode(spec: JobSpec) -> dict[str, Any]:
         }
     elif isinstance(deadline, datetime):
         data["runtime"]["deadline"] = {"at": deadline.isoformat()}
+    if spec.checkpoint is not None and spec.checkpoint.location is not None:
+        data["checkpoint"]["location"] = _place_json(spec.checkpoint.location)
+    for item, entry in zip(spec.data, data["data"], strict=True):
+        if item.location is not None:
+            entry["location"] = _place_json(item.location)
+    return data
+
+
+def _place_json(place: Place) -> dict[str, str]:
+    """`{cloud, region}`, with the zone and country only when set: a manifest gives
+    neither, so every spec encodes as it did when its Place had only those two."""
+    data = {"cloud": place.cloud, "region": place.region}
+    if place.zone:
+        data["zone"] = place.zone
+    if place.country:
+        data["country"] = place.country
     return data
 
 
@@ -69,7 +85,7 @@ def decode(data: dict[str, Any]) -> JobSpec:
         queue=data["queue"],
         priority=data["priority"],
         run=RunSpec(run["command"], run["image"], tuple((k, v) for k, v in run["env"])),
-        runtime=Runtime(runtime["estimate_hours"], _deadline(runtime["deadline"])),
+        runtime=RuntimeEstimate(runtime["estimate_hours"], _deadline(runtime["deadline"])),
         checkpoint=None
         if ckpt is None
         else Checkpoint(
@@ -87,7 +103,9 @@ def _amount(value: dict | None) -> Amount | None:
 
 
 def _place(value: dict | None) -> Place | None:
-    return None if value is None else Place(value["cloud"], value["region"])
+    if value is None:
+        return None
+    return Place(value["cloud"], value["region"], value.get("zone", ""), value.get("country", ""))
 
 
 def _deadline(value: dict | None) -> timedelta | datetime | None:

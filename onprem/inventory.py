@@ -1,7 +1,7 @@
 """The on-prem pool inventory: a user's YAML file of GPU pools, read into frozen dataclasses.
 
 Usually `~/.config/broker/pools.yaml`; the CLI resolves the path (`--pools PATH`,
-broker.config) and passes it here.
+pricing.userio.settings) and passes it here.
 Full reference and example: docs/pools.md and examples/pools.yaml.
 
     pools:
@@ -23,7 +23,7 @@ across the file; pool names unique; one country per region; an NVLink domain
 divides the node (2, 4, 8 on an 8-GPU node) or spans whole nodes (72 over
 4-GPU nodes). Several `---` documents are read as one list of pools.
 
-Every mistake raises `pricing.yamlfile.UserInputError` naming file, line,
+Every mistake raises `pricing.userio.errors.UserInputError` naming file, line,
 column and field, with a "did you mean" for misspelt keys, GPU names and
 values; all mistakes found in one pass are reported together.
 """
@@ -38,7 +38,8 @@ from datetime import date
 from pathlib import Path
 from typing import Any
 
-from pricing.yamlfile import UserInputError, YamlDocument, load_yaml_documents
+from pricing.userio.errors import UserInputError
+from pricing.userio.yaml_reader import YamlDocument, load_yaml_documents
 
 FABRICS: tuple[str, ...] = ("infiniband", "roce", "ethernet")
 EXECUTOR_KINDS: tuple[str, ...] = ("local", "ssh", "slurm")
@@ -127,7 +128,7 @@ def pool_countries(pools: list[Pool]) -> dict[str, str]:
 def _validate(doc: YamlDocument, errors: list[UserInputError]) -> list[Any]:
     from pydantic import ValidationError
 
-    from pricing.yamlfile import validation_errors
+    from pricing.userio.validation import validation_errors
 
     models = _models()
     try:

@@ -3,7 +3,7 @@
 Which catalog is in force, in order: an explicit path (`--catalog`,
 `BROKER_CATALOG`), else the user catalog (written by `broker pricing import`
 or `refresh`) when it exists, else the snapshot bundled in this package.
-Catalogs are written atomically (`atomic_write`); a live refresh keeps its
+Catalogs are written atomically (`pricing.userio.atomic`); a live refresh keeps its
 per-source status beside the catalog (`status_path`).
 
 A catalog is a CSV (the source of truth, readable and diffable). Reading one
@@ -14,15 +14,15 @@ numpy arrays instead of parsing text (and need no pandas at all).
 
 from __future__ import annotations
 
-import os
-from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import date
 from pathlib import Path
-from typing import IO, TYPE_CHECKING
+from typing import TYPE_CHECKING
 
 from pricing.schema import COLUMN_NAMES, FLOAT_COLUMNS, STRING_COLUMNS, SchemaError, conform
 from pricing.table import TABLE_FORMAT, OfferTable
+from pricing.userio.atomic import atomic_write
+from pricing.userio.dirs import user_cache_dir, user_data_dir
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -48,18 +48,6 @@ class Catalog:
         """Age in days of the oldest price, or None when no row has a date."""
         oldest, _ = self.as_of_range()
         return (today - date.fromisoformat(oldest[:10])).days if oldest else None
-
-
-def user_data_dir() -> Path:
-    """Where broker keeps user data (XDG data home)."""
-    base = os.environ.get("XDG_DATA_HOME") or str(Path.home() / ".local" / "share")
-    return Path(base) / "broker"
-
-
-def user_cache_dir() -> Path:
-    """Where broker keeps derived files it can rebuild (XDG cache home)."""
-    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
-    return Path(base) / "broker"
 
 
 def user_catalog_path() -> Path:
@@ -103,38 +91,6 @@ def write_offers_csv(offers: pd.DataFrame | OfferTable, path: Path) -> None:
         offers = offers.to_frame()
     frame = conform(offers)
     atomic_write(path, lambda handle: frame.to_csv(handle, index=False, float_format="%.10g"))
-
-
-def atomic_write(path: Path, write: Callable[[IO[str]], object]) -> None:
-    """Replace `path` all or nothing, even if the process is killed (SIGKILL) or the
-    machine loses power: `write` fills a temporary file beside it, which is flushed,
-    fsynced and renamed over `path` (an atomic rename), then the directory is fsynced
-    so that the rename itself is durable. A kill leaves at most a stray
-    ``.<name>.<pid>.tmp``, never a half-written `path`."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    try:
-        with tmp.open("w", encoding="utf-8", newline="") as handle:
-            write(handle)
-            handle.flush()
-            os.fsync(handle.fileno())
-        os.replace(tmp, path)
-        _fsync_directory(path.parent)
-    finally:
-        tmp.unlink(missing_ok=True)
-
-
-def _fsync_directory(directory: Path) -> None:
-    try:
-        fd = os.open(directory, os.O_RDONLY)
-    except OSError:
-        return  # not every platform opens directories (Windows); the rename still happened
-    try:
-        os.fsync(fd)
-    except OSError:
-        pass
-    finally:
-        os.close(fd)
 
 
 SMALL_CSV_BYTES = 2_000_000  # below this, the csv module parses faster than pandas imports

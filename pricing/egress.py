@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
 
-from pricing.regions import continent_of_country, country_of
+from pricing.regions import Place, continent_of_country
 
 EGRESS_TABLE = Path(__file__).parent / "data" / "egress.csv"
 SCOPES = ("same_zone", "same_region", "same_continent", "other_continent", "internet")
@@ -32,19 +32,6 @@ class EgressPrice:
     scope: str
     source: str
     as_of: str
-
-
-@dataclass(frozen=True, slots=True)
-class Place:
-    """Where data lives: a cloud region (and zone, when known)."""
-
-    cloud: str
-    region: str
-    zone: str = ""
-    country: str = ""  # needed for on-prem; derived for cloud regions
-
-    def resolved_country(self) -> str:
-        return self.country or country_of(self.cloud, self.region)
 
 
 @cache

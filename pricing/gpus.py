@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from pricing.suggest import hint
+from pricing.userio.suggest import hint
 
 
 @dataclass(frozen=True, slots=True)

@@ -48,7 +48,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from pricing.schema import CLOUDS
-from pricing.yamlfile import UserInputError, load_yaml_documents
+from pricing.userio.errors import UserInputError
+from pricing.userio.yaml_reader import load_yaml_documents
 
 if TYPE_CHECKING:
     from pricing.table import OfferTable
@@ -94,7 +95,7 @@ def load_overlays(path: Path | str, *, missing_ok: bool = False) -> list[Overlay
     """
     from pydantic import ValidationError
 
-    from pricing.yamlfile import validation_errors
+    from pricing.userio.validation import validation_errors
 
     path = Path(path).expanduser()
     if missing_ok and not path.exists():

@@ -16,8 +16,8 @@ from typing import TYPE_CHECKING, Any, Literal
 from pricing.gpus import canonical_gpu
 from pricing.regions import REGION_COUNTRY
 from pricing.schema import CLOUDS
-from pricing.suggest import hint
 from pricing.table import OfferTable
+from pricing.userio.suggest import hint
 
 if TYPE_CHECKING:
     import numpy as np

@@ -1,10 +1,14 @@
-"""Where each cloud region is: its country (ISO 3166 alpha-2) and continent.
+"""Where each cloud region is: its country (ISO 3166 alpha-2) and continent; and `Place`.
 
 Data residency (`countries: [DE, FR]`) and egress pricing (same continent or
 not) both need this. On-prem pools carry their own country in the inventory.
+`Place` is the one type for where data lives, used by manifests (a checkpoint's
+or an input's bucket) and by egress pricing alike.
 """
 
 from __future__ import annotations
+
+from dataclasses import dataclass
 
 _AWS = {
     "us-east-1": "US",
@@ -166,6 +170,21 @@ COUNTRY_CONTINENT: dict[str, str] = {
     for continent, countries in _CONTINENT_COUNTRIES.items()
     for country in countries.split()
 }
+
+
+@dataclass(frozen=True, slots=True)
+class Place:
+    """Where data lives: a cloud and region ("aws:us-east-1"; on-prem uses its region
+    label), and the zone and country when known (a manifest gives neither: a country
+    is derived from the region, and on-prem places carry their pool's)."""
+
+    cloud: str
+    region: str
+    zone: str = ""
+    country: str = ""
+
+    def resolved_country(self) -> str:
+        return self.country or country_of(self.cloud, self.region)
 
 
 def country_of(cloud: str, region: str) -> str:

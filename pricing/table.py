@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from pricing.schema import COLUMN_NAMES, FLOAT_COLUMNS, STRING_COLUMNS, check_values
+from pricing.userio.atomic import atomic_write
 
 if TYPE_CHECKING:
     import numpy as np
@@ -118,8 +119,6 @@ class OfferTable:
         """Write as one .npz (no pickles), atomically: five arrays (the numbers, the
         codes, every category and how many each column has, the format), since each
         array of an .npz costs its reader a header parse."""
-        import os
-
         import numpy as np
 
         arrays = {
@@ -135,13 +134,7 @@ class OfferTable:
             ).astype(str),
             "category_counts": np.array([len(self.categories[n]) for n in STRING_COLUMNS]),
         }
-        tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-        try:
-            with tmp.open("wb") as handle:
-                np.savez(handle, **arrays)
-            os.replace(tmp, path)
-        finally:
-            tmp.unlink(missing_ok=True)
+        atomic_write(path, lambda handle: np.savez(handle, **arrays), binary=True, durable=False)
 
     @classmethod
     def load(cls, path: Path) -> OfferTable | None:

@@ -8,7 +8,6 @@ so that `broker --help` and a machine without an extra stay fast and working.
 from __future__ import annotations
 
 import math
-import os
 import random
 import threading
 import time
@@ -17,6 +16,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, TypeVar
 
+from pricing.userio.settings import resolve_text
 from providers.errors import RateLimited
 
 if TYPE_CHECKING:
@@ -34,9 +34,10 @@ BACKOFF_CAP_SECONDS = 8.0
 
 
 def endpoint_override(cloud: str) -> str | None:
-    """The private or test endpoint for `cloud` (BROKER_AWS_ENDPOINT, BROKER_GCP_ENDPOINT,
-    BROKER_AZURE_ENDPOINT), or None for the cloud's public one."""
-    return os.environ.get(f"BROKER_{cloud.upper()}_ENDPOINT") or None
+    """The private or test endpoint for `cloud` (the `aws_endpoint`, `gcp_endpoint`,
+    `azure_endpoint`... settings: BROKER_AWS_ENDPOINT or broker.toml), or None for the
+    cloud's public one."""
+    return resolve_text(f"{cloud}_endpoint")
 
 
 def with_backoff(

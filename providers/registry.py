@@ -44,7 +44,7 @@ def provider_class(name: str) -> type:
     """The provider class registered as `name`, importing its module now."""
     target = PROVIDERS.get(name)
     if target is None:
-        from pricing.suggest import hint
+        from pricing.userio.suggest import hint
 
         known = ", ".join(provider_names())
         raise UnknownProvider(f"unknown provider {name!r}{hint(name, PROVIDERS)}; known: {known}")

@@ -18,7 +18,7 @@ from pathlib import Path
 
 from broker.ci import git
 from broker.manifest.load import SUFFIXES, LoadResult, Manifest, load_manifests
-from pricing.yamlfile import UserInputError
+from pricing.userio.errors import UserInputError
 
 
 @dataclass(frozen=True)

@@ -26,7 +26,7 @@ from typing import Any
 
 from broker.ci.diff import CostDiff
 from broker.estimate import JobEstimate
-from pricing.yamlfile import UserInputError
+from pricing.userio.errors import UserInputError
 
 _LIMIT = re.compile(
     r"^\s*\$?\s*(\d{1,3}(?:,\d{3})+(?:\.\d*)?|\d+(?:\.\d*)?|\.\d+)\s*(%|usd)?\s*$", re.IGNORECASE
@@ -169,7 +169,8 @@ def load_rules(path: Path | None) -> Rules:
         return Rules()
     from pydantic import ValidationError
 
-    from pricing.yamlfile import load_yaml_documents, validation_errors
+    from pricing.userio.validation import validation_errors
+    from pricing.userio.yaml_reader import load_yaml_documents
 
     documents = [doc for doc in load_yaml_documents(path) if doc.data is not None]
     if not documents or not isinstance(documents[0].data, dict):
@@ -191,7 +192,7 @@ def load_rules(path: Path | None) -> Rules:
 def cloud_glob(value: str) -> str:
     """`value` if it matches some cloud (a typo would fail every placement); else ValueError."""
     from pricing.schema import CLOUDS
-    from pricing.yamlfile import suggestion
+    from pricing.userio.suggest import suggestion
 
     if not any(fnmatchcase(cloud, value) for cloud in CLOUDS):
         raise ValueError(

@@ -128,8 +128,8 @@ def _show(summary: Summary, markdown: str, output: Output) -> None:
 def _rules(policy: Path | None, flags: dict) -> Rules:
     """The policy file's `ci:` rules with the flags given over them; mistakes exit 2."""
     from broker.ci.policy import cloud_glob, load_rules, parse_limit
-    from broker.config import resolve_path
-    from pricing.yamlfile import UserInputError
+    from pricing.userio.errors import UserInputError
+    from pricing.userio.settings import resolve_path
 
     load_policy_option(policy)  # the whole file must be valid, not only its ci: section
     try:

@@ -21,6 +21,7 @@ def help_cache_path() -> str:
     import zlib
 
     from broker import __version__
+    from pricing.userio.dirs import user_dir
 
     cli = os.path.dirname(os.path.abspath(__file__))
     parts = [__version__]
@@ -29,8 +30,7 @@ def help_cache_path() -> str:
             stat = os.stat(os.path.join(cli, name))
             parts.append(f"{name}:{stat.st_size}:{stat.st_mtime_ns}")
     key = f"{zlib.crc32('|'.join(parts).encode()):08x}"
-    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
-    return os.path.join(base, "broker", f"help-{key}.txt")
+    return os.path.join(user_dir("cache"), f"help-{key}.txt")
 
 
 def render_root_help() -> str:
@@ -51,13 +51,11 @@ def main() -> None:
             with open(path, encoding="utf-8") as handle:
                 text = handle.read()
         except OSError:
+            from pricing.userio.atomic import atomic_write_text
+
             text = render_root_help()
             try:
-                os.makedirs(os.path.dirname(path), exist_ok=True)
-                tmp = f"{path}.{os.getpid()}.tmp"
-                with open(tmp, "w", encoding="utf-8") as handle:
-                    handle.write(text)
-                os.replace(tmp, path)
+                atomic_write_text(path, text, durable=False)
             except OSError:
                 pass  # a read-only cache costs speed, never the answer
         sys.stdout.write(text)

@@ -38,9 +38,9 @@ PolicyOption = typer.Option(
 
 def load_policy_option(flag: Path | None):
     """The policy in force; a broken file exits 2 naming file, line and field."""
-    from broker.config import resolve_path
     from broker.queue import load_policy
-    from pricing.yamlfile import UserInputError
+    from pricing.userio.errors import UserInputError
+    from pricing.userio.settings import resolve_path
 
     path = resolve_path("policy", flag, default_file="policy.yaml")
     try:
@@ -50,8 +50,8 @@ def load_policy_option(flag: Path | None):
 
 
 def state_path(flag: Path | None) -> Path:
-    from broker.config import resolve_path
     from broker.state import default_state_path
+    from pricing.userio.settings import resolve_path
 
     return resolve_path("state", flag) or default_state_path()
 
@@ -59,7 +59,7 @@ def state_path(flag: Path | None) -> Path:
 def enabled_clouds() -> tuple[str, ...]:
     """Clouds launched for real: BROKER_CLOUDS ("aws,gcp") or `clouds = [...]` in
     broker.toml; none by default (everything runs in the sandbox)."""
-    from broker.config import resolve
+    from pricing.userio.settings import resolve
     from providers.checks import CLOUDS
 
     value = resolve("clouds").value

@@ -20,7 +20,8 @@ from collections.abc import Iterable  # noqa: E402
 import typer  # noqa: E402
 
 from broker import __version__  # noqa: E402
-from broker.cli.exits import INTERRUPTED, CliExit, report  # noqa: E402
+from broker.cli.exits import BAD_INPUT, INTERRUPTED, CliExit, report  # noqa: E402
+from pricing.userio.settings import ConfigError  # noqa: E402
 
 # Every command, in help order: its module under broker.cli and the function (or the
 # sub-app) in it. A module is imported only when its command runs, or for the whole
@@ -93,7 +94,8 @@ def root(
 def main() -> None:
     """Console-script entry: run the app, turning CliExit into its exit code.
 
-    Usage errors exit 2 (click's own handling); Ctrl-C exits 130.
+    Usage errors exit 2 (click's own handling), and so does a broken settings file
+    (broker.toml, config.toml), wherever a setting is read; Ctrl-C exits 130.
     """
     command = sys.argv[1] if len(sys.argv) > 1 else ""
     app = build_app([command] if command in COMMANDS else COMMANDS)
@@ -101,6 +103,8 @@ def main() -> None:
         app()
     except CliExit as exc:
         sys.exit(report(exc))
+    except ConfigError as exc:
+        sys.exit(report(CliExit(str(exc), BAD_INPUT)))
     except KeyboardInterrupt:
         print("broker: interrupted", file=sys.stderr)
         sys.exit(INTERRUPTED)

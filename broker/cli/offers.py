@@ -83,9 +83,9 @@ def offers(
     overlays: Path = OverlaysOption,
 ) -> None:
     """List GPU offers across clouds and on-prem pools, cheapest first."""
-    from broker.config import resolve
     from pricing.gpus import UnknownGpu, parse_gpu_request
     from pricing.query import OfferQuery, QueryError
+    from pricing.userio.settings import resolve
 
     if sort not in ("price", "price-per-gpu"):
         fail(f"--sort must be price or price-per-gpu, not {sort!r}", BAD_INPUT)

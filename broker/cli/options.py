@@ -50,12 +50,12 @@ def offers_in_force(
     """Resolve the three sources by the config precedence and load them; bad input exits 2.
     With the `auto_refresh_days` setting (off by default), a due user catalog is
     refreshed first (see `broker pricing refresh`)."""
-    from broker.config import ConfigError, resolve, resolve_path
     from broker.offers import load_offers
     from pricing.schema import SchemaError
+    from pricing.userio.settings import ConfigError, resolve, resolve_path
 
     if resolve("auto_refresh_days").value:  # checked here: the refresh module is not cheap
-        from broker.cli.pricing import auto_refresh
+        from broker.cli.pricing_refresh import auto_refresh
 
         auto_refresh(catalog)
     try:
@@ -75,7 +75,7 @@ def offers_in_force(
     except ValueError as exc:
         # A broken pools or overlays file. Its error class is imported only now: its
         # module costs a plan that has neither file ~0.01 s.
-        from pricing.yamlfile import UserInputError
+        from pricing.userio.errors import UserInputError
 
         if isinstance(exc, UserInputError):
             fail(str(exc), BAD_INPUT)

@@ -56,9 +56,9 @@ def plan_command(
     from datetime import date
 
     from broker.clock import SystemClock
-    from broker.config import resolve
     from broker.manifest.load import load_manifests
     from broker.planner.plan import plan_many
+    from pricing.userio.settings import resolve
 
     if top < 1:
         fail("--top must be at least 1", BAD_INPUT)

@@ -19,7 +19,7 @@ an unchanged manifest can be told apart from a changed one whatever its
 comments, layout or key order.
 
 pydantic is imported only when a document is validated (`broker.manifest.model`),
-and yaml (with pricing.yamlfile) only when a file is parsed: a manifest file loaded
+and yaml (with pricing.userio.yaml_reader) only when a file is parsed: a manifest file loaded
 before comes from the spec cache (`broker.manifest.spec_cache`) without either.
 """
 
@@ -39,7 +39,8 @@ from broker.spec import JobSpec
 
 if TYPE_CHECKING:
     from broker.manifest.spec_cache import SpecCache
-    from pricing.yamlfile import UserInputError, YamlDocument
+    from pricing.userio.errors import UserInputError
+    from pricing.userio.yaml_reader import YamlDocument
 
 API_VERSION = "broker/v1"
 SUFFIXES = (".yaml", ".yml")
@@ -129,7 +130,7 @@ def load_manifests(paths: Sequence[Path]) -> LoadResult:
                 result.skipped.append(file)
             seen[key] = not skipped
         if in_directory and not any(seen[key] for key in keys):
-            from pricing.yamlfile import UserInputError
+            from pricing.userio.errors import UserInputError
 
             message = f"no job manifests (YAML with apiVersion: {API_VERSION}) in this directory"
             result.errors.append(UserInputError(path, 0, 0, "", message))
@@ -140,7 +141,8 @@ def load_manifests(paths: Sequence[Path]) -> LoadResult:
 def parse_manifest_text(text: str, path: Path = Path("<stdin>")) -> list[Manifest]:
     """The manifests of one text (stdin, tests); UserInputError holding every mistake."""
     from broker.manifest.spec_cache import SpecCache, cache_dir
-    from pricing.yamlfile import UserInputError, iter_yaml_documents
+    from pricing.userio.errors import UserInputError
+    from pricing.userio.yaml_reader import iter_yaml_documents
 
     loaded: list[_Loaded] = []
     errors: list[UserInputError] = []
@@ -194,7 +196,7 @@ def _load_file(
 ) -> bool:
     """Load one file into `loaded` and `errors`; True when it is skipped as not a manifest file."""
     try:
-        # As pricing.yamlfile.read_yaml_text reads it (UTF-8, a byte-order mark dropped),
+        # As pricing.userio.yaml_reader.read_yaml_text reads it (UTF-8, a byte-order mark dropped),
         # without loading the utf-8-sig codec.
         text = path.read_text(encoding="utf-8").removeprefix("\ufeff")
     except (OSError, UnicodeDecodeError):
@@ -210,8 +212,9 @@ def _load_file(
 
 
 def _unreadable(path: Path) -> UserInputError:
-    """Why a file cannot be read, in pricing.yamlfile's words (imported only now)."""
-    from pricing.yamlfile import UserInputError, read_yaml_text
+    """Why a file cannot be read, in pricing.userio.yaml_reader's words (imported only now)."""
+    from pricing.userio.errors import UserInputError
+    from pricing.userio.yaml_reader import read_yaml_text
 
     try:
         read_yaml_text(path)
@@ -247,7 +250,8 @@ def _parse_file(
 ) -> bool:
     """`_load_file` for a file not in the cache: parse and validate every document."""
     from broker.manifest.spec_cache import FileEntry
-    from pricing.yamlfile import UserInputError, iter_yaml_documents
+    from pricing.userio.errors import UserInputError
+    from pricing.userio.yaml_reader import iter_yaml_documents
 
     found: list[_Loaded] = []
     mistakes: list[UserInputError] = []
@@ -304,7 +308,7 @@ def _load_document(
         from pydantic import ValidationError
 
         from broker.manifest.model import JobManifest
-        from pricing.yamlfile import validation_errors
+        from pricing.userio.validation import validation_errors
 
         try:
             model = JobManifest.model_validate(data)
@@ -331,7 +335,7 @@ def document_span(doc: YamlDocument, text: str) -> tuple[int, int]:
 
 
 def _version_error(doc: YamlDocument, data: dict[Any, Any]) -> UserInputError:
-    from pricing.yamlfile import suggestion
+    from pricing.userio.suggest import suggestion
 
     if "apiVersion" in data:
         message = f"unsupported apiVersion {data['apiVersion']!r}: expected {API_VERSION}"
@@ -349,7 +353,7 @@ def _unique(loaded: list[_Loaded], errors: list[UserInputError]) -> list[Manifes
         spec = item.manifest.spec
         earlier = first.setdefault((spec.team, spec.name), item)
         if earlier is not item:
-            from pricing.yamlfile import UserInputError
+            from pricing.userio.errors import UserInputError
 
             message = (
                 f"duplicate job {spec.name!r} in team {spec.team!r} "

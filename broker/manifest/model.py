@@ -4,7 +4,7 @@ pydantic is imported at the top of this module: import it only when a
 manifest is read (`broker.manifest.load` does so inside its functions), so
 that `broker --help` stays instant. Every check that concerns one document
 lives here, as a validator on the field it is about, so that
-`pricing.yamlfile.validation_errors` can locate its error; checks across
+`pricing.userio.validation.validation_errors` can locate its error; checks across
 documents (a team's job names) are in `load.py`.
 
 The field descriptions are the help an editor shows from `broker schema`;
@@ -34,9 +34,9 @@ from pydantic import (
 from broker import spec
 from broker.manifest.load import API_VERSION
 from pricing.gpus import parse_gpu_request
-from pricing.regions import REGION_COUNTRY
+from pricing.regions import REGION_COUNTRY, Place
 from pricing.schema import CLOUDS
-from pricing.yamlfile import suggestion
+from pricing.userio.suggest import suggestion
 
 SCHEMES: tuple[str, ...] = ("s3", "gs", "az", "file")
 _LABEL = re.compile(r"[a-z0-9](?:[a-z0-9-]{0,61}[a-z0-9])?")
@@ -108,7 +108,7 @@ def _distinct_gpus(asks: list[spec.GpuAsk]) -> list[spec.GpuAsk]:
     return asks
 
 
-def _place(value: object) -> spec.Place:
+def _place(value: object) -> Place:
     if not isinstance(value, str) or ":" not in value:
         raise ValueError(f"expected cloud:region such as aws:us-east-1, got {value!r}")
     cloud, _, region = (part.strip() for part in value.partition(":"))
@@ -125,7 +125,7 @@ def _place(value: object) -> spec.Place:
     elif (cloud, region) not in REGION_COUNTRY:
         known = [r for c, r in REGION_COUNTRY if c == cloud]
         raise ValueError(f"unknown {cloud} region {region!r}{suggestion(region, known)}")
-    return spec.Place(cloud, region)
+    return Place(cloud, region)
 
 
 def _deadline(value: object) -> timedelta | datetime | None:
@@ -242,7 +242,7 @@ Accelerators = Annotated[
     ),
 ]
 PlaceText = Annotated[
-    spec.Place,
+    Place,
     PlainValidator(_place),
     _text(["aws:us-east-1", "gcp:europe-west4"], pattern=r"^[a-z]+:\S+$"),
 ]
@@ -492,7 +492,7 @@ class JobManifest(_Model):
             run=spec.RunSpec(
                 command=run.command or "", image=run.image, env=tuple(sorted(run.env.items()))
             ),
-            runtime=spec.Runtime(float(self.runtime.estimate_hours), self.runtime.deadline),
+            runtime=spec.RuntimeEstimate(float(self.runtime.estimate_hours), self.runtime.deadline),
             checkpoint=None
             if checkpoint is None
             else spec.Checkpoint(

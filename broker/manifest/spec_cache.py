@@ -17,12 +17,13 @@ needs neither the YAML parser nor its import (another ~0.05 s of `broker plan`).
 from __future__ import annotations
 
 import json
-import os
 from pathlib import Path
 from typing import Any, NamedTuple
 
 from broker.spec import JobSpec
 from broker.spec_codec import decode, encode
+from pricing.userio.atomic import atomic_write_text
+from pricing.userio.dirs import user_cache_dir
 
 _SOURCES = (
     "broker/spec_codec.py",
@@ -33,7 +34,11 @@ _SOURCES = (
     "pricing/gpus.py",
     "pricing/regions.py",
     "pricing/schema.py",
-    "pricing/yamlfile.py",
+    "pricing/userio/errors.py",
+    "pricing/userio/locate.py",
+    "pricing/userio/suggest.py",
+    "pricing/userio/validation.py",
+    "pricing/userio/yaml_reader.py",
 )
 
 
@@ -47,8 +52,7 @@ def cache_dir() -> Path:
         stat = (root / name).stat()
         parts.append(f"{name}:{stat.st_size}:{stat.st_mtime_ns}")
     key = f"{zlib.crc32('|'.join(parts).encode()):08x}"
-    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
-    return Path(base) / "broker" / "specs" / key
+    return user_cache_dir() / "specs" / key
 
 
 WRITES_PER_LOAD = 50  # enough for the manifests a person edits; bulk loads skip the writes
@@ -122,9 +126,6 @@ def put(digest: str, spec: JobSpec, folder: Path) -> None:
 def _write(folder: Path, name: str, data: Any) -> None:
     """`folder/name.json`, atomically."""
     try:
-        folder.mkdir(parents=True, exist_ok=True)
-        tmp = folder / f".{name}.{os.getpid()}.tmp"
-        tmp.write_text(json.dumps(data), encoding="utf-8")
-        os.replace(tmp, folder / f"{name}.json")
+        atomic_write_text(folder / f"{name}.json", json.dumps(data), durable=False)
     except OSError:
         pass  # a read-only cache costs speed, never correctness

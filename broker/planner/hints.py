@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING
 
 from broker.planner.decision import Hint, Placement
 from broker.planner.plan import plan_many
-from broker.spec import Budget, JobSpec, Runtime
+from broker.spec import Budget, JobSpec, RuntimeEstimate
 
 if TYPE_CHECKING:
     from pricing.query import OfferIndex
@@ -35,7 +35,10 @@ def _relaxations(job: JobSpec) -> list[tuple[str, JobSpec]]:
             (
                 "runtime.deadline",
                 replace(
-                    job, runtime=Runtime(estimate_hours=job.runtime.estimate_hours, deadline=None)
+                    job,
+                    runtime=RuntimeEstimate(
+                        estimate_hours=job.runtime.estimate_hours, deadline=None
+                    ),
                 ),
             )
         )

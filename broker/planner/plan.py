@@ -20,10 +20,12 @@ from datetime import datetime
 from typing import TYPE_CHECKING
 
 from broker.planner import assemble, cost
+from broker.planner.candidates import Candidates
 from broker.planner.decision import Decision, Rejection, Rejections
-from broker.planner.filters import Candidates, Slices
+from broker.planner.filters import Slices
 from broker.planner.partitions import Partitions
-from broker.spec import JobSpec, Place, Requirements
+from broker.spec import JobSpec, Requirements
+from pricing.regions import Place
 
 if TYPE_CHECKING:
     import numpy as np
@@ -137,22 +139,19 @@ class _Places:
             self._tables.append(self._move_figures(job))
         return found
 
-    def _egress_place(self, location: Place):
-        from pricing.egress import Place as EgressPlace
-
+    def _egress_place(self, location: Place) -> Place:
         country = self.index.extra_countries.get((location.cloud, location.region), "")
-        return EgressPlace(location.cloud, location.region, country=country)
+        return Place(location.cloud, location.region, country=country)
 
     def from_place(self, location: Place) -> tuple[np.ndarray, np.ndarray]:
         """USD per GB and copy hours per GB from `location` to every place."""
         import numpy as np
 
-        from pricing.egress import Place as EgressPlace
         from pricing.egress import egress_price
 
         if location not in self._from:
             source = self._egress_place(location)
-            moves = [egress_price(source, EgressPlace(c, r, country=k)) for c, r, k in self.places]
+            moves = [egress_price(source, Place(c, r, country=k)) for c, r, k in self.places]
             self._from[location] = (
                 np.array([m.price_per_gb for m in moves]),
                 np.array([cost.copy_hours(1.0, m.scope) for m in moves]),
@@ -163,14 +162,13 @@ class _Places:
         """USD per GB from every place to `location` (billed by the sending place)."""
         import numpy as np
 
-        from pricing.egress import Place as EgressPlace
         from pricing.egress import egress_price
 
         if location not in self._to:
             target = self._egress_place(location)
             self._to[location] = np.array(
                 [
-                    egress_price(EgressPlace(c, r, country=k), target).price_per_gb
+                    egress_price(Place(c, r, country=k), target).price_per_gb
                     for c, r, k in self.places
                 ]
             )

@@ -11,7 +11,7 @@ examples/policy.yaml.
     teams:
       nlp: {share: 2, max_gpus: 32, max_gpus_by_model: {H100: 16}, monthly_budget: 20000}
 
-Every mistake raises `pricing.yamlfile.UserInputError` naming file, line, column
+Every mistake raises `pricing.userio.errors.UserInputError` naming file, line, column
 and field, with a "did you mean" for misspelt keys and GPU names (canonicalised
 with pricing.gpus); all mistakes found are reported together.
 """
@@ -23,7 +23,8 @@ from pathlib import Path
 from typing import Any
 
 from broker.queue.policy import Policy, TeamPolicy
-from pricing.yamlfile import UserInputError, YamlDocument, load_yaml_documents
+from pricing.userio.errors import UserInputError
+from pricing.userio.yaml_reader import YamlDocument, load_yaml_documents
 
 
 def load_policy(path: Path | str | None, *, missing_ok: bool = False) -> Policy:
@@ -57,7 +58,7 @@ def load_policy(path: Path | str | None, *, missing_ok: bool = False) -> Policy:
 def _validate(doc: YamlDocument) -> Any:
     from pydantic import ValidationError
 
-    from pricing.yamlfile import validation_errors
+    from pricing.userio.validation import validation_errors
 
     models = _models()
     try:

@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 
 
 @dataclass(frozen=True, slots=True)
-class Place:
+class TracePlace:
     """Where spot capacity is counted: a cloud, a region or zone, a GPU or instance type."""
 
     cloud: str
@@ -85,7 +85,7 @@ class Availability:
 class SpotTrace:
     """Spot availability for a set of places (one `Availability` each)."""
 
-    places: Mapping[Place, Availability]
+    places: Mapping[TracePlace, Availability]
     source: str = ""
 
     def merged(self, other: SpotTrace) -> SpotTrace:

@@ -12,7 +12,7 @@ from __future__ import annotations
 import re
 from typing import TYPE_CHECKING
 
-from broker.sim.model import Place
+from broker.sim.model import TracePlace
 
 if TYPE_CHECKING:
     from pricing.table import OfferTable
@@ -35,7 +35,7 @@ def is_zone(cloud: str, location: str) -> bool:
     return region_of(cloud, location) != location
 
 
-def expand_zones(table: OfferTable, places: list[Place]) -> OfferTable:
+def expand_zones(table: OfferTable, places: list[TracePlace]) -> OfferTable:
     """`table` with each zoneless row of a region that has traced zones copied once per
     traced zone whose kind matches the row (rows of other regions stay as they are)."""
     import numpy as np
@@ -44,7 +44,7 @@ def expand_zones(table: OfferTable, places: list[Place]) -> OfferTable:
 
     cloud, region, zone = (table.text(n) for n in ("cloud", "region", "zone"))
     itype, acc = table.text("instance_type"), table.text("accelerator")
-    zones: dict[tuple[str, str], list[Place]] = {}
+    zones: dict[tuple[str, str], list[TracePlace]] = {}
     for p in places:
         if is_zone(p.cloud, p.location):
             zones.setdefault((p.cloud, region_of(p.cloud, p.location)), []).append(p)
@@ -70,7 +70,7 @@ def expand_zones(table: OfferTable, places: list[Place]) -> OfferTable:
     return OfferTable(dict(taken.numbers), codes, categories)
 
 
-def place_of_rows(table: OfferTable, places: list[Place]) -> list[Place | None]:
+def place_of_rows(table: OfferTable, places: list[TracePlace]) -> list[TracePlace | None]:
     """For each row, the trace place that governs its spot market (None: untraced)."""
     by_key = {(p.cloud, p.location, p.kind): p for p in places}
     cloud, region, zone = (table.text(n) for n in ("cloud", "region", "zone"))
@@ -81,13 +81,13 @@ def place_of_rows(table: OfferTable, places: list[Place]) -> list[Place | None]:
 
 
 def governing(
-    by_key: dict[tuple[str, str, str], Place],
+    by_key: dict[tuple[str, str, str], TracePlace],
     cloud: str,
     zone: str,
     region: str,
     instance_type: str,
     accelerator: str,
-) -> Place | None:
+) -> TracePlace | None:
     """The trace place (by (cloud, location, kind)) that governs an offer: the one naming
     its zone, else its region; its instance type, else its GPU. None: untraced."""
     for location in (zone, region):

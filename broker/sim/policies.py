@@ -21,7 +21,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from pricing.suggest import hint
+from pricing.userio.suggest import hint
 
 NAMES = ("broker", "spot-failover", "uniform-progress", "on-demand", "burst-always")
 

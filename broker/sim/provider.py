@@ -25,7 +25,7 @@ from datetime import datetime, timedelta
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from broker.sim.model import Place, SpotTrace
+from broker.sim.model import SpotTrace, TracePlace
 from broker.sim.places import expand_zones, place_of_rows
 from providers.base import Instance, InterruptionNotice, LaunchRequest, instance_tags
 from providers.capabilities import Billing, Capacity, CheckpointStores, SpotMarket
@@ -55,7 +55,7 @@ class _Run:
 
     request: LaunchRequest
     row: int
-    place: Place | None
+    place: TracePlace | None
     zone: str
     launched: float  # hours since the origin
     overhead: float
@@ -167,7 +167,7 @@ class SimulatedProvider(Capacity, Billing, CheckpointStores, SpotMarket):
                 self._write_checkpoint(run)
 
     def _preempt_at(self, t: float) -> None:
-        running: dict[Place, list[_Run]] = {}
+        running: dict[TracePlace, list[_Run]] = {}
         for run in self._runs.values():
             if run.ended is None and run.request.market == "spot" and run.place is not None:
                 running.setdefault(run.place, []).append(run)
@@ -338,8 +338,8 @@ class SimulatedProvider(Capacity, Billing, CheckpointStores, SpotMarket):
 
     # --- helpers ---------------------------------------------------------------------------
 
-    def _spot_used(self) -> dict[Place, int]:
-        used: dict[Place, int] = {}
+    def _spot_used(self) -> dict[TracePlace, int]:
+        used: dict[TracePlace, int] = {}
         for run in self._runs.values():
             if run.ended is None and run.request.market == "spot" and run.place is not None:
                 used[run.place] = used.get(run.place, 0) + run.request.nodes

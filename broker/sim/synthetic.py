@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import random
 
-from broker.sim.model import Availability, Place, SimJob, SpotTrace
+from broker.sim.model import Availability, SimJob, SpotTrace, TracePlace
 
 # (cloud, region, zone, instance type, GPU, on-demand, spot, catalog interruption rate/h)
 ZONES = (
@@ -49,7 +49,7 @@ def synthetic_availability(
             steps = max(1, round(length / step_hours))
             counts += [capacity if up else 0] * steps
             up = not up
-        places[Place(cloud, zone, gpu)] = Availability(
+        places[TracePlace(cloud, zone, gpu)] = Availability(
             step_hours, tuple(counts[: round(hours / step_hours)])
         )
     return SpotTrace(places, f"synthetic(seed={seed})")

@@ -10,7 +10,7 @@ from typing import Any
 from broker.spotpolicy.deadline_aware import DeadlineAware
 from broker.spotpolicy.model import SpotPolicy
 from broker.spotpolicy.uniform_progress import Greedy, OnDemand, SpotFailover, UniformProgress
-from pricing.suggest import hint
+from pricing.userio.suggest import hint
 
 POLICIES: Mapping[str, Callable[..., SpotPolicy]] = MappingProxyType(
     {

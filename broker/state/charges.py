@@ -25,8 +25,9 @@ from typing import TYPE_CHECKING, Any
 from broker.state.model import multiply, to_decimal
 
 if TYPE_CHECKING:
-    from broker.spec import JobSpec, Place
+    from broker.spec import JobSpec
     from broker.state.model import Attempt
+    from pricing.regions import Place
 
 
 def attempt_charges(
@@ -85,7 +86,7 @@ def _writes(hours: Any, interval_minutes: float, outcome: str) -> int:
 
 
 def _place(pair: tuple[str, str]) -> Place:
-    from broker.spec import Place
+    from pricing.regions import Place
 
     return Place(*pair)
 
@@ -98,13 +99,13 @@ def egress_entry(
     countries: Mapping[tuple[str, str], str],
 ) -> dict[str, Any] | None:
     """One egress entry, or None when the move is free or has no known price."""
-    from pricing.egress import Place as EgressPlace
     from pricing.egress import egress_price
+    from pricing.regions import Place
 
-    src = EgressPlace(
+    src = Place(
         source.cloud, source.region, country=countries.get((source.cloud, source.region), "")
     )
-    dst = EgressPlace(*target, country=countries.get(target, ""))
+    dst = Place(*target, country=countries.get(target, ""))
     try:
         price = egress_price(src, dst)
     except ValueError:  # no price known: unknown is missing, never 0

@@ -73,9 +73,9 @@ LEDGER_SELECT = "SELECT l.*, j.team FROM ledger l JOIN jobs j ON j.id = l.job_id
 
 def default_state_path() -> Path:
     """`$XDG_STATE_HOME/broker/state.db`, else `~/.local/state/broker/state.db`."""
-    base = os.environ.get("XDG_STATE_HOME", "")
-    root = Path(base) if os.path.isabs(base) else Path.home() / ".local" / "state"
-    return root / "broker" / "state.db"
+    from pricing.userio.dirs import user_state_dir
+
+    return user_state_dir() / "state.db"
 
 
 def _insert_event(

@@ -52,7 +52,7 @@ from typing import TYPE_CHECKING
 from pricing.families import accelerator_override_columns, interconnect_column
 from pricing.gpus import find_gpu
 from pricing.schema import COLUMN_NAMES, conform, empty_offers
-from pricing.suggest import hint
+from pricing.userio.suggest import hint
 
 if TYPE_CHECKING:  # pandas is imported lazily
     import pandas as pd

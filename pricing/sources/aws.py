@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import csv
 import json
-import os
 import re
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
@@ -38,6 +37,7 @@ from pricing.sources.base import Context, Fetched, PricedOffer, skipped_note
 from pricing.sources.fetch import MissingCredentials, NotFound, SourceError, where
 from pricing.sources.shapes import AWS_FAMILY_GPU, Shape, aws_shape, lookup
 from pricing.sources.units import PriceError, decimal, per_hour
+from pricing.userio.settings import resolve_text
 
 ON_DEMAND = "aws-price-list"
 SPOT = "aws-spot-history"
@@ -85,19 +85,15 @@ _CSV_OPTIONAL = ("MarketOption", "Region Code", "Location Type", "License Model"
 
 
 def bulk_url() -> str:
-    return (os.environ.get("BROKER_AWS_PRICING_URL") or DEFAULT_BULK_URL).rstrip("/")
+    return (resolve_text("aws_pricing_url") or DEFAULT_BULK_URL).rstrip("/")
 
 
 def api_endpoint() -> str | None:
-    return (
-        os.environ.get("BROKER_AWS_QUOTAS_ENDPOINT")
-        or os.environ.get("BROKER_AWS_ENDPOINT")
-        or None
-    )
+    return resolve_text("aws_quotas_endpoint") or resolve_text("aws_endpoint")
 
 
 def ec2_endpoint() -> str | None:
-    return os.environ.get("BROKER_AWS_ENDPOINT") or None
+    return resolve_text("aws_endpoint")
 
 
 # --- on-demand ------------------------------------------------------------------------------

@@ -17,7 +17,6 @@ prices per region).
 
 from __future__ import annotations
 
-import os
 import re
 import urllib.parse
 from collections.abc import Iterator
@@ -28,6 +27,7 @@ from pricing.sources.base import Context, Fetched, PricedOffer, skipped_note
 from pricing.sources.fetch import SourceError, where
 from pricing.sources.shapes import AZURE_SIZES, lookup
 from pricing.sources.units import PriceError, decimal, per_hour
+from pricing.userio.settings import resolve_text
 
 NAME = "azure-retail-prices"
 DEFAULT_URL = "https://prices.azure.com/api/retail/prices"
@@ -38,7 +38,7 @@ _LOW_PRIORITY = re.compile(r"\bLow Priority\b", re.IGNORECASE)
 
 
 def endpoint() -> str:
-    return os.environ.get("BROKER_AZURE_PRICES_URL") or DEFAULT_URL
+    return resolve_text("azure_prices_url") or DEFAULT_URL
 
 
 def first_url(ctx: Context) -> str:

@@ -31,6 +31,7 @@ from pricing.sources.base import Context, Fetched, PricedOffer
 from pricing.sources.fetch import MissingCredentials, SourceError, where
 from pricing.sources.shapes import gcp_machines
 from pricing.sources.units import PriceError, money, offer_price, per_hour
+from pricing.userio.settings import resolve_text
 
 NAME = "gcp-billing-catalog"
 DEFAULT_URL = "https://cloudbilling.googleapis.com"
@@ -68,12 +69,12 @@ _IGNORED = re.compile(
 
 
 def endpoint() -> str:
-    return (os.environ.get("BROKER_GCP_BILLING_URL") or DEFAULT_URL).rstrip("/")
+    return (resolve_text("gcp_billing_url") or DEFAULT_URL).rstrip("/")
 
 
 def auth_headers() -> dict[str, str]:
     """An API key header, else a bearer token from application default credentials."""
-    key = os.environ.get("BROKER_GCP_PRICING_API_KEY") or os.environ.get("GOOGLE_API_KEY")
+    key = resolve_text("gcp_pricing_api_key") or os.environ.get("GOOGLE_API_KEY")
     if key:
         return {"X-Goog-Api-Key": key}
     try:

@@ -29,7 +29,6 @@ the row's `source` ("...+rate:spot-advisor" or "...+rate:history"):
 from __future__ import annotations
 
 import math
-import os
 import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
@@ -37,6 +36,7 @@ from typing import Any
 
 from pricing.sources.base import Context
 from pricing.sources.fetch import SourceError, where
+from pricing.userio.settings import resolve_text
 
 NAME = "aws-spot-advisor"
 DEFAULT_URL = "https://spot-bid-advisor.s3.amazonaws.com/spot-advisor-data.json"
@@ -61,7 +61,7 @@ class Rate:
 
 
 def endpoint() -> str:
-    return os.environ.get("BROKER_SPOT_ADVISOR_URL") or DEFAULT_URL
+    return resolve_text("spot_advisor_url") or DEFAULT_URL
 
 
 def band_upper_percent(label: str) -> float:

@@ -31,7 +31,6 @@ from typing import Any
 
 from pricing.catalog import (
     BUNDLED_CATALOG,
-    atomic_write,
     read_offer_table,
     spot_history_path,
     status_path,
@@ -44,6 +43,7 @@ from pricing.sources.fetch import Http, MissingCredentials, SourceError
 from pricing.sources.shapes import Shape, catalog_shapes
 from pricing.sources.status import Outcome, record
 from pricing.table import OfferTable
+from pricing.userio.atomic import atomic_write
 
 CLOUDS: tuple[str, ...] = ("aws", "gcp", "azure")
 BOTH = ("on-demand", "spot")

@@ -14,8 +14,8 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from pricing.catalog import atomic_write
 from pricing.sources.interruption import RATE_TAG
+from pricing.userio.atomic import atomic_write
 
 FORMAT = 1
 

@@ -30,7 +30,6 @@ How the contract is kept on EC2:
 from __future__ import annotations
 
 import hashlib
-import os
 import re
 import threading
 import time
@@ -43,6 +42,7 @@ import boto3
 from botocore.config import Config
 from botocore.exceptions import BotoCoreError, ClientError
 
+from pricing.userio.settings import resolve_text
 from providers.aws.capacity import FILTER_CHUNK, CapacityView, read_capacity
 from providers.aws.errors import map_error
 from providers.base import (
@@ -174,13 +174,13 @@ class AwsProvider(Restrictions):
         self.catalog = catalog
         self.endpoint = endpoint or endpoint_override(NAME)
         self.quotas_endpoint = (
-            quotas_endpoint or os.environ.get("BROKER_AWS_QUOTAS_ENDPOINT") or self.endpoint
+            quotas_endpoint or resolve_text("aws_quotas_endpoint") or self.endpoint
         )
         self.clock = clock or _UtcClock()
         self.broker_id = broker_id
         self.cooldown = cooldown or CapacityCooldown(self.clock)
         self.sleep = sleep
-        self.image_id = image_id or os.environ.get("BROKER_AWS_IMAGE_ID") or None
+        self.image_id = image_id or resolve_text("aws_image_id")
         self.launch_options = dict(launch_options or {})
         self.capacity_ttl = capacity_ttl
         self._config = Config(

@@ -48,6 +48,7 @@ from dataclasses import replace
 from datetime import datetime
 from typing import TYPE_CHECKING, Any, TypeVar
 
+from pricing.userio.settings import resolve_text
 from providers.azure.capacity import CapacityView, capacity_view
 from providers.azure.errors import map_error
 from providers.base import (
@@ -152,13 +153,13 @@ class AzureProvider(Restrictions):
         self.sleep = sleep
         self.subscription_id = subscription_id or os.environ.get("AZURE_SUBSCRIPTION_ID")
         self.resource_group = (
-            resource_group or os.environ.get("BROKER_AZURE_RESOURCE_GROUP") or "broker"
+            resource_group or resolve_text("azure_resource_group") or "broker"
         )
         self.credential = credential
         self.connection_verify = connection_verify
-        self.image = image_reference(image or os.environ.get("BROKER_AZURE_IMAGE") or DEFAULT_IMAGE)
-        self.subnet_id = subnet_id or os.environ.get("BROKER_AZURE_SUBNET_ID")
-        self.ssh_public_key = ssh_public_key or os.environ.get("BROKER_AZURE_SSH_PUBLIC_KEY")
+        self.image = image_reference(image or resolve_text("azure_image") or DEFAULT_IMAGE)
+        self.subnet_id = subnet_id or resolve_text("azure_subnet_id")
+        self.ssh_public_key = ssh_public_key or resolve_text("azure_ssh_public_key")
         self.eviction_policy = eviction_policy
         # Polling at once suits only a test endpoint; Azure's own pace is Retry-After/30 s.
         self.polling_interval = (

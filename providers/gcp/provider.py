@@ -38,6 +38,7 @@ from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from pricing.gpus import find_gpu
+from pricing.userio.settings import resolve_text
 from providers.base import (
     ACTIVE_STATES,
     ENDED_STATES,
@@ -168,7 +169,7 @@ class GcpProvider(Restrictions):
         self.cooldown = cooldown or CapacityCooldown(self.clock)
         self._sleep = sleep
         self.credentials, self.project = _credentials_and_project(credentials, project)
-        self.image = image or os.environ.get("BROKER_GCP_IMAGE") or DEFAULT_IMAGE
+        self.image = image or resolve_text("gcp_image") or DEFAULT_IMAGE
         self.spot_action, self.network, self.disk_gb = spot_action, network, disk_gb
         self.timeout, self.operation_timeout = timeout, operation_timeout
         self.capacity_ttl = capacity_ttl

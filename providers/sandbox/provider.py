@@ -44,7 +44,8 @@ from datetime import datetime, timedelta
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from pricing.suggest import hint
+from pricing.userio.atomic import atomic_write_text
+from pricing.userio.suggest import hint
 from providers.base import (
     ID_PATTERN,
     Clock,
@@ -444,9 +445,7 @@ class SandboxProvider(Capacity, Billing, CheckpointStores, PlayedReclaims):
 
     def _write(self, record: _Record) -> None:
         path = self.workdir / record.attempt_id / RECORD
-        tmp = path.with_name(f".{RECORD}.{os.getpid()}.tmp")
-        tmp.write_text(record.to_json())
-        os.replace(tmp, path)
+        atomic_write_text(path, record.to_json(), durable=False)
 
     def _load(self, attempt_id: str) -> _Record | None:
         try:

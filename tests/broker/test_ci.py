@@ -20,7 +20,7 @@ from broker.manifest.load import parse_manifest_text
 from broker.offers import load_offers
 from broker.planner.decision import CostEstimate, Placement
 from broker.spec import JobSpec
-from pricing.yamlfile import UserInputError
+from pricing.userio.errors import UserInputError
 from tests.fakes.gitrepo import GitRepo, isolate_git, job
 from tests.fakes.offers import write_catalog
 

@@ -26,14 +26,14 @@ from broker.spec import (
     DataInput,
     GpuAsk,
     JobSpec,
-    Place,
     Requirements,
     RunSpec,
-    Runtime,
+    RuntimeEstimate,
 )
 from pricing.gpus import gpu_names
+from pricing.regions import Place
 from pricing.schema import CLOUDS
-from pricing.yamlfile import UserInputError
+from pricing.userio.errors import UserInputError
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples" / "jobs"
 WHERE = Path("jobs/llama.yaml")
@@ -132,7 +132,7 @@ def test_every_field_of_the_full_manifest():
             image="ghcr.io/acme/train:1.4",
             env=(("WANDB_PROJECT", "llama"),),
         ),
-        runtime=Runtime(estimate_hours=12.0, deadline=timedelta(hours=36)),
+        runtime=RuntimeEstimate(estimate_hours=12.0, deadline=timedelta(hours=36)),
         checkpoint=Checkpoint("s3://acme-ckpt/llama-ft/", 30.0, 120.0, Place("aws", "us-east-1")),
         data=(DataInput("s3://acme-data/pile/", 800.0, Place("aws", "us-east-1")),),
         budget=Budget(max_cost=500.0),
@@ -151,7 +151,7 @@ def test_defaults():
     spec = manifest.spec
     assert (spec.queue, spec.priority, spec.requirements.spot) == ("default", 0, "never")
     assert spec.requirements.accelerators == ()  # a CPU-only job
-    assert spec.runtime == Runtime(estimate_hours=1.0, deadline=None)
+    assert spec.runtime == RuntimeEstimate(estimate_hours=1.0, deadline=None)
     assert spec.checkpoint is None and spec.data == () and spec.budget.max_cost is None
     assert (spec.max_restarts_on_error, spec.recover_on_exit_codes) == (0, ())
 
@@ -714,7 +714,7 @@ def manifests(draw) -> tuple[dict, JobSpec]:
         deadline = moment.astimezone(UTC)
     if runtime:
         doc["runtime"] = runtime
-    spec["runtime"] = Runtime(spec_hours, deadline)
+    spec["runtime"] = RuntimeEstimate(spec_hours, deadline)
 
     if draw(st.booleans()):
         checkpoint = {"uri": draw(URIS)}
@@ -785,7 +785,7 @@ def test_digest_changes_with_a_value(generated, key):
     assert manifest.digest == manifest_digest(changed)
 
 
-# --- the fast YAML path (pricing.yamlfile with libyaml) builds what PyYAML's safe_load builds ---
+# --- the fast YAML path (userio.yaml_reader with libyaml) builds what PyYAML's safe_load builds ---
 
 YAML_CORNERS = [
     "a: 010\nb: 0x1f\nc: 1_000\nd: 12\ne: -3\nf: 1.5\ng: .inf\nh: yes\ni: ~\nj: 2025-01-01\n",
@@ -801,14 +801,14 @@ YAML_CORNERS = [
 
 @pytest.mark.parametrize("text", YAML_CORNERS)
 def test_fast_yaml_builds_what_safe_load_builds(text):
-    from pricing.yamlfile import parse_yaml_documents
+    from pricing.userio.yaml_reader import parse_yaml_documents
 
     got = [doc.data for doc in parse_yaml_documents(text, WHERE)]
     assert repr(got) == repr(list(yaml.load_all(text, Loader=yaml.SafeLoader)))
 
 
 def test_fast_yaml_errors_are_pyyaml_errors():
-    from pricing.yamlfile import parse_yaml_documents
+    from pricing.userio.yaml_reader import parse_yaml_documents
 
     with pytest.raises(UserInputError, match="found unhashable key") as info:
         parse_yaml_documents("ok: 1\n---\n? [1, 2]\n: x\n", WHERE)

@@ -19,15 +19,13 @@ from broker.spec import (
     DataInput,
     GpuAsk,
     JobSpec,
-    Place,
     Requirements,
-    Runtime,
+    RuntimeEstimate,
 )
-from pricing.egress import Place as EgressPlace
 from pricing.egress import egress_price
 from pricing.gpus import find_gpu
 from pricing.query import OfferIndex
-from pricing.regions import country_of
+from pricing.regions import Place, country_of
 from pricing.synthetic import synthetic_offers
 from pricing.table import OfferTable
 
@@ -73,18 +71,18 @@ def brute_force(job: JobSpec, index: OfferIndex) -> list[tuple[float, float, int
                 price = unit * req.nodes
                 if req.max_price_per_hour is not None and price > req.max_price_per_hour:
                     continue
-                here = EgressPlace(offer["cloud"], offer["region"], country=country)
+                here = Place(offer["cloud"], offer["region"], country=country)
                 run = job.runtime.estimate_hours * speed[0] / speed[alt]
                 staging = egress_in = 0.0
                 for item in job.data:
-                    src = EgressPlace(item.location.cloud, item.location.region)
+                    src = Place(item.location.cloud, item.location.region)
                     move = egress_price(src, here)
                     staging += cost.copy_hours(item.size_gb, move.scope)
                     egress_in += item.size_gb * move.price_per_gb
                 restore_h = restore_usd = write_usd = 0.0
                 ck = job.checkpoint
                 if ck and ck.location and ck.size_gb:
-                    bucket = EgressPlace(ck.location.cloud, ck.location.region)
+                    bucket = Place(ck.location.cloud, ck.location.region)
                     back = egress_price(bucket, here)
                     restore_h = cost.copy_hours(ck.size_gb, back.scope)
                     restore_usd = ck.size_gb * back.price_per_gb
@@ -157,7 +155,7 @@ jobs = st.builds(
     team=st.just("team"),
     requirements=requirements,
     runtime=st.builds(
-        Runtime,
+        RuntimeEstimate,
         st.sampled_from([0.5, 3.0, 24.0]),
         st.sampled_from([None, timedelta(hours=4), timedelta(hours=60)]),
     ),
@@ -313,7 +311,7 @@ def test_faster_gpu_can_be_cheaper_overall() -> None:
         "j",
         "t",
         Requirements(accelerators=(GpuAsk("A100", 8.0), GpuAsk("H100", 8.0))),
-        runtime=Runtime(estimate_hours=10),
+        runtime=RuntimeEstimate(estimate_hours=10),
     )
     best = plan(job, index, NOW).placements[0]
     assert best.accelerator == "H100"

@@ -15,7 +15,7 @@ import pytest
 
 from broker.planner import cost
 from broker.planner.plan import plan
-from broker.spec import GpuAsk, JobSpec, Requirements, Runtime
+from broker.spec import GpuAsk, JobSpec, Requirements, RuntimeEstimate
 from pricing.query import OfferIndex
 from pricing.regions import country_of
 from pricing.table import OfferTable
@@ -82,7 +82,7 @@ def job(gpu: str, count: float, spot: str, **placement) -> JobSpec:
         "real",
         "t",
         Requirements(accelerators=(GpuAsk(gpu, count),), spot=spot, **placement),
-        runtime=Runtime(estimate_hours=1.0),
+        runtime=RuntimeEstimate(estimate_hours=1.0),
     )
 
 

@@ -25,7 +25,7 @@ from broker.queue import (
     load_policy,
     schedule,
 )
-from pricing.yamlfile import UserInputError
+from pricing.userio.errors import UserInputError
 
 NOW = datetime(2025, 3, 10, 12, 0, tzinfo=UTC)
 LAB = ("onprem", "lab")

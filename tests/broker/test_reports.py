@@ -22,10 +22,11 @@ from broker.reports.lines import Ledger, lost_share, to_lines
 from broker.reports.query import GROUPINGS, Figures, Line, UnknownGrouping, figures, group, parse_by
 from broker.reports.report import build_report
 from broker.reports.savings import OnDemandPrices, Quote, first_choice_cloud
-from broker.spec import Checkpoint, DataInput, GpuAsk, JobSpec, Place, Requirements
+from broker.spec import Checkpoint, DataInput, GpuAsk, JobSpec, Requirements
 from broker.state import AttemptState, JobState, StateStore, UnknownAttempt, schema
 from broker.state.charges import attempt_charges
 from broker.state.model import Attempt, total
+from pricing.regions import Place
 from tests.fakes.billing import ledger as fixed
 from tests.fakes.offers import write_catalog
 from tests.fakes.specs import job_spec, placed

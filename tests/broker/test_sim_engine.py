@@ -10,14 +10,14 @@ import pytest
 from broker.clock import FixedClock
 from broker.sim import policies
 from broker.sim.engine import Scenario, simulate
-from broker.sim.model import Availability, Place, SimJob, SpotTrace
+from broker.sim.model import Availability, SimJob, SpotTrace, TracePlace
 from broker.sim.provider import SimulatedProvider, Work
 from broker.sim.synthetic import ZONES, synthetic_offers, synthetic_scenario
 from providers.base import LaunchRequest
 from providers.errors import InsufficientCapacity
 
 ORIGIN = datetime(2026, 1, 1, tzinfo=UTC)
-PLACE = Place("aws", "us-east-1a", "V100")
+PLACE = TracePlace("aws", "us-east-1a", "V100")
 
 
 def provider(tmp_path, counts, step=1.0, restart=0.0):
@@ -126,7 +126,7 @@ def test_lost_work_is_at_most_one_checkpoint_interval_per_preemption():
 
 def test_a_job_with_a_deadline_that_spot_cannot_meet_goes_on_demand():
     job = SimJob("urgent", "nlp", 0.0, "V100", 1, hours=4.0, deadline_hours=4.5)
-    never = SpotTrace({Place("aws", z[2], "V100"): Availability(1.0, (0,)) for z in ZONES})
+    never = SpotTrace({TracePlace("aws", z[2], "V100"): Availability(1.0, (0,)) for z in ZONES})
     scenario = Scenario(synthetic_offers(), never, [job], restart_hours=0.1)
     result = simulate(scenario, policies.make("broker"))
     assert result.deadline_misses == 0 and result.finished == 1

@@ -14,11 +14,11 @@ from broker.clock import FixedClock
 from broker.recovery import cooldown
 from broker.sim import policies
 from broker.sim.engine import ORIGIN, Scenario, simulate
-from broker.sim.model import Availability, Place, SimJob, SpotTrace
+from broker.sim.model import Availability, SimJob, SpotTrace, TracePlace
 from broker.sim.synthetic import ZONES, synthetic_offers
 from broker.state import StateStore
-from pricing.egress import Place as EgressPlace
 from pricing.egress import egress_price
+from pricing.regions import Place
 
 RESTART = 0.1  # hours per (re)start
 WORK = 6.0  # hours of work
@@ -32,8 +32,8 @@ def _job() -> SimJob:
                   checkpoint_minutes=CHECKPOINT * 60, checkpoint_gb=SIZE_GB)  # fmt: skip
 
 
-def _place(zone) -> Place:
-    return Place(zone[0], zone[2], zone[4])
+def _place(zone) -> TracePlace:
+    return TracePlace(zone[0], zone[2], zone[4])
 
 
 def _run(scenario: Scenario, policy, workdir: Path):
@@ -95,7 +95,7 @@ def test_without_stay_home_the_job_moves_at_once_and_pays_egress(tmp_path):
     first, second = attempts
     assert (first[2], second[2]) == (HOME[1], AWAY[1])
     assert _hours(second[0]) == pytest.approx(GONE)  # no wait
-    per_gb = egress_price(EgressPlace(HOME[0], HOME[1]), EgressPlace(AWAY[0], AWAY[1]))
+    per_gb = egress_price(Place(HOME[0], HOME[1]), Place(AWAY[0], AWAY[1]))
     egress = SIZE_GB * float(per_gb.price_per_gb)
     assert egress > 0
     assert moved.egress_cost == pytest.approx(egress, abs=0.01)

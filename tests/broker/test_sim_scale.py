@@ -11,11 +11,11 @@ from hypothesis import strategies as st
 from broker.queue.bursting import expected_pool_start, wait_for_pool
 from broker.sim import policies
 from broker.sim.engine import Scenario, simulate
-from broker.sim.model import Availability, Place, SimJob, SpotTrace
+from broker.sim.model import Availability, SimJob, SpotTrace, TracePlace
 from broker.sim.scale import simulate_at_scale
 from broker.sim.synthetic import ZONES, synthetic_availability, synthetic_jobs, synthetic_offers
 
-PLACE = Place("aws", "us-east-1a", "V100")
+PLACE = TracePlace("aws", "us-east-1a", "V100")
 POOL = """pools:
   - name: lab
     location: {region: onprem-east, country: US}
@@ -175,7 +175,7 @@ def test_stay_home_keeps_every_reclaimed_job_waiting_for_its_own_region(engine):
     # egress), where without it they move and pay to copy their checkpoints.
     home = Availability(0.5, (2, 2, 0, 0, 0, 0) + (2,) * 30)
     away = Availability(0.5, (0, 0) + (2,) * 34)
-    trace = SpotTrace({PLACE: home, Place("aws", "us-east-2a", "V100"): away})
+    trace = SpotTrace({PLACE: home, TracePlace("aws", "us-east-2a", "V100"): away})
     jobs = [SimJob(f"j{i}", "t", 0.0, "V100", 1, 4.0, 14.0, checkpoint_minutes=30.0,
                    checkpoint_gb=20.0) for i in range(2)]  # fmt: skip
     scenario = Scenario(synthetic_offers(ZONES[:2]), trace, jobs, restart_hours=0.1)

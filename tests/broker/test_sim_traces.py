@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from broker.sim.model import Place
+from broker.sim.model import TracePlace
 from broker.sim.traces.jobs import read_jobs
 from broker.sim.traces.spotjson import read_availability, read_spot
 from tests.conftest import shared_dir
@@ -19,7 +19,7 @@ def test_cant_be_late_json_counts_and_prices(tmp_path):
     path.write_text(json.dumps({"metadata": {"gap_seconds": 180}, "data": [1, 0, 1],
                                 "prices": [0.9, 0.9, 1.1]}))  # fmt: skip
     place, availability = read_availability(path)
-    assert place == Place("aws", "us-east-1a", "V100")
+    assert place == TracePlace("aws", "us-east-1a", "V100")
     assert availability.step_hours == pytest.approx(0.05)
     assert availability.counts == (1, 0, 1) and availability.prices == (0.9, 0.9, 1.1)
     assert availability.changes() == pytest.approx([0.05, 0.1])
@@ -29,7 +29,7 @@ def test_skynomad_preempted_convention_is_inverted(tmp_path):
     path = tmp_path / "us-central1-a_h100_16.json"
     path.write_text(json.dumps({"metadata": {"gap_seconds": 600}, "data": [1, 0, 0]}))
     place, availability = read_availability(path, preempted=True)
-    assert place == Place("gcp", "us-central1-a", "H100")
+    assert place == TracePlace("gcp", "us-central1-a", "H100")
     assert availability.counts == (0, 1, 1)
 
 

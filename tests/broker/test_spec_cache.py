@@ -12,7 +12,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from broker import spec_codec
-from broker.spec import Runtime
+from broker.spec import RuntimeEstimate
 from tests.broker.test_planner import jobs
 
 REPO = Path(__file__).resolve().parents[2]
@@ -28,10 +28,35 @@ deadlines = (
 def test_encode_decode_round_trips_exactly(job, deadline):
     from dataclasses import replace
 
-    job = replace(job, runtime=Runtime(job.runtime.estimate_hours, deadline))
+    job = replace(job, runtime=RuntimeEstimate(job.runtime.estimate_hours, deadline))
     import json
 
     assert spec_codec.decode(json.loads(json.dumps(spec_codec.encode(job)))) == job
+
+
+def test_a_place_encodes_as_cloud_and_region_unless_it_has_a_zone_or_country():
+    """The spec JSON of every stored job keeps its shape now that Place has four fields."""
+    import json
+    from dataclasses import replace
+
+    from broker.spec import Checkpoint, DataInput
+    from pricing.regions import Place
+
+    job = replace(
+        _a_job(),
+        checkpoint=Checkpoint("s3://b/ck/", 30, 10, Place("aws", "us-east-1")),
+        data=(DataInput("gs://b/d/", 5, Place("onprem", "lab", country="DE")),),
+    )
+    data = json.loads(json.dumps(spec_codec.encode(job)))
+    assert data["checkpoint"]["location"] == {"cloud": "aws", "region": "us-east-1"}
+    assert data["data"][0]["location"] == {"cloud": "onprem", "region": "lab", "country": "DE"}
+    assert spec_codec.decode(data) == job
+
+
+def _a_job():
+    from broker.spec import GpuAsk, JobSpec, Requirements
+
+    return JobSpec("j", "t", Requirements(accelerators=(GpuAsk("A100", 1),)))
 
 
 PROBE = """

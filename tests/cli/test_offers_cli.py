@@ -148,3 +148,10 @@ def test_broken_catalog_exits_2(capsys, tmp_path):
     assert result.code == 2 and "lacks columns" in result.stderr
     missing = run_cli(capsys, "offers", "--catalog", str(tmp_path / "nope.csv"))
     assert missing.code == 2 and "not found" in missing.stderr
+
+
+def test_a_broken_broker_toml_is_bad_input_naming_the_file(capsys, catalog, isolated_user_dirs):
+    (isolated_user_dirs / "broker.toml").write_text("freshness_days = \n")
+    result = run_cli(capsys, "offers", "--catalog", catalog)
+    assert result.code == 2
+    assert "broker.toml" in result.stderr and "Traceback" not in result.stderr

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from broker.cli.pricing import auto_refresh
+from broker.cli.pricing_refresh import auto_refresh
 from pricing.catalog import read_offer_table
 from tests.cli.runner import run_cli
 from tests.fakes import prices as fakes

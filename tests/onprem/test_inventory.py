@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 from onprem.inventory import Executor, Pool, PoolNode, load_pools, pool_countries
 from onprem.offers import free_gpus, interconnect, pools_to_offers
 from pricing.schema import COLUMN_NAMES, OFFER_COLUMNS, conform
-from pricing.yamlfile import UserInputError
+from pricing.userio.errors import UserInputError
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "pools.yaml"
 

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from pricing.egress import Place, egress_cost, egress_price, egress_scope
+from pricing.egress import egress_cost, egress_price, egress_scope
+from pricing.regions import Place
 
 
 @pytest.mark.parametrize(

@@ -15,7 +15,7 @@ from pricing.overlays import apply_overlays as apply_to_table
 from pricing.overlays import match_counts as match_counts_in_table
 from pricing.schema import COLUMN_NAMES, conform
 from pricing.table import OfferTable
-from pricing.yamlfile import UserInputError
+from pricing.userio.errors import UserInputError
 
 
 def apply_overlays(frame: pd.DataFrame, rules) -> pd.DataFrame:

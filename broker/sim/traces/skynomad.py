@@ -10,7 +10,7 @@ import json
 from dataclasses import replace
 from pathlib import Path
 
-from broker.sim.model import Place, SpotTrace
+from broker.sim.model import SpotTrace, TracePlace
 
 
 def read_v100_prices(path: Path) -> dict[str, tuple[float, ...]]:
@@ -75,5 +75,5 @@ def places_for(trace: SpotTrace, names: list[str]) -> SpotTrace:
     return SpotTrace({p: a for p, a in trace.places.items() if p.location in zones}, trace.source)
 
 
-__all__ = ["Place", "places_for", "published_means", "read_results", "read_v100_prices",
+__all__ = ["TracePlace", "places_for", "published_means", "read_results", "read_v100_prices",
            "scenario_windows", "with_prices"]  # fmt: skip

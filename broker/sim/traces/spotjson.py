@@ -16,7 +16,7 @@ import re
 from collections.abc import Iterable
 from pathlib import Path
 
-from broker.sim.model import Availability, Place, SpotTrace
+from broker.sim.model import Availability, SpotTrace, TracePlace
 
 GPU_NAMES = {"v100": "V100", "k80": "K80", "h100": "H100", "a100": "A100", "a100_40gb": "A100"}
 # <zone>_<gpu or instance>[_<count>]: the count is absent from GCP CPU files (us-central1-a_c3-88)
@@ -30,13 +30,13 @@ def cloud_of(zone: str, path: Path | None = None) -> str:
     return "gcp" if re.match(r"^[a-z]+-[a-z]+\d+-[a-z]$", zone) else "aws"
 
 
-def place_of(path: Path, cloud: str | None = None) -> Place:
+def place_of(path: Path, cloud: str | None = None) -> TracePlace:
     match = _NAME.match(path.name.removesuffix(".gz").removesuffix(".json"))
     if match is None:
         raise ValueError(f"{path.name}: expected <zone>_<gpu>[_<count>].json")
     zone, kind = match["zone"], match["kind"]
     gpu = GPU_NAMES.get(kind, kind.upper())
-    return Place(cloud or cloud_of(zone, path), zone, gpu)
+    return TracePlace(cloud or cloud_of(zone, path), zone, gpu)
 
 
 def read_availability(
@@ -45,7 +45,7 @@ def read_availability(
     preempted: bool = False,
     cloud: str | None = None,
     gap_seconds: float | None = None,
-) -> tuple[Place, Availability]:
+) -> tuple[TracePlace, Availability]:
     """One file. `preempted`: values are 1 = unavailable (SkyNomad's converted traces)."""
     data = _load(path)
     gap = float(gap_seconds or data["metadata"]["gap_seconds"])

@@ -1,4 +1,8 @@
-""" "Did you mean" hints for unknown names (GPUs, regions, fields, clouds)."""
+""" "Did you mean" hints for unknown names (GPUs, regions, fields, clouds).
+
+`hint` lists up to three close names (a sentence suffix for a CLI message);
+`suggestion` quotes the closest one (for a located error about a field or a value).
+"""
 
 from __future__ import annotations
 
@@ -45,3 +49,11 @@ def hint(name: str, choices: Iterable[str]) -> str:
     """A sentence suffix such as " (did you mean A100, A10?)", or "" when nothing is close."""
     close = did_you_mean(name, choices)
     return f" (did you mean {', '.join(close)}?)" if close else ""
+
+
+def suggestion(name: object, choices: Iterable[str]) -> str:
+    """A suffix such as " (did you mean 'node'?)", or "" when nothing is close."""
+    if not isinstance(name, str):
+        return ""
+    close = did_you_mean(name, choices, limit=1)
+    return f" (did you mean {close[0]!r}?)" if close else ""

@@ -1,4 +1,4 @@
-"""pricing.yamlfile: documents keep their marks; every error is located."""
+"""pricing.userio: YAML documents keep their marks; every error is located."""
 
 from __future__ import annotations
 
@@ -11,12 +11,9 @@ from hypothesis import given
 from hypothesis import strategies as st
 from pydantic import BaseModel, ConfigDict, ValidationError
 
-from pricing.yamlfile import (
-    UserInputError,
-    format_field,
-    load_yaml_documents,
-    validation_errors,
-)
+from pricing.userio.errors import UserInputError, format_field
+from pricing.userio.validation import validation_errors
+from pricing.userio.yaml_reader import load_yaml_documents
 
 
 def write(tmp_path, text, name="file.yaml"):

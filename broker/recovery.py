@@ -10,7 +10,7 @@
   risk-adjusted cost then prefers steadier places, or on-demand.
 - A job's checkpoint lives where its last attempt ran; the planner prices moving it
   (egress and copy time) to each candidate, and the controller copies it before the
-  next attempt starts (`Controller._migrate`).
+  next attempt starts (`broker.controller.checkpoints`).
 
 All of it is read from the state store, so a restarted controller knows it too.
 """
@@ -171,69 +171,3 @@ def with_checkpoint_at(spec: JobSpec, place: Place | None) -> JobSpec:
     if place is None or spec.checkpoint is None:
         return spec
     return replace(spec, checkpoint=replace(spec.checkpoint, location=place))
-
-
-def steer_market(
-    spec: JobSpec,
-    job: Job,
-    store: StateStore,
-    now: datetime,
-    policy=None,
-    current: str | None = None,
-    spot_available: bool = True,  # simulator hook (issue 8): is spot on sale anywhere now
-    restart_hours: float | None = None,
-    step_hours: float = 0.0,
-) -> tuple[JobSpec, str]:
-    """For a deadline job with `spot: prefer`, ask the spot policy (default: the
-    deadline-aware one, broker.spotpolicy) which market this placement may use, from
-    the slack left after what earlier attempts achieved. Returns the spec to plan
-    (spot "never" when the policy says on-demand) and the policy's choice ("" when it
-    was not asked). Work saved by a reclaimed attempt counts up to its last checkpoint,
-    a running attempt's is its time running, each less its restart overhead (time spent
-    starting is not progress). `current`: the market running now. `restart_hours`: what a
-    (re)start costs, restore included, when known better than the planner's estimate
-    (RESTART_HOURS + a worst-case restore; the simulator knows it); `step_hours`: how
-    often the policy is asked again (the controller's pass interval; 0: continuously).
-    The deadline guarantee of the deadline-aware policy needs both to be true
-    (docs/spot-policy.md)."""
-    from broker.planner.cost import RESTART_HOURS, copy_hours
-    from broker.reports.lines import lost_share
-    from broker.spotpolicy import DeadlineAware, SpotState
-    from broker.state import AttemptState
-
-    requirements = spec.requirements
-    if requirements.spot != "prefer" or spec.runtime.deadline is None:
-        return spec, ""
-    submitted = store.version(job.id, job.version).submitted_at
-    deadline_at = spec.runtime.deadline_at(submitted)
-    checkpoint = spec.checkpoint
-    restore = copy_hours(checkpoint.size_gb, "internet") if checkpoint else 0.0  # worst case
-    # what every (re)start spends before working: the planner's estimate, or the real one
-    overhead = RESTART_HOURS + restore if restart_hours is None else restart_hours
-    attempts = store.attempts(job.id)
-    reclaimed = any(a.state == AttemptState.INTERRUPTED for a in attempts)
-    checkpoints = store.checkpoints() if reclaimed and checkpoint is not None else {}
-    done = 0.0
-    for attempt in attempts:
-        if attempt.state == AttemptState.INTERRUPTED and checkpoint is not None:
-            kept = 1 - float(lost_share(attempt, checkpoints.get(attempt.id)))
-            done += max(0.0, float(attempt.billed_hours or 0) * kept - overhead)
-        elif attempt.state == AttemptState.RUNNING and attempt.running_at is not None:
-            ran = (now - attempt.running_at).total_seconds() / 3600
-            done += max(0.0, ran - overhead)
-    total = spec.runtime.estimate_hours
-    state = SpotState(
-        elapsed=(now - submitted).total_seconds() / 3600,
-        deadline=(deadline_at - submitted).total_seconds() / 3600,
-        work_left=max(0.0, total - done),
-        restart_overhead=overhead,
-        current=current,
-        spot_available=spot_available,
-        work_total=total,
-        preemption_loss=checkpoint.interval_minutes / 60 if checkpoint else float("inf"),
-        step=step_hours,
-    )
-    choice = (policy or DeadlineAware()).choose(state)
-    if choice == "on-demand":
-        return replace(spec, requirements=replace(requirements, spot="never")), choice
-    return spec, choice

@@ -150,7 +150,7 @@ def pool_gpus_of(index) -> dict[tuple[str, str], float]:
 def with_whole_pools(index, pool_gpus: dict[tuple[str, str], float]):
     """`index` with every on-prem row offering its pool's nodes, busy or not: planned
     this way, a full pool still ranks, and the queue policy and bursting rule decide
-    whether the job waits for it (broker.queue.bursting) instead of the planner
+    whether the job waits for it (broker.dispatch.pool) instead of the planner
     silently sending it elsewhere."""
     import numpy as np
 

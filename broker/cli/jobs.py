@@ -166,7 +166,9 @@ def queue(
     """The queue: position, job, GPUs asked, planned placement and cost, and why it waits
     (quota, budget, capacity, fair share, lower priority)."""
     with runtime(state, catalog, pools, overlays, policy) as rt:
-        rows = rt.controller.queue_view()
+        from broker.cli.queue_rows import queue_rows
+
+        rows = queue_rows(rt.controller.queue_lines(), rt.controller.clock.now())
     render(rows, QUEUE_COLUMNS, output, json_key="queue")
 
 

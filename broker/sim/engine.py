@@ -107,13 +107,7 @@ def _run(scenario: Scenario, policy: SimPolicy, progress, workdir: Path) -> Poli
         clock,
         _index_of(policy),
         pool_gpus=dict(scenario.pool_gpus),
-        spot_policy=policy.spot_policy,
-        spot_strict=policy.strict,
-        cooldown_scale=policy.cooldown_scale,
-        pool_wait_factor=policy.pool_wait_factor,
-        stay_home=policy.stay_home,
-        restart_hours=scenario.restart_hours,
-        pass_hours=scenario.reconcile_hours,
+        settings=policy.settings(scenario.restart_hours, scenario.reconcile_hours),
     )
     order = sorted(range(len(scenario.jobs)), key=lambda i: (scenario.jobs[i].submit_hours, i))
     names = job_names(scenario.jobs)

@@ -8,7 +8,7 @@
 | broker | prefer | deadline-aware | yes | cost model (risk, egress) |
 | burst-always | prefer, pool first then any cloud at once | deadline-aware | yes | cost model |
 
-"strict" is the controller's `spot_strict` hook: the spot policy's "spot" and "wait"
+"strict" is the dispatch settings' `spot_strict`: the spot policy's "spot" and "wait"
 plan the job on spot only, so it waits queued while no spot is on sale, as Can't Be
 Late's rules and our deadline-aware policy mean. spot-failover relaunches after each
 preemption in the cheapest open place; the reclaimed place is closed by the broker's
@@ -21,6 +21,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from broker.dispatch.settings import DispatchSettings
 from pricing.userio.suggest import hint
 
 NAMES = ("broker", "spot-failover", "uniform-progress", "on-demand", "burst-always")
@@ -36,11 +37,24 @@ class SimPolicy:
     # wait for spot in the checkpoint's region while the spot policy may wait, rather than
     # pay egress and a restart to move (broker.sim.engine._home)
     stay_home: bool = False
-    cooldown_scale: float = 1.0  # x broker.recovery's reclaim cool-down (Controller hook)
-    # Starburst waiting budget for a full on-prem pool, x the job's hours (Controller
-    # setting; broker.queue.bursting); 0 bursts to a cloud at once
+    cooldown_scale: float = 1.0  # x broker.recovery's reclaim cool-down
+    # Starburst waiting budget for a full on-prem pool, x the job's hours
+    # (broker.dispatch.pool); 0 bursts to a cloud at once
     pool_wait_factor: float = 0.0
     params: Mapping[str, Any] = field(default_factory=dict)
+
+    def settings(self, restart_hours: float, pass_hours: float) -> DispatchSettings:
+        """The shared decisions' settings for a scenario with this restart overhead and
+        pass interval (both engines plan through them)."""
+        return DispatchSettings(
+            spot_policy=self.spot_policy,
+            spot_strict=self.strict,
+            cooldown_scale=self.cooldown_scale,
+            stay_home=self.stay_home,
+            restart_hours=restart_hours,
+            pass_hours=pass_hours,
+            pool_wait_factor=self.pool_wait_factor,
+        )
 
     def describe(self) -> dict[str, Any]:
         return {

@@ -10,16 +10,16 @@ second. Philly's 82,247 jobs need a leaner loop that keeps the same decisions:
   room at its place, a pool with free GPUs, on-demand always. That is what planning
   over the current offers ranks first, because a placement's expected cost does not
   depend on which other offers exist.
-- **Market**: a deadline job with `spot: prefer` asks the policy's spot policy
-  (broker.spotpolicy) through a SpotState, as broker.recovery.steer_market does in
-  production; "spot" and "wait" then plan spot only (the strict hook of engine.py).
-  A pool is open to every choice: it is no spot gamble.
+- **Market**: a deadline job with `spot: prefer` asks its spot policy through
+  `broker.dispatch.market`, the question the controller asks in production; "spot"
+  and "wait" then plan spot only (the `spot_strict` setting). A pool is open to every
+  choice: it is no spot gamble.
 - **Full pool**: with the policy's `pool_wait_factor` > 0 (`broker`), wait for it when
-  broker.queue.bursting says waiting is cheaper and fits the waiting budget and the
+  `broker.dispatch.pool` says waiting is cheaper and fits the waiting budget and the
   deadline (Starburst), as the controller does; else (`burst-always`) take the next
   placement at once.
 - **stay_home**: a reclaimed job's spot stays in its checkpoint's region while its spot
-  policy would still wait (the controller's `stay_home` hook).
+  policy would still wait (`broker.dispatch.home`, as in the controller).
 - **Spot**: a place holds at most the trace's count x `spot_scale` spot runs. When the
   count drops, the newest runs there are reclaimed and lose the work since their last
   checkpoint; the job decides again at once.
@@ -38,10 +38,11 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from broker.queue.bursting import expected_pool_start, wait_for_pool
+from broker.dispatch.home import stays_home
+from broker.dispatch.market import MarketAsk, choose_market, spot_only
+from broker.dispatch.pool import PoolWait, give_up_at, waits_for_pool
 from broker.sim.metrics import PolicyResult, percentile
 from broker.sim.model import SimJob
-from broker.spotpolicy import SpotState
 
 if TYPE_CHECKING:
     from broker.sim.engine import Scenario
@@ -118,7 +119,8 @@ class _Fleet:
         self.state = [_JobState() for _ in self.jobs]
         self.restart = scenario.restart_hours
         self.scale = spot_scale
-        self.wait_factor = policy.pool_wait_factor
+        self.settings = policy.settings(scenario.restart_hours, scenario.reconcile_hours)
+        self.wait_factor = self.settings.pool_wait_factor
         self.options = _plan_shapes(scenario, policy, self.jobs)
         self.spot = scenario.spot.places
         self.spot_room = [a.count_at(0.0) * spot_scale for a in self.spot.values()]
@@ -180,8 +182,8 @@ class _Fleet:
             self.spot_waiters[place].pop(i, None)
         self._unqueue(i)
         options = self.options[i]
-        markets = self._markets(i)
-        home = self._home(i, markets)
+        markets, choice = self._markets(i)
+        home = self._home(i, choice)
         pool_pick: Option | None = None
         cloud: Option | None = None
         for option in options:
@@ -205,37 +207,37 @@ class _Fleet:
             return self._launch(i, cloud)
         self._wait(i)
 
-    def _markets(self, i: int) -> tuple[str, ...]:
-        """The cloud markets this decision may use: the manifests' spot setting, and for
-        deadline jobs with `spot: prefer`, the spot policy's choice."""
+    def _markets(self, i: int) -> tuple[tuple[str, ...], str]:
+        """The cloud markets this decision may use, and the spot policy's choice ("" when
+        not asked): the manifests' spot setting, and for deadline jobs with `spot:
+        prefer`, what the policy says (broker.dispatch.market)."""
         spot_setting = self.policy.spot
         if spot_setting == "never":
-            return ("on-demand",)
+            return ("on-demand",), ""
         if spot_setting == "only":
-            return ("spot",)
+            return ("spot",), ""
         if self.jobs[i].deadline_hours is None:
-            return ("spot", "on-demand")
+            return ("spot", "on-demand"), ""
         open_now = any(self._spot_left(k) > 0 for k in self._spot_places(i))
-        if self._choice(i, self.now, open_now) == "on-demand":
-            return ("on-demand",)
-        return ("spot",) if self.policy.strict else ("spot", "on-demand")
+        choice = self._choice(i, self.now, open_now)
+        if choice == "on-demand":
+            return ("on-demand",), choice
+        if spot_only(choice, self.settings):
+            return ("spot",), choice
+        return ("spot", "on-demand"), choice
 
     def _choice(self, i: int, at: float, spot_open: bool) -> str:
-        """The spot policy's answer for idle job `i` at hour `at` (steer_market's state)."""
+        """The spot policy's answer for idle job `i` at hour `at`."""
         job = self.jobs[i]
-        every = job.checkpoint_minutes / 60 if job.checkpoint_minutes else math.inf
-        state = SpotState(
+        ask = MarketAsk(
             elapsed=at - job.submit_hours,
             deadline=job.deadline_hours,  # type: ignore[arg-type]
-            work_left=max(0.0, job.hours - self.state[i].saved),
-            restart_overhead=self.restart,
-            current=None,
-            spot_available=spot_open,
             work_total=job.hours,
-            step=self.scenario.reconcile_hours,
-            preemption_loss=every,
+            work_done=self.state[i].saved,
+            restart_hours=self.restart,
+            checkpoint_hours=job.checkpoint_minutes / 60 if job.checkpoint_minutes else None,
         )
-        return self.policy.spot_policy.choose(state)
+        return choose_market(ask, self.settings, spot_available=spot_open)
 
     def _next_change(self, i: int) -> float:
         """The first reconcile step at which idle job `i`'s spot policy would stop
@@ -257,18 +259,18 @@ class _Fleet:
                 high = mid
         return self.now + high * step
 
-    def _home(self, i: int, markets: tuple[str, ...]) -> tuple[str, str] | None:
-        """The checkpoint's region, when `stay_home` keeps a reclaimed job's spot there:
-        while its spot policy would still wait were no spot on sale (the controller's
-        stay_home hook)."""
+    def _home(self, i: int, choice: str) -> tuple[str, str] | None:
+        """The checkpoint's region, when a reclaimed job's spot is kept there now
+        (broker.dispatch.home)."""
         home = self.state[i].home
-        if home is None or not self.policy.stay_home or markets != ("spot",):
-            return None
-        if not self.jobs[i].checkpoint_gb > 0:  # a move would cost no egress
-            return None
-        if self.jobs[i].deadline_hours is None or self.policy.spot != "prefer":
-            return None
-        return home if self._choice(i, self.now, False) == "wait" else None
+        kept = stays_home(
+            self.settings,
+            has_home=home is not None,
+            checkpoint_gb=self.jobs[i].checkpoint_gb,
+            choice=choice,
+            choice_without_spot=lambda: self._choice(i, self.now, False),
+        )
+        return home if kept else None
 
     def _queued(self, option: Option) -> bool:
         return bool(self.pool_queue[option.key])
@@ -279,30 +281,27 @@ class _Fleet:
         queued_at = self.state[i].queued_at
         if queued_at is None:
             queued_at = job.submit_hours
-        need = option.gpus + self.pool_queued_gpus[name]  # first come, first served
-        ends = [(r.finish, r.option.gpus) for r in self.pool_runs[name].values()]
-        start = expected_pool_start(self.pool_free[name], need, ends, self.now)
         work = job.hours - self.state[i].saved
         deadline = None if job.deadline_hours is None else job.submit_hours + job.deadline_hours
-        if not wait_for_pool(
+        ask = PoolWait(
             now=self.now,
-            pool_start=start,
+            free_gpus=self.pool_free[name],
+            need_gpus=option.gpus + self.pool_queued_gpus[name],  # first come, first served
+            ends=[(r.finish, r.option.gpus) for r in self.pool_runs[name].values()],
             work_hours=work,
             restart_hours=self.restart,
             deadline=deadline,
             pool_cost=option.cost_per_work_hour * work,
             cloud_cost=math.inf if cloud is None else cloud.cost_per_work_hour * work,
-            max_wait_factor=self.wait_factor,
             waited=self.now - queued_at,
-        ):
+        )
+        if not waits_for_pool(ask, self.wait_factor):
             return False
         queue.append(i)
         self.pool_queued_gpus[name] += option.gpus
         self.state[i].pool = name
         # decide again once the budget is spent or the deadline needs the cloud
-        latest = queued_at + self.wait_factor * work
-        if deadline is not None:
-            latest = min(latest, deadline - work - self.restart)
+        latest = give_up_at(queued_at, work, self.restart, deadline, self.wait_factor)
         self._retry(i, max(latest, self.now + _MIN_RETRY))
         return True
 

@@ -23,7 +23,7 @@ from datetime import datetime
 from decimal import Decimal
 from pathlib import Path
 from types import TracebackType
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from broker.clock import Clock
 from broker.spec import JobSpec
@@ -63,6 +63,9 @@ from broker.state.model import (
     version_of,
 )
 from broker.state.placed import PlacedOn
+
+if TYPE_CHECKING:
+    from providers.base import InterruptionNotice
 
 JOB_SELECT = (
     "SELECT j.*, v.digest FROM jobs j"
@@ -346,6 +349,29 @@ class StateStore:
             data = {"at": ts_text(at) if at is not None else now, "uri": uri}
             message = f"attempt {att['number']} checkpointed"
             self._event(att["job_id"], attempt_id, now, "checkpoint", message, data)
+
+    def record_notice(
+        self, attempt_id: str, notice: InterruptionNotice, action: str, meaning: str
+    ) -> bool:
+        """Note a provider's interruption notice on its attempt (an event of kind
+        "interruption_notice"), once per attempt and kind: a restarted controller that
+        is told again records nothing. False when it was known already."""
+        with self._write() as now:
+            att = self._attempt_row(attempt_id)
+            sql = (
+                "SELECT data_json FROM events WHERE kind = 'interruption_notice'"
+                " AND attempt_id = ?"
+            )
+            for row in self._conn.execute(sql, (attempt_id,)):
+                if json.loads(row["data_json"]).get("kind") == notice.kind:
+                    return False
+            deadline = ts_text(notice.deadline) if notice.deadline is not None else None
+            data = {"kind": notice.kind, "noticed_at": ts_text(notice.noticed_at)}
+            data |= {"deadline": deadline, "action": action}
+            until = f", stops at {deadline}" if deadline else ""
+            message = f"attempt {att['number']}: {notice.kind} notice{until}: {meaning}"
+            self._event(att["job_id"], attempt_id, now, "interruption_notice", message, data)
+            return True
 
     def record_migration(self, attempt_id: str, source: str, target: str, size: int) -> None:
         """Note that the checkpoint an attempt resumes from was copied from `source` to

@@ -131,7 +131,7 @@ def test_policy_budget_and_quota_hold_jobs_back(tmp_path):
         ft = submit(rt, "finetune-spot.yaml")  # team nlp, expected cost far above 1 USD
         lab = submit(rt, "onprem.yaml")  # team vision, 8 GPUs: over its quota of 4
         small = submit(rt, "second-team.yaml")  # team vision, 1 GPU: fits
-        why = {row["name"]: row["why"] for row in rt.controller.queue_view()}
+        why = {line.job.name: line.why for line in rt.controller.queue_lines()}
         assert why["llama-ft"].startswith("budget: team nlp")
         assert why["embed-lab"].startswith("quota: team vision")
         report = rt.controller.run_pass()
@@ -199,7 +199,7 @@ def test_a_higher_priority_job_preempts_checkpointed_work_on_a_full_pool(tmp_pat
         assert attempt.state == AttemptState.INTERRUPTED  # billed, and back in the queue
         assert rt.store.ledger(job_id=victim)
         assert rt.store.job(high).state is JobState.RUNNING
-        why = {row["name"]: row["why"] for row in rt.controller.queue_view()}
+        why = {line.job.name: line.why for line in rt.controller.queue_lines()}
         assert why[rt.store.job(victim).name].startswith(("capacity", "lower priority"))
     finally:
         for instance in rt.provider.list_instances():

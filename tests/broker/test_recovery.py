@@ -206,7 +206,8 @@ def test_a_deadline_job_reclaimed_again_and_again_moves_to_on_demand_in_time(tmp
     from datetime import UTC, datetime, timedelta
 
     from broker.clock import FixedClock
-    from broker.recovery import steer_market
+    from broker.controller.steering import steer
+    from broker.dispatch.settings import DispatchSettings
 
     clock = FixedClock(datetime(2026, 11, 30, 9, tzinfo=UTC))
     rt = open_runtime(tmp_path / "state.db", load_offers(), clock=clock, time_scale=1.0)
@@ -238,9 +239,10 @@ def test_a_deadline_job_reclaimed_again_and_again_moves_to_on_demand_in_time(tmp
         assert elapsed + 6 <= 10
         # and it switched because the slack ran out, not before: one hour earlier it was spot
         spec = manifest.spec
-        _, earlier = steer_market(spec, job, rt.store, clock.now() - timedelta(hours=3))
+        defaults = DispatchSettings()
+        _, earlier = steer(spec, job, rt.store, clock.now() - timedelta(hours=3), defaults)
         assert earlier == "spot"
-        _, now = steer_market(spec, job, rt.store, clock.now())
+        _, now = steer(spec, job, rt.store, clock.now(), defaults)
         assert now == "on-demand"
     finally:
         for instance in rt.provider.list_instances():
@@ -252,6 +254,7 @@ def test_a_job_the_policy_sent_to_on_demand_goes_back_to_spot_when_it_allows(tmp
     from datetime import UTC, datetime, timedelta
 
     from broker.clock import FixedClock
+    from broker.dispatch.settings import DispatchSettings
     from broker.spotpolicy import make_policy
 
     clock = FixedClock(datetime(2026, 11, 30, 9, tzinfo=UTC))
@@ -261,7 +264,7 @@ def test_a_job_the_policy_sent_to_on_demand_goes_back_to_spot_when_it_allows(tmp
         path.write_text(DEADLINE_JOB)
         (manifest,) = load_manifests([path]).manifests
         (result,) = submit_manifests(rt.store, [manifest])
-        rt.controller.spot_policy = make_policy("on-demand")  # slack gone, say
+        rt.controller.settings = DispatchSettings(make_policy("on-demand"))  # slack gone
         rt.controller.run_pass()
         (first,) = rt.store.attempts(result.job_id)
         assert first.market == "on-demand" and first.placed_on.steered
@@ -269,7 +272,7 @@ def test_a_job_the_policy_sent_to_on_demand_goes_back_to_spot_when_it_allows(tmp
         rt.controller.run_pass()  # the same policy: stays on demand
         assert len(rt.store.attempts(result.job_id)) == 1
         # ours, with 4 h of slack left (10 h deadline, 1 h done of 6): spot is safe again
-        rt.controller.spot_policy = make_policy("deadline-aware", pace=0.0)
+        rt.controller.settings = DispatchSettings(make_policy("deadline-aware", pace=0.0))
         report = rt.controller.run_pass()
         assert ("due-friday", "back to spot") in report.finished
         first, second = rt.store.attempts(result.job_id)
@@ -308,7 +311,7 @@ def test_a_checkpoint_copy_that_fails_for_now_is_retried_on_the_next_pass(rt, mo
     [
         ({}, "spot"),  # the planner's 0.1 h restart: 4 h of spare is plenty
         ({"restart_hours": 1.5}, "on-demand"),  # 3 restarts + 0.5 h loss > 4 h spare
-        ({"step_hours": 3.5}, "on-demand"),  # judged in whole 3.5 h steps: 2 left, 2 needed
+        ({"pass_hours": 3.5}, "on-demand"),  # judged in whole 3.5 h steps: 2 left, 2 needed
     ],
 )
 def test_the_spot_policy_judges_with_the_restart_and_pass_interval_it_is_told(
@@ -317,7 +320,8 @@ def test_the_spot_policy_judges_with_the_restart_and_pass_interval_it_is_told(
     from datetime import UTC, datetime
 
     from broker.clock import FixedClock
-    from broker.recovery import steer_market
+    from broker.controller.steering import steer
+    from broker.dispatch.settings import DispatchSettings
 
     clock = FixedClock(datetime(2026, 11, 30, 9, tzinfo=UTC))
     rt = open_runtime(tmp_path / "state.db", load_offers(), clock=clock, time_scale=1.0)
@@ -327,7 +331,7 @@ def test_the_spot_policy_judges_with_the_restart_and_pass_interval_it_is_told(
         (manifest,) = load_manifests([path]).manifests
         (result,) = submit_manifests(rt.store, [manifest])
         job = rt.store.job(result.job_id)
-        _, said = steer_market(manifest.spec, job, rt.store, clock.now(), **hooks)
+        _, said = steer(manifest.spec, job, rt.store, clock.now(), DispatchSettings(**hooks))
         assert said == choice
     finally:
         rt.close()

@@ -1,5 +1,5 @@
 """The fleet-scale engine (broker.sim.scale) and the Starburst rule it shares
-(broker.queue.bursting): hand-computed scenarios, agreement with the full engine,
+(broker.dispatch.pool): hand-computed scenarios, agreement with the full engine,
 determinism, and the bursting rule's guarantees."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from broker.queue.bursting import expected_pool_start, wait_for_pool
+from broker.dispatch.pool import expected_pool_start, wait_for_pool
 from broker.sim import policies
 from broker.sim.engine import Scenario, simulate
 from broker.sim.model import Availability, SimJob, SpotTrace, TracePlace

@@ -12,7 +12,8 @@ simulators ask the same rule.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
 
 _EPS = 1e-9
 
@@ -63,3 +64,50 @@ def wait_for_pool(
     if deadline is not None and pool_start + restart_hours + work_hours > deadline + _EPS:
         return False
     return pool_cost < cloud_cost
+
+
+@dataclass(frozen=True, slots=True)
+class PoolWait:
+    """A job whose best placement is a full pool, and what it would wait for (hours
+    from any one origin; `ends`: the running jobs' expected ends and GPUs there)."""
+
+    now: float
+    free_gpus: float
+    need_gpus: float  # its own GPUs plus those of the jobs ahead of it waiting there
+    ends: Sequence[tuple[float, float]]
+    work_hours: float
+    restart_hours: float
+    deadline: float | None
+    pool_cost: float
+    cloud_cost: float
+    waited: float  # hours since it last entered the queue
+
+
+def waits_for_pool(ask: PoolWait, max_wait_factor: float) -> bool:
+    """True when the job waits for the pool, False when it bursts to the best cloud."""
+    if max_wait_factor <= 0:
+        return False
+    start = expected_pool_start(ask.free_gpus, ask.need_gpus, ask.ends, ask.now)
+    return wait_for_pool(
+        now=ask.now,
+        pool_start=start,
+        work_hours=ask.work_hours,
+        restart_hours=ask.restart_hours,
+        deadline=ask.deadline,
+        pool_cost=ask.pool_cost,
+        cloud_cost=ask.cloud_cost,
+        max_wait_factor=max_wait_factor,
+        waited=ask.waited,
+    )
+
+
+def give_up_at(
+    queued_at: float, work_hours: float, restart_hours: float, deadline: float | None,
+    max_wait_factor: float,
+) -> float:
+    """The hour a waiting job stops waiting: its budget spent, or the last start that
+    still meets its deadline (an engine decides again there)."""  # fmt: skip
+    latest = queued_at + max_wait_factor * work_hours
+    if deadline is not None:
+        latest = min(latest, deadline - work_hours - restart_hours)
+    return latest

@@ -1,0 +1,113 @@
+"""Checkpoints that move with a job: where each place keeps them, the copy before a
+resumed attempt starts elsewhere, its egress charge, and the work an interruption lost.
+
+A provider that keeps a checkpoint store per place (`providers.capabilities.
+CheckpointStores`: the sandbox, the simulator, on-prem pools) is given here; without
+one (clouds), a job reads and writes its manifest's checkpoint URI in place, and
+nothing is copied. Stores may be local folders or any URI the provider's ObjectStore
+reads (`file://`, `s3://`, `gs://`, `az://`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import PurePosixPath
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from broker.spec import JobSpec
+    from broker.state import Attempt, Job, StateStore
+    from providers.base import Instance, Provider
+    from providers.capabilities import CheckpointStores
+
+
+def folder_uri(location: str) -> str:
+    """A store location as the URI of a folder: an absolute local path as file://, and a
+    trailing "/" so that listing `.../j-1/` never matches `.../j-10/`."""
+    uri = location if "://" in location else PurePosixPath(location).as_uri()
+    return uri if uri.endswith("/") else uri + "/"
+
+
+@dataclass
+class Checkpoints:
+    """The checkpoint side of the controller, for one store and one provider."""
+
+    store: StateStore
+    provider: Provider
+    stores: CheckpointStores | None  # the provider, when it keeps stores per place
+
+    def location(self, job_id: str, cloud: str, region: str) -> str | None:
+        """The job's checkpoint store in (cloud, region), as a path or URI; None when
+        the provider keeps none per place (clouds read the manifest's URI)."""
+        if self.stores is None:
+            return None
+        return self.stores.checkpoint_store(job_id, cloud, region)
+
+    def kept_per_place(self, job_id: str, cloud: str, region: str) -> bool:
+        return self.location(job_id, cloud, region) is not None
+
+    def migrate(self, spec: JobSpec, job: Job, attempt: Attempt) -> None:
+        """Before a resumed attempt starts elsewhere, copy the job's checkpoint from the
+        store where it was written to the new place's store (streamed by the provider's
+        ObjectStore). Done once per attempt: the copy is recorded, so a controller killed
+        mid-copy copies again on restart (same bytes) and one that died after it does
+        not. Raises ProviderError when the copy fails (retryable or not)."""
+        from broker.recovery import checkpoint_place
+
+        if attempt.number == 1 or spec.checkpoint is None or self.store.migration(attempt.id):
+            return
+        source, here = checkpoint_place(self.store, job), attempt.placed_on
+        if source is None or (source.cloud, source.region) == (here.cloud, here.region):
+            return
+        src = self.location(job.id, source.cloud, source.region)
+        dst = self.location(job.id, here.cloud, here.region)
+        if src is None or dst is None:
+            return  # the clouds read the durable URI in place
+        objects = self.provider.object_store()
+        if not objects.list(folder_uri(src)):
+            return  # nothing written yet
+        copied = objects.copy_tree(folder_uri(src), folder_uri(dst))
+        self.store.record_migration(
+            attempt.id,
+            f"{source.cloud}/{source.region}",
+            f"{here.cloud}/{here.region}",
+            sum(item.size for item in copied),
+        )
+
+    def migration_charge(self, attempt: Attempt, spec: JobSpec) -> list[dict[str, Any]]:
+        """The egress entry of the checkpoint copy into this attempt, priced at the
+        manifest's checkpoint size (what the plan priced), billed by the sending cloud."""
+        from broker.state.charges import egress_entry
+        from broker.state.model import to_decimal
+        from pricing.regions import Place
+
+        moved = self.store.migration(attempt.id)
+        if moved is None or spec.checkpoint is None or not spec.checkpoint.size_gb:
+            return []
+        cloud, _, region = moved["from"].partition("/")
+        here = attempt.placed_on
+        entry = egress_entry(
+            Place(cloud, region),
+            (here.cloud, here.region),
+            to_decimal(spec.checkpoint.size_gb),
+            f"checkpoint migration {spec.checkpoint.uri}",
+            {},
+        )
+        return [entry] if entry is not None else []
+
+    def lost_work(self, job: Job, attempt: Attempt, instance: Instance, hours: float) -> str:
+        """Record when the interrupted attempt last checkpointed; say how much work it lost
+        (billed hours since that checkpoint, or since its start without one)."""
+        here = attempt.placed_on
+        at = None
+        if self.stores is not None:
+            at = self.stores.last_checkpoint_at(job.id, here.cloud, here.region)
+        start, end = instance.launched_at, instance.ended_at
+        if at is not None and start is not None and at > start:
+            self.store.record_checkpoint(attempt.id, at)
+        else:
+            at = start
+        if at is None or start is None or end is None or end <= start:
+            return ""
+        lost = hours * max(0.0, (end - at).total_seconds()) / (end - start).total_seconds()
+        return f"; lost {lost:.2f} h of work since the last checkpoint"

@@ -1,0 +1,636 @@
+"""The reconcile pass: one pass at a time, between the state store and a provider.
+
+A pass (0) re-queues jobs a killed controller left between two writes; (1) looks at
+every open attempt and brings the store up to date with what the provider reports
+(running, ended, interrupted), billing ended attempts in the same transaction that
+closes them, and records interruption notices; (2) terminates instances the store
+does not know or no longer wants (cancelled jobs, orphans of a crash); (3) plans the
+queued jobs in one batch, asks the queue policy which may start, and launches them.
+Launches are crash-safe: the attempt id exists in the store before the provider sees
+it, and providers launch idempotently per attempt id, so a controller killed at any
+point and restarted finds, relaunches or terminates exactly what it should.
+
+The decisions themselves are values from `broker.dispatch` (market, stay-home,
+wait-or-burst), `broker.queue` (order, quotas, preemption) and the planner; this
+module keeps the books.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field, replace
+from typing import TYPE_CHECKING
+
+from broker.clock import Clock
+from broker.controller.checkpoints import Checkpoints
+from broker.controller.outcomes import Ending, judge
+from broker.dispatch.settings import DispatchSettings
+from broker.state import IllegalTransition, JobState
+from broker.state.placed import PlacedOn
+from providers.capabilities import Billing, Capacity, CheckpointStores, SpotMarket
+
+if TYPE_CHECKING:
+    from broker.planner.decision import Decision, Placement
+    from broker.queue import Policy, Verdict
+    from broker.spec import JobSpec
+    from broker.state import Attempt, Job, StateStore
+    from pricing.query import OfferIndex
+    from providers.base import Instance, Provider
+
+ACTIVE = (
+    JobState.PLANNED,
+    JobState.LAUNCHING,
+    JobState.RUNNING,
+    JobState.INTERRUPTED,
+    JobState.MIGRATING,
+)
+
+
+@dataclass
+class PassReport:
+    """What one pass did, for the live view and the logs."""
+
+    launched: list[tuple[str, str]] = field(default_factory=list)  # (job name, where)
+    finished: list[tuple[str, str]] = field(default_factory=list)  # (job name, outcome)
+    waiting: dict[str, str] = field(default_factory=dict)  # job name -> reason
+    terminated: list[str] = field(default_factory=list)  # instance ids
+    unreachable: list[str] = field(default_factory=list)  # "<instance id>: <why>", retried
+
+    @property
+    def changed(self) -> bool:
+        return bool(self.launched or self.finished or self.terminated)
+
+
+@dataclass(frozen=True, slots=True)
+class QueueLine:
+    """One row of the queue as the controller sees it now: an active job with its
+    placement, or a queued one with the plan it would get and why it waits."""
+
+    job: Job
+    placed: PlacedOn | None
+    why: str
+    position: int | None  # in the policy's order; None for an active job
+
+
+@dataclass(frozen=True, slots=True)
+class _Planned:
+    """A queued job in the policy's order, with its plan and verdict."""
+
+    job: Job
+    decision: Decision
+    verdict: Verdict
+    best: Placement | None
+
+
+@dataclass
+class Controller:
+    """Reconciles `store` with `provider`; `index_of` turns the provider's offers
+    (with current capacity) into the index the planner reads."""
+
+    store: StateStore
+    provider: Provider
+    clock: Clock
+    index_of: Callable[[Provider], OfferIndex]
+    policy: Policy | None = None  # None: broker.queue.Policy() defaults
+    pool_gpus: dict[tuple[str, str], float] = field(default_factory=dict)  # on-prem pools
+    settings: DispatchSettings = field(default_factory=DispatchSettings)
+    _specs: dict[tuple[str, int], JobSpec] = field(default_factory=dict, init=False)
+    _steered: dict[str, str] = field(default_factory=dict, init=False)  # job id -> say
+
+    def __post_init__(self) -> None:
+        provider = self.provider  # its optional abilities, checked once
+        self.checkpoints = Checkpoints(
+            self.store, provider, provider if isinstance(provider, CheckpointStores) else None
+        )
+        self._capacity = provider if isinstance(provider, Capacity) else None
+        self._billing = provider if isinstance(provider, Billing) else None
+        self._spot_market = provider if isinstance(provider, SpotMarket) else None
+
+    # --- the pass ------------------------------------------------------------------
+
+    def run_pass(self) -> PassReport:
+        report = PassReport()
+        self._recover()
+        self._observe(report)
+        self._sweep(report)
+        self._launch(report)
+        return report
+
+    def cancel(self, job_id: str) -> bool:
+        """Cancel a job: it keeps its record; a live instance is terminated and its
+        attempt billed up to now. False when the job had already finished."""
+        from broker.state import TERMINAL
+
+        job = self.store.job(job_id)
+        if job.state in TERMINAL:
+            return False
+        self.store.transition(job.id, JobState.CANCELLED, "cancelled by user")
+        self._stop(job.id, "cancelled", "cancelled by user")
+        return True
+
+    def preempt(self, job_id: str, reason: str) -> None:
+        """Stop a running job to make room: its attempt ends interrupted (billed), and the
+        job goes back to the queue to resume from its checkpoint."""
+        job = self.store.job(job_id)
+        self._stop(job.id, "interrupted", reason)
+        self.store.transition(job.id, JobState.QUEUED, reason, expect=JobState.INTERRUPTED)
+
+    def active(self) -> list[Job]:
+        """Jobs with work in flight (not queued, not finished)."""
+        return self.store.jobs(states=ACTIVE)
+
+    def queue_lines(self) -> list[QueueLine]:
+        """The queue now: active jobs, then queued ones in the policy's order, with the
+        plan each would get and why it waits (what `broker queue` shows)."""
+        lines = []
+        for job in self.active():
+            attempts = self.store.attempts(job.id)
+            lines.append(QueueLine(job, attempts[-1].placed_on if attempts else None, "", None))
+        queued = self.store.queued()
+        if not queued:
+            return lines
+        room = self._room()
+        for position, item in enumerate(self._ordered(queued, self._decisions(queued)), 1):
+            verdict = item.verdict
+            placement = None
+            if verdict.action == "launch":
+                placement = self._first_free(item.decision, room)
+            if placement is not None:
+                self._take(room, placement)
+                why = "starts on the next pass" + (f" ({verdict.reason})" if verdict.reason else "")
+                lines.append(QueueLine(item.job, PlacedOn.of(placement), why, position))
+                continue
+            shown = PlacedOn.of(item.best) if item.best is not None else None
+            why = verdict.reason if verdict.action == "wait" else _FULL
+            lines.append(QueueLine(item.job, shown, why, position))
+        return lines
+
+    # --- (0) jobs a killed controller left between two writes -------------------------
+
+    def _recover(self) -> None:
+        """A job PLANNED or INTERRUPTED with no attempt in flight was left there by a
+        controller that died between two writes (planned, not yet started; interrupted,
+        not yet re-queued): it goes back to the queue. Compare-and-set, so a live
+        controller that is between those writes only loses the race, never a job."""
+        from broker.state import OPEN_ATTEMPT
+
+        for job in self.store.jobs(states=(JobState.PLANNED, JobState.INTERRUPTED)):
+            if not self.store.attempts(job.id, states=OPEN_ATTEMPT):
+                self.store.transition(
+                    job.id, JobState.QUEUED, "re-queued: no attempt in flight", expect=job.state
+                )
+
+    # --- (1) what the provider says about open attempts -----------------------------
+
+    def _observe(self, report: PassReport) -> None:
+        from broker.state import OPEN_ATTEMPT, AttemptState
+
+        for job in self.store.jobs(states=(*ACTIVE, JobState.CANCELLED)):
+            for attempt in self.store.attempts(job.id, states=OPEN_ATTEMPT):
+                instance = self._instance_of(job, attempt, report)
+                if instance is None:
+                    continue
+                if job.state is JobState.CANCELLED and instance.active:
+                    self.provider.terminate(instance.id)
+                    report.terminated.append(instance.id)
+                    instance = self.provider.describe(instance.id)
+                if instance.active:
+                    if attempt.state is AttemptState.LAUNCHING:
+                        self.store.attempt_running(attempt.id, _instance_row(instance))
+                    elif self._back_to_spot(job, attempt):
+                        self.preempt(job.id, "back to spot: the deadline's slack is rebuilt")
+                        report.finished.append((job.name, "back to spot"))
+                    continue
+                outcome = self._finish(job, attempt, instance)
+                report.finished.append((job.name, outcome))
+                if instance.state == "interrupted":
+                    self._release(instance, report)
+        self._record_notices(report)
+
+    def _instance_of(self, job: Job, attempt: Attempt, report: PassReport) -> Instance | None:
+        """The attempt's instance; relaunched (idempotently) when the store has none yet,
+        which is where a controller killed between `start_attempt` and the launch resumes.
+        A provider that cannot answer now (throttled, unreachable) leaves the attempt as it
+        is for the next pass: only NotFound means the instance is gone."""
+        from providers.errors import NotFound, ProviderError
+
+        known = self.store.instances(attempt_id=attempt.id)
+        if known:
+            try:
+                return self.provider.describe(known[0].provider_id)
+            except NotFound:
+                self._close(attempt, "failed", None, "instance vanished", 0.0, JobState.QUEUED)
+                return None
+            except ProviderError as exc:
+                report.unreachable.append(f"{known[0].provider_id}: {exc}")
+                return None
+        return self._start(job, attempt, report)
+
+    def _start(self, job: Job, attempt: Attempt, report: PassReport) -> Instance | None:
+        """Copy the checkpoint where the attempt runs, then launch it; None when it did
+        not start (the attempt is closed, or left for a retry on the next pass)."""
+        from broker.controller.requests import launch_request
+        from providers.errors import ProviderError
+
+        spec = self._spec(job)
+        try:
+            self.checkpoints.migrate(spec, job, attempt)
+        except ProviderError as exc:
+            report.unreachable.append(f"checkpoint copy for attempt {attempt.id}: {exc}")
+            if exc.retryable:
+                return None  # try the copy again on the next pass
+            # A copy that can never succeed: start there from what its store holds.
+        here = attempt.placed_on
+        store = self.checkpoints.location(job.id, here.cloud, here.region)
+        try:
+            request = launch_request(job, attempt, spec, store)
+        except ValueError as exc:  # the job cannot run on this provider (e.g. no command)
+            self._close(attempt, "failed", None, f"cannot launch: {exc}", 0.0, None)
+            return None
+        try:
+            instance = self.provider.launch(request)
+        except ProviderError as exc:
+            # Capacity, quota, throttling: back to the queue; the error is recorded.
+            retry = JobState.QUEUED if exc.retryable else None
+            self._close(attempt, "failed", None, str(exc), 0.0, retry)
+            return None
+        self.store.attempt_running(attempt.id, _instance_row(instance))
+        return instance
+
+    def _finish(self, job: Job, attempt: Attempt, instance: Instance) -> str:
+        """Close an ended attempt: outcome, billing and the job's next state in one write
+        (the outcome table: broker.controller.outcomes)."""
+        spec = self._spec(job)
+        hours = self._billed_hours(instance)
+        failed = [a for a in self.store.attempts(job.id) if a.state == "failed"]
+        verdict = judge(
+            Ending(
+                instance_state=instance.state,
+                exit_code=instance.exit_code,
+                job_cancelled=job.state is JobState.CANCELLED,
+                recover_on_exit_codes=spec.recover_on_exit_codes,
+                failed_before=len(failed),
+                failed_without_code=sum(1 for a in failed if a.exit_code is None),
+                max_restarts_on_error=spec.max_restarts_on_error,
+            )
+        )
+        reason = verdict.reason
+        if verdict.outcome == "interrupted":
+            reason += self.checkpoints.lost_work(job, attempt, instance, hours)
+        code = instance.exit_code
+        self._close(attempt, verdict.outcome, code, reason, hours, verdict.next_state)
+        if verdict.outcome == "interrupted":
+            # Back to the queue: the next plan prices moving the checkpoint from where it
+            # lives, the reclaimed place is closed for spot a while (broker.recovery).
+            self.store.transition(
+                job.id, JobState.QUEUED, "re-queued after interruption", expect=JobState.INTERRUPTED
+            )
+        return verdict.outcome
+
+    def _close(
+        self,
+        attempt: Attempt,
+        outcome: str,
+        code: int | None,
+        reason: str,
+        hours: float,
+        to: JobState | None,
+    ) -> None:
+        """End an attempt with its charges (time, data moved, the checkpoint's copy)."""
+        from broker.recovery import with_checkpoint_at
+        from broker.state.charges import attempt_charges
+        from pricing.regions import Place
+
+        spec = self._spec(self.store.job(attempt.job_id)) if hours > 0 else None
+        earlier = self.store.attempts(attempt.job_id) if hours > 0 else []
+        moved = []
+        here = attempt.placed_on
+        if spec is not None and spec.checkpoint is not None:
+            if self.checkpoints.kept_per_place(attempt.job_id, here.cloud, here.region):
+                # Checkpoints live in the place's own store: writes and restores are local;
+                # what crossed places is the migration, charged once, from where it came.
+                spec = with_checkpoint_at(spec, Place(here.cloud, here.region))
+                moved = self.checkpoints.migration_charge(attempt, spec)
+        entries = attempt_charges(attempt, hours, spec, outcome, earlier) + moved
+        self.store.finish_attempt(attempt.id, outcome, code, reason, hours, entries, job_to=to)
+
+    def _billed_hours(self, instance: Instance) -> float:
+        from providers.base import launch_to_end_hours
+
+        if self._billing is not None:
+            return float(self._billing.billed_hours(instance))
+        return launch_to_end_hours(instance)
+
+    def _record_notices(self, report: PassReport) -> None:
+        """Record each interruption notice on its attempt (broker.interruption's table);
+        asked only while some spot attempt is open, as clouds answer per region."""
+        from broker.interruption import handling
+        from broker.state import OPEN_ATTEMPT
+        from providers.errors import ProviderError
+
+        if not any(a.market == "spot" for a in self.store.attempts(states=OPEN_ATTEMPT)):
+            return
+        try:
+            notices = self.provider.interruptions()
+        except ProviderError as exc:
+            report.unreachable.append(f"interruptions: {exc}")
+            return
+        for notice in notices:
+            for known in self.store.instances(provider_id=notice.instance_id):
+                if known.attempt_id is not None:
+                    what = handling(notice.kind)
+                    self.store.record_notice(known.attempt_id, notice, what.action, what.meaning)
+
+    # --- (2) instances nobody wants -------------------------------------------------
+
+    def _sweep(self, report: PassReport) -> None:
+        """Terminate running broker instances whose attempt is unknown or closed."""
+        from broker.state import OPEN_ATTEMPT, UnknownAttempt
+        from providers.base import TAG_ATTEMPT
+        from providers.errors import ProviderError
+
+        try:
+            instances = self.provider.list_instances()
+        except ProviderError as exc:  # unreachable now: sweep on a later pass
+            report.unreachable.append(f"list: {exc}")
+            return
+        for instance in instances:
+            if not instance.active:
+                continue
+            try:
+                wanted = self.store.attempt(instance.tag(TAG_ATTEMPT) or "").state in OPEN_ATTEMPT
+            except UnknownAttempt:
+                wanted = False
+            if not wanted:
+                self.provider.terminate(instance.id)
+                report.terminated.append(instance.id)
+
+    # --- (3) plan and launch --------------------------------------------------------
+
+    def _launch(self, report: PassReport) -> None:
+        """Plan the queue, let the policy order and gate it, launch what may start."""
+        queued = self.store.queued()
+        if not queued:
+            return
+        room = self._room()
+        running = None  # read once, when a full pool first asks
+        ahead: dict[str, float] = {}  # pool -> GPUs of the jobs this pass left waiting for it
+        for item in self._ordered(queued, self._decisions(queued)):
+            job, verdict, best = item.job, item.verdict, item.best
+            burst = False  # held for a pool, it takes its best cloud placement instead
+            if verdict.action != "launch":
+                from broker.controller.pools import pool_full
+
+                held = pool_full(verdict, best)
+                if held and running is None:
+                    running = self._running()
+                burst = held and self._bursts(job, item.decision, running, ahead)
+                if not burst:
+                    if held:
+                        gpus = best.accelerator_count * best.nodes
+                        ahead[best.zone] = ahead.get(best.zone, 0.0) + gpus
+                    report.waiting[job.name] = verdict.reason
+                    continue
+            for victim in verdict.preempts:
+                self.preempt(victim, f"preempted by {job.team}/{job.name}")
+            if verdict.preempts:
+                room = self._room()  # the victims' nodes are free again
+            self._place(job, item.decision, burst, room, report)
+
+    def _place(
+        self, job: Job, decision: Decision, burst: bool, room: dict, report: PassReport
+    ) -> None:
+        """Plan `job` on its first placement with room (its best cloud one when it
+        bursts: it never takes the pool's room, which the queue policy kept), start
+        its attempt and launch it."""
+        from broker.controller.pools import first_cloud
+
+        placement = first_cloud(decision) if burst else self._first_free(decision, room)
+        if placement is None:
+            report.waiting[job.name] = _FULL
+            return
+        # on demand by the spot policy's call, not the price's: may go back to spot
+        placed = PlacedOn.of(placement, steered=self._steered.get(job.id) == "on-demand")
+        if not self.store.transition(
+            job.id,
+            JobState.PLANNED,
+            f"planned on {placed.where}: {_decision_figures(placement)}",
+            {"placement": placed.to_row()},
+            expect=JobState.QUEUED,
+        ):
+            return  # another controller took it
+        self._take(room, placement)
+        try:
+            attempt_id = self.store.start_attempt(job.id, placed)
+        except IllegalTransition:
+            return  # another controller re-queued it meanwhile (see _recover)
+        self._instance_of(job, self.store.attempt(attempt_id), report)
+        report.launched.append((job.name, f"{placed.where} {placement.market}"))
+
+    def _decisions(self, queued: list[Job]) -> list[Decision]:
+        """One plan per queued job, in one batch, over the offers as the provider sells
+        them now (spot closed where it cools down, learned interruption rates)."""
+        from broker.planner.plan import plan_many
+        from broker.recovery import adjust_index
+
+        now = self.clock.now()
+        specs = [self._steered_spec(job, now) for job in queued]
+        index = adjust_index(
+            self.index_of(self.provider), self.store, now, self.settings.cooldown_scale
+        )
+        if self.settings.pool_wait_factor > 0 and self.pool_gpus:
+            from broker.scheduling import with_whole_pools
+
+            index = with_whole_pools(index, self.pool_gpus)  # a full pool may be waited for
+        return plan_many(specs, index, now)
+
+    def _steered_spec(self, job: Job, now) -> JobSpec:
+        """The spec to plan now: its checkpoint where it lives, its market as its spot
+        policy says (broker.dispatch.market), its spot kept home while it would wait
+        there (broker.dispatch.home)."""
+        from broker.controller.steering import steer
+        from broker.dispatch.home import stays_home
+        from broker.dispatch.market import spot_only
+        from broker.recovery import checkpoint_place, with_checkpoint_at
+
+        home = checkpoint_place(self.store, job)
+        spec = with_checkpoint_at(self._spec(job), home)
+        spec, choice = steer(
+            spec, job, self.store, now, self.settings, spot_available=self._spot_open(spec)
+        )
+        self._steered[job.id] = choice
+        if not spot_only(choice, self.settings):
+            return spec
+        requirements = replace(spec.requirements, spot="only")
+        checkpoint = spec.checkpoint
+        if home is not None and stays_home(
+            self.settings,
+            has_home=True,
+            checkpoint_gb=checkpoint.size_gb if checkpoint else 0.0,
+            choice=choice,
+            choice_without_spot=lambda: steer(
+                spec, job, self.store, now, self.settings, spot_available=False
+            )[1],
+        ):
+            requirements = replace(requirements, clouds=(home.cloud,), regions=(home.region,))
+        return replace(spec, requirements=requirements)
+
+    def _spot_open(self, spec: JobSpec) -> bool:
+        """Whether spot is on sale for the job's GPUs, where the provider can tell and
+        the settings ask (spot_strict); else assumed so."""
+        if not self.settings.spot_strict or self._spot_market is None:
+            return True
+        return self._spot_market.spot_open(tuple(a.gpu for a in spec.requirements.accelerators))
+
+    def _running(self) -> list:
+        from broker.scheduling import running_jobs
+
+        return running_jobs(self.store, self.active(), self._spec)
+
+    def _bursts(self, job: Job, decision: Decision, running: list, ahead: dict) -> bool:
+        """broker.controller.pools.bursts, for `job` now."""
+        from broker.controller.pools import bursts
+        from broker.scheduling import free_pool_gpus
+
+        pool = decision.placements[0]
+        free = free_pool_gpus(self.pool_gpus, running).get(("onprem", pool.zone), 0.0)
+        return bursts(
+            decision,
+            self._spec(job),
+            now=self.clock.now(),
+            submitted=self.store.version(job.id, job.version).submitted_at,
+            queued_since=self._queued_since(job),
+            free_gpus=free,
+            running=running,
+            ahead_gpus=ahead.get(pool.zone, 0.0),
+            max_wait_factor=self.settings.pool_wait_factor,
+        )
+
+    def _queued_since(self, job: Job):
+        """When the job last entered the queue: its queueing, or the end of its last
+        attempt (a reclaimed or preempted job waits afresh)."""
+        ends = [a.ended_at for a in self.store.attempts(job.id) if a.ended_at is not None]
+        return max([job.queued_at, *ends])
+
+    def _ordered(self, queued: list[Job], decisions: list[Decision]) -> list[_Planned]:
+        """The queued jobs with their plans and verdicts, in the policy's order."""
+        from broker.queue import Policy
+        from broker.scheduling import verdicts
+
+        decided = verdicts(
+            self.store,
+            self.policy or Policy(),
+            queued,
+            decisions,
+            self._spec,
+            self.active(),
+            self.clock.now(),
+            self.pool_gpus,
+        )
+        items = [
+            _Planned(job, decision, *decided[job.id])
+            for job, decision in zip(queued, decisions, strict=True)
+        ]
+        return sorted(items, key=lambda item: (item.verdict.position or 10**9, item.job.queued_at))
+
+    def _stop(self, job_id: str, outcome: str, reason: str) -> None:
+        """Terminate the job's live instances and close their attempts, billed up to now."""
+        from broker.state import OPEN_ATTEMPT
+
+        for attempt in self.store.attempts(job_id, states=OPEN_ATTEMPT):
+            for known in self.store.instances(attempt_id=attempt.id):
+                self.provider.terminate(known.provider_id)
+                instance = self.provider.describe(known.provider_id)
+                hours = self._billed_hours(instance)
+                self._close(attempt, outcome, instance.exit_code, reason, hours, None)
+
+    def _first_free(self, decision: Decision, room: dict[tuple[str, str], int]) -> Placement | None:
+        """The best placement whose place still has room (`room`: nodes left per place
+        in this pass; places not listed are unlimited)."""
+        for placement in decision.placements:
+            left = room.get((placement.cloud, placement.region))
+            if left is None or left >= placement.nodes:
+                return placement
+        return None
+
+    def _room(self) -> dict[tuple[str, str], int]:
+        """Nodes free per place now, read once per pass."""
+        return self._capacity.free_nodes() if self._capacity is not None else {}
+
+    @staticmethod
+    def _take(room: dict[tuple[str, str], int], placement: Placement) -> None:
+        key = (placement.cloud, placement.region)
+        if key in room:
+            room[key] -= placement.nodes
+
+    # --- spot survival -----------------------------------------------------------------
+
+    def _back_to_spot(self, job: Job, attempt: Attempt) -> bool:
+        """True when a job the spot policy sent to on-demand may go back to spot now (it
+        stops gracefully: SIGTERM, checkpoint, re-plan). Only policy-steered attempts:
+        an on-demand placement chosen on price stays."""
+        from broker.controller.steering import steer
+
+        if not attempt.placed_on.steered:
+            return False
+        spec = self._spec(job)
+        _, choice = steer(
+            spec,
+            job,
+            self.store,
+            self.clock.now(),
+            self.settings,
+            current="on-demand",
+            spot_available=self._spot_open(spec),
+        )
+        return choice == "spot"
+
+    def _release(self, instance: Instance, report: PassReport) -> None:
+        """Delete what a reclaimed instance leaves behind (a deallocated Azure VM, a
+        stopped GCE VM keep their disks, which cost money); safe to repeat."""
+        from providers.errors import NotFound, ProviderError
+
+        try:
+            self.provider.terminate(instance.id)
+        except NotFound:
+            pass  # the cloud deleted it itself
+        except ProviderError as exc:
+            report.unreachable.append(f"{instance.id}: {exc}")
+
+    def _spec(self, job: Job) -> JobSpec:
+        """The job's spec in the version in force, as the store keeps it (decoded once)."""
+        key = (job.id, job.version)
+        if key not in self._specs:
+            self._specs[key] = self.store.version(job.id, job.version).spec
+        return self._specs[key]
+
+
+_FULL = "capacity: every planned place is full"
+
+
+def _instance_row(instance: Instance) -> dict:
+    return {
+        "provider_id": instance.id,
+        "cloud": instance.cloud,
+        "region": instance.region,
+        "zone": instance.zone,
+        "instance_type": instance.instance_type,
+        "tags": dict(instance.tags),
+    }
+
+
+def _decision_figures(placement: Placement) -> str:
+    """The figures behind a placement, for the job's timeline (`broker status`)."""
+    cost = placement.cost
+    text = (
+        f"{placement.market} {placement.price_per_hour:.4g} USD/h x "
+        f"{placement.expected_hours:.3g} h expected = {placement.expected_cost:.2f} USD"
+    )
+    if cost.egress:
+        text += f" incl. {cost.egress:.2f} USD egress"
+    if cost.expected_interruptions:
+        text += (
+            f"; {cost.expected_interruptions:.2g} reclaims expected at "
+            f"{cost.interruption_rate:.2g}/h ({cost.interruption_rate_source})"
+        )
+    return text

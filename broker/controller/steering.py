@@ -1,0 +1,95 @@
+"""The controller's side of the market decision: what the store says a job has done,
+turned into the question `broker.dispatch.market` answers.
+
+Work a reclaimed attempt saved counts up to its last checkpoint, a running attempt's
+is its time running, each less its restart overhead (time spent starting is not
+progress). The deadline guarantee of the deadline-aware policy needs the overhead and
+the pass interval to be true (docs/spot-policy.md), which is what the settings'
+`restart_hours` and `pass_hours` are for.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from datetime import datetime
+from typing import TYPE_CHECKING
+
+from broker.dispatch.market import MarketAsk, choose_market, steered
+
+if TYPE_CHECKING:
+    from broker.dispatch.settings import DispatchSettings
+    from broker.spec import JobSpec
+    from broker.state import Job, StateStore
+
+
+def restart_overhead(spec: JobSpec, settings: DispatchSettings) -> float:
+    """Hours every (re)start spends before working: the settings' when known, else the
+    planner's estimate with a worst-case restore of the checkpoint."""
+    if settings.restart_hours is not None:
+        return settings.restart_hours
+    from broker.planner.cost import RESTART_HOURS, copy_hours
+
+    checkpoint = spec.checkpoint
+    return RESTART_HOURS + (copy_hours(checkpoint.size_gb, "internet") if checkpoint else 0.0)
+
+
+def work_done(store: StateStore, job: Job, spec: JobSpec, now: datetime, overhead: float) -> float:
+    """Hours of the job's work that survive a restart now (module docstring)."""
+    from broker.reports.lines import lost_share
+    from broker.state import AttemptState
+
+    attempts = store.attempts(job.id)
+    checkpoint = spec.checkpoint
+    reclaimed = any(a.state == AttemptState.INTERRUPTED for a in attempts)
+    checkpoints = store.checkpoints() if reclaimed and checkpoint is not None else {}
+    done = 0.0
+    for attempt in attempts:
+        if attempt.state == AttemptState.INTERRUPTED and checkpoint is not None:
+            kept = 1 - float(lost_share(attempt, checkpoints.get(attempt.id)))
+            done += max(0.0, float(attempt.billed_hours or 0) * kept - overhead)
+        elif attempt.state == AttemptState.RUNNING and attempt.running_at is not None:
+            ran = (now - attempt.running_at).total_seconds() / 3600
+            done += max(0.0, ran - overhead)
+    return done
+
+
+def market_ask(
+    store: StateStore, job: Job, spec: JobSpec, now: datetime, settings: DispatchSettings
+) -> MarketAsk:
+    """The job's situation now, in hours from its submission (it has a deadline)."""
+    submitted = store.version(job.id, job.version).submitted_at
+    deadline_at = spec.runtime.deadline_at(submitted)
+    assert deadline_at is not None, "only jobs with a deadline are steered"
+    overhead = restart_overhead(spec, settings)
+    checkpoint = spec.checkpoint
+    return MarketAsk(
+        elapsed=(now - submitted).total_seconds() / 3600,
+        deadline=(deadline_at - submitted).total_seconds() / 3600,
+        work_total=spec.runtime.estimate_hours,
+        work_done=work_done(store, job, spec, now, overhead),
+        restart_hours=overhead,
+        checkpoint_hours=checkpoint.interval_minutes / 60 if checkpoint else None,
+    )
+
+
+def steer(
+    spec: JobSpec,
+    job: Job,
+    store: StateStore,
+    now: datetime,
+    settings: DispatchSettings,
+    *,
+    current: str | None = None,
+    spot_available: bool = True,
+) -> tuple[JobSpec, str]:
+    """For a deadline job with `spot: prefer`, the spot policy's choice ("spot",
+    "on-demand" or "wait"; "" when it is not asked) and the spec to plan: spot
+    "never" when the policy says on-demand. `current`: the market running now."""
+    requirements = spec.requirements
+    if not steered(requirements.spot, spec.runtime.deadline is not None):
+        return spec, ""
+    ask = market_ask(store, job, spec, now, settings)
+    choice = choose_market(ask, settings, current=current, spot_available=spot_available)
+    if choice == "on-demand":
+        return replace(spec, requirements=replace(requirements, spot="never")), choice
+    return spec, choice

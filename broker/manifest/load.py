@@ -157,10 +157,9 @@ def parse_manifest_text(text: str, path: Path = Path("<stdin>")) -> list[Manifes
 
 def manifest_json_schema() -> dict[str, Any]:
     """JSON Schema (draft 2020-12) of one manifest document, with help on every field."""
-    from broker.manifest.model import JobManifest
+    from broker.manifest.model import json_schema
 
-    schema = JobManifest.model_json_schema()
-    return {"$schema": "https://json-schema.org/draft/2020-12/schema", **schema}
+    return json_schema()
 
 
 def manifest_digest(data: Any) -> str:

@@ -82,6 +82,37 @@ def test_second_load_skips_pydantic_and_yaml_and_gives_the_same_manifests(tmp_pa
     assert first[2] == second[2]  # specs, paths, document numbers, lines and digests
 
 
+SOURCES_PROBE = """
+import sys
+from pathlib import Path
+from broker.manifest.load import load_manifests
+result = load_manifests([Path(sys.argv[1])])
+assert not result.errors and result.manifests, result.errors
+root = Path(sys.argv[2])
+for name, module in list(sys.modules.items()):
+    file = module.__file__ or "" if name.split(".")[0] in ("broker", "pricing") else ""
+    if file and not file.endswith("__init__.py"):
+        print(Path(file).relative_to(root).as_posix())
+"""
+
+
+def test_the_cache_key_covers_every_module_that_validation_runs(tmp_path):
+    """A change to any module that reads a manifest into a spec must start a fresh cache:
+    every project module a (cold) validation loads is among the sources of the key."""
+    from broker.manifest.spec_cache import _SOURCES
+
+    env = dict(os.environ, XDG_CACHE_HOME=str(tmp_path))
+    out = subprocess.run(
+        [sys.executable, "-c", SOURCES_PROBE, str(REPO / "examples" / "jobs"), str(REPO)],
+        env=env,
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.split()
+    assert "broker/manifest/sections.py" in out  # the probe did validate
+    assert sorted(set(out) - set(_SOURCES)) == []
+
+
 def test_each_manifest_carries_its_own_document_as_written(tmp_path, monkeypatch):
     """What the store keeps of a manifest: its own document of a multi-document file,
     from its first key to its last line (comments inside included), the same whether the

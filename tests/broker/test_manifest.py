@@ -578,6 +578,15 @@ def test_json_schema_describes_every_field():
     assert {"type": "string"} in resources["accelerators"]["anyOf"][0]["anyOf"]
 
 
+def test_json_schema_names_each_section_as_users_know_it():
+    """The section models are named `...Section` in the code; editors see plain names."""
+    schema = manifest_json_schema()
+    sections = ["Budget", "Checkpoint", "DataInput", "Placement", "Recovery", "Resources"]
+    assert sorted(schema["$defs"]) == sorted([*sections, "Run", "Runtime"])
+    assert all(definition["title"] == name for name, definition in schema["$defs"].items())
+    assert schema["properties"]["placement"] == {"$ref": "#/$defs/Placement"}
+
+
 def test_examples_match_the_json_schema():
     jsonschema = pytest.importorskip("jsonschema")
     validator = jsonschema.Draft202012Validator(manifest_json_schema())

@@ -95,7 +95,11 @@ class JobManifest(Strict):
                 max_price_per_hour=_float(where.max_price_per_hour),
             ),
             run=spec.RunSpec(
-                command=run.command or "", image=run.image, env=tuple(sorted(run.env.items()))
+                command=run.command or "",
+                image=run.image,
+                env=tuple(sorted(run.env.items())),
+                workdir=run.workdir,
+                setup=run.setup or "",
             ),
             runtime=spec.RuntimeEstimate(float(self.runtime.estimate_hours), self.runtime.deadline),
             checkpoint=None

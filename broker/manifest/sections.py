@@ -10,6 +10,7 @@ when a manifest is read.
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator, model_validator
@@ -28,6 +29,7 @@ from broker.manifest.values import (
     RegionGlob,
     Uri,
 )
+from broker.manifest.workdir import MANIFEST_DIR, resolve_workdir
 from pricing.schema import CLOUDS
 
 SUFFIX = "Section"
@@ -135,7 +137,7 @@ class PlacementSection(Strict):
 
 
 class RunSection(Strict):
-    """What to run: a container image, a command, or both."""
+    """What to run: a container image, a command, or both; a setup before; a folder to run in."""
 
     image: str | None = Field(
         None, min_length=1, description="Container image; its entrypoint runs without command."
@@ -148,6 +150,25 @@ class RunSection(Strict):
     env: dict[str, EnvValue] = Field(
         default_factory=dict, description='Environment variables (quote numbers: "3").'
     )
+    workdir: str | None = Field(
+        None,
+        min_length=1,
+        description="Folder to run in, relative to the manifest file (. for its own folder): "
+        "delivered to each node before setup; command runs in it. It must exist.",
+    )
+    setup: str | None = Field(
+        None,
+        min_length=1,
+        description="Shell command run once before command (install dependencies), in workdir.",
+    )
+
+    @field_validator("workdir")
+    @classmethod
+    def _workdir(cls, written: str | None, info: ValidationInfo) -> str | None:
+        if written is None:
+            return None
+        context = info.context or {}
+        return resolve_workdir(written, context.get(MANIFEST_DIR) or Path.cwd())
 
     @field_validator("env")
     @classmethod
@@ -162,7 +183,8 @@ class RunSection(Strict):
     @model_validator(mode="after")
     def _something(self) -> RunSection:
         if self.command is None and self.image is None:
-            raise ValueError("give a command, an image (its entrypoint runs), or both")
+            also = "setup runs before command, not instead of it: " if self.setup else ""
+            raise ValueError(f"{also}give a command, an image (its entrypoint runs), or both")
         return self
 
 

@@ -31,6 +31,7 @@ _SOURCES = (
     "broker/manifest/model.py",
     "broker/manifest/sections.py",
     "broker/manifest/values.py",
+    "broker/manifest/workdir.py",
     "broker/manifest/spec_cache.py",
     "broker/spec.py",
     "pricing/gpus.py",

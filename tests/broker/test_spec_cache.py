@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
+from dataclasses import replace
 from datetime import UTC, timedelta
 from pathlib import Path
 
@@ -12,8 +14,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from broker import spec_codec
-from broker.spec import RuntimeEstimate
+from broker.spec import RunSpec, RuntimeEstimate
 from tests.broker.test_planner import jobs
+from tests.fakes.specs import job_spec
 
 REPO = Path(__file__).resolve().parents[2]
 deadlines = (
@@ -23,15 +26,32 @@ deadlines = (
 )
 
 
+runs = st.builds(
+    RunSpec,
+    command=st.text(max_size=30),
+    image=st.none() | st.text(min_size=1, max_size=20),
+    env=st.lists(st.tuples(st.text(min_size=1, max_size=8), st.text(max_size=8)), max_size=3).map(
+        tuple
+    ),
+    workdir=st.none() | st.text(min_size=1, max_size=30).map(lambda name: f"/{name}"),
+    setup=st.text(max_size=30),
+)
+
+
 @settings(max_examples=150, deadline=None)
-@given(jobs, deadlines)
-def test_encode_decode_round_trips_exactly(job, deadline):
-    from dataclasses import replace
-
-    job = replace(job, runtime=RuntimeEstimate(job.runtime.estimate_hours, deadline))
-    import json
-
+@given(jobs, deadlines, runs)
+def test_encode_decode_round_trips_exactly(job, deadline, run):
+    job = replace(job, runtime=RuntimeEstimate(job.runtime.estimate_hours, deadline), run=run)
     assert spec_codec.decode(json.loads(json.dumps(spec_codec.encode(job)))) == job
+
+
+def test_a_spec_encoded_before_workdir_and_setup_decodes_with_their_defaults():
+    """A state file or cache written before run.workdir and run.setup existed."""
+    job = replace(job_spec(), run=RunSpec(command="python3 train.py", env=(("A", "b"),)))
+    data = json.loads(json.dumps(spec_codec.encode(job)))
+    assert (data["run"].pop("workdir"), data["run"].pop("setup")) == (None, "")
+    assert spec_codec.decode(data).run == RunSpec("python3 train.py", None, (("A", "b"),))
+    assert spec_codec.decode(data) == job
 
 
 def test_a_place_encodes_as_cloud_and_region_unless_it_has_a_zone_or_country():
@@ -120,6 +140,7 @@ def test_each_manifest_carries_its_own_document_as_written(tmp_path, monkeypatch
     from broker.manifest.load import load_manifests
 
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+
     def body(name: str) -> str:
         text = (REPO / "examples" / "demo" / name).read_text()
         return text[text.index("apiVersion") :].strip().replace("\nrun:", "\n# inside\nrun:")

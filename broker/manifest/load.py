@@ -156,6 +156,27 @@ def parse_manifest_text(text: str, path: Path = Path("<stdin>")) -> list[Manifes
     return manifests
 
 
+def load_texts(texts: Sequence[tuple[str, Path]]) -> LoadResult:
+    """The manifests of texts in hand, each named by its path in errors (`broker import`
+    converts tasks in memory), checked together as `load_manifests` checks files."""
+    from broker.manifest.spec_cache import SpecCache, cache_dir
+    from pricing.userio.errors import UserInputError
+    from pricing.userio.yaml_reader import iter_yaml_documents
+
+    result = LoadResult()
+    loaded: list[_Loaded] = []
+    cache = SpecCache(cache_dir())
+    for text, path in texts:
+        result.files.append(Path(path))
+        try:
+            for doc in iter_yaml_documents(text, Path(path)):
+                _load_document(doc, text, loaded, result.errors, cache)
+        except UserInputError as exc:
+            result.errors.append(exc)
+    result.manifests.extend(_unique(loaded, result.errors))
+    return result
+
+
 def manifest_json_schema() -> dict[str, Any]:
     """JSON Schema (draft 2020-12) of one manifest document, with help on every field."""
     from broker.manifest.model import json_schema

@@ -115,7 +115,8 @@ def convert_task(
         kind = "empty" if task is None else f"a {type(task).__name__}"
         raise doc.error((), f"a SkyPilot task is a mapping of fields, this document is {kind}")
     if "apiVersion" in task:
-        raise doc.error(("apiVersion",), "this is a broker manifest already, not a SkyPilot task")
+        message = "this is a broker manifest already, not a SkyPilot task"
+        raise doc.error(("apiVersion",), message, key=True)
     document: dict[str, Any] = {"apiVersion": API_VERSION, "name": _name(reader, task)}
     document["team"] = team
     nodes = _nodes(reader, task.get("num_nodes", 1))
@@ -275,7 +276,7 @@ def _storage_sources(
         reader.warn(path, "not imported: the broker mounts no volumes")
         return []
     source = spec.get("source")
-    rest = sorted(set(spec) - {"source", "name", "store"})
+    rest = [f"{key} {spec[key]}" for key in spec if key not in ("source", "name", "store")]
     if rest:
         reader.warn(path, f"not imported: {', '.join(rest)} (how SkyPilot mounts the storage)")
     if source is None:

@@ -26,6 +26,7 @@ PLACE_KEYS = ("infra", "cloud", "region", "zone")
 _AMOUNT = re.compile(r"(\d+(?:\.\d*)?|\.\d+)\s*(\+?)")
 _MEMORY = re.compile(r"(\d+(?:\.\d*)?|\.\d+)\s*([kmgtp]b?|b)?\s*(\+?)", re.IGNORECASE)
 _UNITS = {"b": 0, "k": 1, "m": 2, "g": 3, "t": 4, "p": 5}  # powers of 1024, as SkyPilot
+_LIST_ORDER = "the broker ranks these GPUs by expected cost; their order only breaks ties"
 _NOT_MAPPED = {
     "instance_type": "the broker chooses the instance type: state the GPUs, cpus and memory",
     "disk_size": "the manifest has no disk size",
@@ -60,7 +61,8 @@ def convert_resources(reader: TaskReader, resources: object, nodes: int) -> dict
         return {}
     candidates = _candidates(reader, resources)
     out: dict[str, Any] = {}
-    gpus = _accelerators(reader, candidates)
+    per_candidate = _accelerators(reader, candidates)
+    gpus = _merged(reader, per_candidate)
     section: dict[str, Any] = {}
     if gpus:
         section["accelerators"] = gpus[0] if len(gpus) == 1 else gpus
@@ -73,7 +75,7 @@ def convert_resources(reader: TaskReader, resources: object, nodes: int) -> dict
     if section:
         out["resources"] = section
     lists = [key for key in ("any_of", "ordered") if key in resources]
-    placement = _placement(reader, candidates, gpus, ("resources", *lists[:1]))
+    placement = _placement(reader, candidates, per_candidate, ("resources", *lists[:1]))
     if placement:
         out["placement"] = placement
     image = _same_in_all(reader, candidates, "image_id")
@@ -125,8 +127,12 @@ def _candidates(reader: TaskReader, resources: dict[str, Any]) -> list[_Candidat
             reader.error(("resources", kind, i), f"expected a mapping of resources, got {item!r}")
             continue
         fields = dict(base)
-        if any(key in item for key in PLACE_KEYS):  # the item's place replaces the default's
+        # An item's infra replaces the place around it; its cloud, region or zone replace
+        # the infra around it (and those fields of the same name).
+        if "infra" in item:
             fields = {k: v for k, v in fields.items() if k not in PLACE_KEYS}
+        elif any(key in item for key in PLACE_KEYS):
+            fields.pop("infra", None)
         for key, value in item.items():
             path = ("resources", kind, i, key)
             key = "accelerators" if key == "gpus" else key
@@ -173,26 +179,37 @@ def _same_in_all(
     return first
 
 
-def _accelerators(reader: TaskReader, candidates: list[_Candidate]) -> list[str]:
-    """Every candidate's GPUs, canonical, in order of appearance, each GPU once."""
-    out: dict[str, str] = {}
-    cpu_only = False
+def _accelerators(reader: TaskReader, candidates: list[_Candidate]) -> list[list[str]]:
+    """Each candidate's GPUs as the manifest writes them (A100:8), canonical; a field the
+    candidates share is read (and complained about) once."""
+    read: dict[tuple[str | int, ...], list[str]] = {}
     for candidate in candidates:
         found = candidate.get("accelerators")
-        if found is None:
-            cpu_only = True
+        if found is None or found[0] in read:
             continue
+        asks = read[found[0]] = []
         for path, text, at_key in _gpu_texts(reader, *found):
             try:
                 gpu, count = parse_gpu_request(text)
             except UnknownGpu as exc:
                 reader.error(path, str(exc), key=at_key)
                 continue
-            written = f"{gpu}:{count:g}"
+            asks.append(f"{gpu}:{count:g}")
+    return [read.get(found[0], []) if (found := c.get("accelerators")) else [] for c in candidates]
+
+
+def _merged(reader: TaskReader, per_candidate: list[list[str]]) -> list[str]:
+    """The candidates' GPUs in one list, in order of appearance, each GPU once."""
+    out: dict[str, str] = {}
+    for asks in per_candidate:
+        for written in asks:
+            gpu = written.rsplit(":", 1)[0]
             if gpu in out and out[gpu] != written:
-                reader.warn(path, f"{gpu} is asked with two counts: the broker takes {out[gpu]}")
+                reader.warn(
+                    ("resources",), f"{gpu} is asked with two counts: the broker takes {out[gpu]}"
+                )
             out.setdefault(gpu, written)
-    if cpu_only and out:
+    if out and not all(per_candidate):
         reader.warn(
             ("resources",),
             "some candidates ask for no GPU: the imported job asks for one of the listed GPUs",
@@ -208,10 +225,14 @@ def _gpu_texts(
     if isinstance(value, str):
         text = value.strip()
         if text[:1] in "[{" and text[-1:] in "]}":  # a set or list written as a string
-            names = [part.strip().strip("'\"") for part in text[1:-1].split(",")]
-            return [(path, name, False) for name in names if name]
+            names = [n for part in text[1:-1].split(",") if (n := part.strip().strip("'\""))]
+            if text[0] == "[" and len(names) > 1:
+                reader.warn(path, _LIST_ORDER)
+            return [(path, name, False) for name in names]
         return [(path, text, False)]
     if isinstance(value, list) and all(isinstance(item, str) for item in value):
+        if len(value) > 1:
+            reader.warn(path, _LIST_ORDER)
         return [((*path, i), item.strip(), False) for i, item in enumerate(value)]
     if isinstance(value, dict):
         out = []
@@ -262,7 +283,7 @@ def _number(number: float) -> int | float:
 def _placement(
     reader: TaskReader,
     candidates: list[_Candidate],
-    gpus: list[str],
+    gpus: list[list[str]],
     where: tuple[str | int, ...],
 ) -> dict[str, Any]:
     """`placement` from each candidate's place and spot choice."""
@@ -274,13 +295,13 @@ def _placement(
     regions = [region for _, region in places]
     if all(regions):
         placement["regions"] = list(dict.fromkeys(regions))
-    spread = [len(gpus) > 1, len(placement.get("clouds", [])) > 1]
-    spread.append(len(placement.get("regions", [])) > 1)
-    if len(candidates) > 1 and sum(spread) > 1:
+    pairs = {(gpu, place) for asks, place in zip(gpus, places, strict=True) for gpu in asks}
+    every = {gpu for asks in gpus for gpu in asks}
+    if pairs != {(gpu, place) for gpu in every for place in places}:
         reader.warn(
             where,
-            "the candidates pair GPUs with places; the broker allows every listed GPU, cloud "
-            "and region in any combination",
+            "the candidates pair GPUs with places; the broker allows every listed GPU in "
+            "every listed cloud and region",
         )
     spots = [c.get("use_spot") for c in candidates]
     for found in spots:

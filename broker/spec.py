@@ -53,11 +53,13 @@ class Requirements:
 
 @dataclass(frozen=True, slots=True)
 class RunSpec:
-    """What to run."""
+    """What to run: `setup` once, then `command` (or the image's entrypoint), in `workdir`."""
 
     command: str = ""
     image: str | None = None
     env: tuple[tuple[str, str], ...] = ()
+    workdir: str | None = None  # absolute folder to deliver to each node and run in
+    setup: str = ""  # run once before command, in the workdir
 
 
 @dataclass(frozen=True, slots=True)

@@ -84,7 +84,13 @@ def decode(data: dict[str, Any]) -> JobSpec:
         requirements=requirements,
         queue=data["queue"],
         priority=data["priority"],
-        run=RunSpec(run["command"], run["image"], tuple((k, v) for k, v in run["env"])),
+        run=RunSpec(
+            run["command"],
+            run["image"],
+            tuple((k, v) for k, v in run["env"]),
+            workdir=run.get("workdir"),  # absent in specs encoded before it existed
+            setup=run.get("setup", ""),
+        ),
         runtime=RuntimeEstimate(runtime["estimate_hours"], _deadline(runtime["deadline"])),
         checkpoint=None
         if ckpt is None

@@ -11,9 +11,13 @@ import typer
 from broker.cli.exits import BAD_INPUT, PROVIDER, fail
 from broker.cli.options import (
     CatalogOption,
+    FormatOption,
+    InputFormat,
     OutputOption,
     OverlaysOption,
     PoolsOption,
+    TeamOption,
+    load_jobs,
     offers_in_force,
     split_list,
 )
@@ -100,19 +104,19 @@ def submit(
     catalog: Path = CatalogOption,
     pools: Path = PoolsOption,
     overlays: Path = OverlaysOption,
+    input_format: InputFormat = FormatOption,
+    team: str = TeamOption,
 ) -> None:
     """Validate manifests and enqueue them; prints job ids. Unchanged ones are a no-op."""
-    from broker.manifest.load import load_manifests
-
-    loaded = load_manifests(paths)
+    loaded = load_jobs(paths, input_format, team)
     if loaded.errors:
         for error in loaded.errors:
             print(str(error), file=sys.stderr)
         fail(f"{len(loaded.errors)} error(s) in manifests; nothing submitted", BAD_INPUT)
     if dry_run:
-        from broker.cli.plan import plan_command
+        from broker.cli.plan import plan_manifests
 
-        plan_command(paths, 1, False, output, catalog, pools, overlays)
+        plan_manifests(loaded.manifests, 1, False, output, catalog, pools, overlays)
         return
     from broker.clock import SystemClock
     from broker.state import StateStore

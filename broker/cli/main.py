@@ -30,6 +30,7 @@ COMMANDS: dict[str, str] = {
     "offers": "offers:offers",
     "validate": "validate:validate",
     "schema": "schema:schema",
+    "import": "importer:app",
     "plan": "plan:plan_command",
     "estimate": "estimate:estimate_command",
     "ci": "ci:ci",

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from datetime import date
+from enum import StrEnum
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -12,6 +13,7 @@ from broker.cli.exits import BAD_INPUT, fail
 from broker.cli.render import Output
 
 if TYPE_CHECKING:
+    from broker.manifest.load import LoadResult
     from broker.offers import OffersInForce
 
 CatalogOption = typer.Option(
@@ -35,6 +37,41 @@ OverlaysOption = typer.Option(
     show_default=False,
 )
 OutputOption = typer.Option(Output.table, "--output", "-o", help="Output format.")
+
+
+class InputFormat(StrEnum):
+    """What the files given to `plan` and `submit` are."""
+
+    broker = "broker"
+    skypilot = "skypilot"
+
+
+FormatOption = typer.Option(
+    InputFormat.broker,
+    "--format",
+    help="The files are broker manifests, or SkyPilot task YAML (converted in memory, "
+    "as `broker import skypilot` converts them).",
+)
+TeamOption = typer.Option(
+    None,
+    "--team",
+    help="With --format skypilot: the jobs' team (a SkyPilot task has none; default: your "
+    "user name).",
+    show_default=False,
+)
+
+
+def load_jobs(paths: list[Path], input_format: InputFormat, team: str | None) -> LoadResult:
+    """The manifests of `paths` in the format given; every error in the result."""
+    if input_format == InputFormat.skypilot:
+        from broker.cli.importer import skypilot_manifests
+
+        return skypilot_manifests(paths, team)
+    if team is not None:
+        fail("--team is for --format skypilot: a manifest names its own team", BAD_INPUT)
+    from broker.manifest.load import load_manifests
+
+    return load_manifests(paths)
 
 
 def split_list(values: list[str] | None) -> tuple[str, ...]:

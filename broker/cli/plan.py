@@ -5,19 +5,27 @@ from __future__ import annotations
 import json
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import typer
 
 from broker.cli.exits import BAD_INPUT, NO_PLACEMENT, fail
 from broker.cli.options import (
     CatalogOption,
+    FormatOption,
+    InputFormat,
     OutputOption,
     OverlaysOption,
     PoolsOption,
+    TeamOption,
     catalog_banner,
+    load_jobs,
     offers_in_force,
 )
 from broker.cli.render import Column, Output, number, render, usd
+
+if TYPE_CHECKING:
+    from broker.manifest.load import Manifest
 
 PLACEMENT_COLUMNS = (
     Column("rank", "#", numeric=True),
@@ -48,30 +56,44 @@ def plan_command(
     catalog: Path = CatalogOption,
     pools: Path = PoolsOption,
     overlays: Path = OverlaysOption,
+    input_format: InputFormat = FormatOption,
+    team: str = TeamOption,
 ) -> None:
     """Plan jobs: the cheapest compliant placements, with their cost breakdown.
 
     Exit 3 when a job has no feasible placement (with what to relax and its cost).
     """
-    from datetime import date
-
-    from broker.clock import SystemClock
-    from broker.manifest.load import load_manifests
-    from broker.planner.plan import plan_many
-    from pricing.userio.settings import resolve
-
     if top < 1:
         fail("--top must be at least 1", BAD_INPUT)
-    loaded = load_manifests(paths)
+    loaded = load_jobs(paths, input_format, team)
     if loaded.errors:
         for error in loaded.errors:
             print(str(error), file=sys.stderr)
         fail(f"{len(loaded.errors)} error(s) in manifests; nothing planned", BAD_INPUT)
     if not loaded.manifests:
         fail("no broker/v1 manifest found in " + ", ".join(map(str, paths)), BAD_INPUT)
+    plan_manifests(loaded.manifests, top, explain, output, catalog, pools, overlays)
+
+
+def plan_manifests(
+    manifests: list[Manifest],
+    top: int,
+    explain: bool,
+    output: Output,
+    catalog: Path | None,
+    pools: Path | None,
+    overlays: Path | None,
+) -> None:
+    """`broker plan` of manifests already loaded (`submit --dry-run` plans what it read)."""
+    from datetime import date
+
+    from broker.clock import SystemClock
+    from broker.planner.plan import plan_many
+    from pricing.userio.settings import resolve
+
     view = offers_in_force(catalog, pools, overlays)
     now = SystemClock().now()
-    jobs = [m.spec for m in loaded.manifests]
+    jobs = [m.spec for m in manifests]
     decisions = plan_many(jobs, view.index, now, top=top)
     decisions = [
         d if d.placements else _with_hints(d, job, view.index, now)

@@ -35,6 +35,7 @@ from datetime import date
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, NamedTuple
 
+from broker.manifest.workdir import MANIFEST_DIR, as_written, manifest_dir, resolved
 from broker.spec import JobSpec
 
 if TYPE_CHECKING:
@@ -155,12 +156,32 @@ def parse_manifest_text(text: str, path: Path = Path("<stdin>")) -> list[Manifes
     return manifests
 
 
+def load_texts(texts: Sequence[tuple[str, Path]]) -> LoadResult:
+    """The manifests of texts in hand, each named by its path in errors (`broker import`
+    converts tasks in memory), checked together as `load_manifests` checks files."""
+    from broker.manifest.spec_cache import SpecCache, cache_dir
+    from pricing.userio.errors import UserInputError
+    from pricing.userio.yaml_reader import iter_yaml_documents
+
+    result = LoadResult()
+    loaded: list[_Loaded] = []
+    cache = SpecCache(cache_dir())
+    for text, path in texts:
+        result.files.append(Path(path))
+        try:
+            for doc in iter_yaml_documents(text, Path(path)):
+                _load_document(doc, text, loaded, result.errors, cache)
+        except UserInputError as exc:
+            result.errors.append(exc)
+    result.manifests.extend(_unique(loaded, result.errors))
+    return result
+
+
 def manifest_json_schema() -> dict[str, Any]:
     """JSON Schema (draft 2020-12) of one manifest document, with help on every field."""
-    from broker.manifest.model import JobManifest
+    from broker.manifest.model import json_schema
 
-    schema = JobManifest.model_json_schema()
-    return {"$schema": "https://json-schema.org/draft/2020-12/schema", **schema}
+    return json_schema()
 
 
 def manifest_digest(data: Any) -> str:
@@ -230,7 +251,7 @@ def _from_cache(path: Path, text: str, cache: SpecCache) -> list[_Loaded] | None
         return None
     found = []
     for entry in entries:
-        spec = cache.get(entry.digest)
+        spec = _cached(cache, entry.digest, manifest_dir(path))
         if spec is None:
             return None
         start, end = entry.span
@@ -238,6 +259,12 @@ def _from_cache(path: Path, text: str, cache: SpecCache) -> list[_Loaded] | None
         manifest = Manifest(spec, path, entry.index, entry.line, entry.digest, document)
         found.append(_Loaded(manifest, entry.name_at, entry.span))
     return found
+
+
+def _cached(cache: SpecCache, digest: str, base: Path) -> JobSpec | None:
+    """The cached spec of a document, its workdir resolved for a manifest in `base`."""
+    spec = cache.get(digest)
+    return None if spec is None else resolved(spec, base)
 
 
 def _parse_file(
@@ -303,7 +330,8 @@ def _load_document(
         errors.append(_version_error(doc, data))
         return
     digest = manifest_digest(data)
-    spec = cache.get(digest)
+    base = manifest_dir(doc.path)
+    spec = _cached(cache, digest, base)
     if spec is None:
         from pydantic import ValidationError
 
@@ -311,12 +339,12 @@ def _load_document(
         from pricing.userio.validation import validation_errors
 
         try:
-            model = JobManifest.model_validate(data)
+            model = JobManifest.model_validate(data, context={MANIFEST_DIR: base})
         except ValidationError as exc:
             errors.extend(validation_errors(doc, exc, JobManifest))
             return
         spec = model.to_spec()
-        cache.put(digest, spec)
+        cache.put(digest, as_written(spec, data["run"].get("workdir")))
     line = doc.locate(())[0]
     span = document_span(doc, text)
     manifest = Manifest(spec, doc.path, doc.index, line, digest, text[span[0] : span[1]] + "\n")

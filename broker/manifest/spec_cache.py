@@ -29,11 +29,16 @@ _SOURCES = (
     "broker/spec_codec.py",
     "broker/manifest/load.py",  # how a file's documents are found and located
     "broker/manifest/model.py",
+    "broker/manifest/sections.py",
+    "broker/manifest/values.py",
+    "broker/manifest/workdir.py",
     "broker/manifest/spec_cache.py",
     "broker/spec.py",
     "pricing/gpus.py",
     "pricing/regions.py",
     "pricing/schema.py",
+    "pricing/userio/atomic.py",  # how the cache is written
+    "pricing/userio/dirs.py",  # where it is
     "pricing/userio/errors.py",
     "pricing/userio/locate.py",
     "pricing/userio/suggest.py",

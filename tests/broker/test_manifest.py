@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+import os
 import textwrap
 from datetime import UTC, datetime, timedelta, timezone
 from pathlib import Path
@@ -212,6 +214,71 @@ def test_image_without_command_and_env_sorted():
     )
     run = parse(text)[0].spec.run
     assert run == RunSpec(command="", image="ghcr.io/a/b:1", env=(("A", "x"), ("B", "2")))
+
+
+def test_setup_and_workdir_resolved_against_the_manifests_folder(tmp_path):
+    (tmp_path / "proj" / "src").mkdir(parents=True)
+    path = write(
+        tmp_path / "proj",
+        "jobs/train.yaml",
+        MINIMAL.replace("  command: echo hi\n", "  command: python3 train.py\n")
+        + "  setup: pip install -r requirements.txt\n  workdir: ..\n",
+    )
+    (manifest,) = load_manifests([path]).manifests
+    assert manifest.spec.run == RunSpec(
+        command="python3 train.py",
+        workdir=str(tmp_path / "proj"),
+        setup="pip install -r requirements.txt",
+    )
+    nested = write(tmp_path / "proj", "job.yaml", MINIMAL + "  workdir: src\n")
+    assert load_manifests([nested]).manifests[0].spec.run.workdir == str(tmp_path / "proj/src")
+
+
+def test_without_workdir_or_setup_the_run_has_none():
+    assert parse(MINIMAL)[0].spec.run == RunSpec(command="echo hi", workdir=None, setup="")
+
+
+def test_workdir_must_be_an_existing_folder(tmp_path):
+    (tmp_path / "notes.txt").write_text("not a folder")
+    missing = write(tmp_path, "missing.yaml", MINIMAL + "  workdir: nope\n")
+    a_file = write(tmp_path, "file.yaml", MINIMAL + "  workdir: notes.txt\n")
+    errors = [e.one_line() for e in load_manifests([missing, a_file]).errors]
+    assert errors == [
+        f"{missing}:6:12: run.workdir: 'nope': no such folder ({tmp_path / 'nope'})",
+        f"{a_file}:6:12: run.workdir: 'notes.txt' is not a folder ({tmp_path / 'notes.txt'}): "
+        "workdir names a directory",
+    ]
+
+
+def test_setup_alone_is_nothing_to_run():
+    assert errors_of(MINIMAL.replace("  command: echo hi\n", "  setup: pip install x\n")) == [
+        "jobs/llama.yaml:5:3: run: setup runs before command, not instead of it: "
+        "give a command, an image (its entrypoint runs), or both"
+    ]
+
+
+def test_a_cached_spec_takes_the_workdir_of_where_its_manifest_is(tmp_path):
+    """The same document in two folders names two working directories, and a folder
+    deleted since the spec was cached is an error again, not a stale path."""
+    text = MINIMAL + "  workdir: .\n"
+    one, two = write(tmp_path / "one", "job.yaml", text), write(tmp_path / "two", "job.yaml", text)
+    for _ in range(2):  # validated, then from the spec cache (document and file)
+        specs = [load_manifests([path]).manifests[0].spec for path in (one, two)]
+        assert [s.run.workdir for s in specs] == [str(tmp_path / "one"), str(tmp_path / "two")]
+    from broker.manifest.spec_cache import cache_dir
+
+    (cached,) = [json.loads(f.read_text()) for f in cache_dir().glob("*.json")]
+    assert cached["run"]["workdir"] == "."  # as written: the cache serves both folders
+    renamed = tmp_path / "moved"
+    (tmp_path / "two").rename(renamed)
+    (tmp_path / "two").mkdir()
+    gone = write(tmp_path / "two", "job.yaml", MINIMAL + "  workdir: ../two/sub\n")
+    assert load_manifests([renamed / "job.yaml"]).manifests[0].spec.run.workdir == str(renamed)
+    assert "run.workdir: '../two/sub': no such folder" in str(load_manifests([gone]).errors[0])
+    (tmp_path / "two" / "sub").mkdir()
+    assert load_manifests([gone]).manifests[0].spec.run.workdir == str(tmp_path / "two" / "sub")
+    (tmp_path / "two" / "sub").rmdir()  # the spec is cached now: the folder is checked again
+    assert "no such folder" in str(load_manifests([gone]).errors[0])
 
 
 def test_multi_document_file():
@@ -578,6 +645,15 @@ def test_json_schema_describes_every_field():
     assert {"type": "string"} in resources["accelerators"]["anyOf"][0]["anyOf"]
 
 
+def test_json_schema_names_each_section_as_users_know_it():
+    """The section models are named `...Section` in the code; editors see plain names."""
+    schema = manifest_json_schema()
+    sections = ["Budget", "Checkpoint", "DataInput", "Placement", "Recovery", "Resources"]
+    assert sorted(schema["$defs"]) == sorted([*sections, "Run", "Runtime"])
+    assert all(definition["title"] == name for name, definition in schema["$defs"].items())
+    assert schema["properties"]["placement"] == {"$ref": "#/$defs/Placement"}
+
+
 def test_examples_match_the_json_schema():
     jsonschema = pytest.importorskip("jsonschema")
     validator = jsonschema.Draft202012Validator(manifest_json_schema())
@@ -690,8 +766,19 @@ def manifests(draw) -> tuple[dict, JobSpec]:
     )
     if env:
         run["env"] = env
+    if draw(st.booleans()):
+        run["setup"] = draw(TEXT)
+    if draw(st.booleans()):  # folders that exist wherever the test runs
+        run["workdir"] = draw(st.sampled_from(["/", "/tmp", "~", "/tmp/../tmp"]))
     doc["run"] = run
-    spec["run"] = RunSpec(run.get("command", ""), run.get("image"), tuple(sorted(env.items())))
+    workdir = run.get("workdir")
+    spec["run"] = RunSpec(
+        run.get("command", ""),
+        run.get("image"),
+        tuple(sorted(env.items())),
+        workdir=None if workdir is None else os.path.abspath(os.path.expanduser(workdir)),
+        setup=run.get("setup", ""),
+    )
 
     runtime: dict = {}
     if draw(st.booleans()):

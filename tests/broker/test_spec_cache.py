@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
+from dataclasses import replace
 from datetime import UTC, timedelta
 from pathlib import Path
 
@@ -12,8 +14,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from broker import spec_codec
-from broker.spec import RuntimeEstimate
+from broker.spec import RunSpec, RuntimeEstimate
 from tests.broker.test_planner import jobs
+from tests.fakes.specs import job_spec
 
 REPO = Path(__file__).resolve().parents[2]
 deadlines = (
@@ -23,15 +26,32 @@ deadlines = (
 )
 
 
+runs = st.builds(
+    RunSpec,
+    command=st.text(max_size=30),
+    image=st.none() | st.text(min_size=1, max_size=20),
+    env=st.lists(st.tuples(st.text(min_size=1, max_size=8), st.text(max_size=8)), max_size=3).map(
+        tuple
+    ),
+    workdir=st.none() | st.text(min_size=1, max_size=30).map(lambda name: f"/{name}"),
+    setup=st.text(max_size=30),
+)
+
+
 @settings(max_examples=150, deadline=None)
-@given(jobs, deadlines)
-def test_encode_decode_round_trips_exactly(job, deadline):
-    from dataclasses import replace
-
-    job = replace(job, runtime=RuntimeEstimate(job.runtime.estimate_hours, deadline))
-    import json
-
+@given(jobs, deadlines, runs)
+def test_encode_decode_round_trips_exactly(job, deadline, run):
+    job = replace(job, runtime=RuntimeEstimate(job.runtime.estimate_hours, deadline), run=run)
     assert spec_codec.decode(json.loads(json.dumps(spec_codec.encode(job)))) == job
+
+
+def test_a_spec_encoded_before_workdir_and_setup_decodes_with_their_defaults():
+    """A state file or cache written before run.workdir and run.setup existed."""
+    job = replace(job_spec(), run=RunSpec(command="python3 train.py", env=(("A", "b"),)))
+    data = json.loads(json.dumps(spec_codec.encode(job)))
+    assert (data["run"].pop("workdir"), data["run"].pop("setup")) == (None, "")
+    assert spec_codec.decode(data).run == RunSpec("python3 train.py", None, (("A", "b"),))
+    assert spec_codec.decode(data) == job
 
 
 def test_a_place_encodes_as_cloud_and_region_unless_it_has_a_zone_or_country():
@@ -82,6 +102,37 @@ def test_second_load_skips_pydantic_and_yaml_and_gives_the_same_manifests(tmp_pa
     assert first[2] == second[2]  # specs, paths, document numbers, lines and digests
 
 
+SOURCES_PROBE = """
+import sys
+from pathlib import Path
+from broker.manifest.load import load_manifests
+result = load_manifests([Path(sys.argv[1])])
+assert not result.errors and result.manifests, result.errors
+root = Path(sys.argv[2])
+for name, module in list(sys.modules.items()):
+    file = module.__file__ or "" if name.split(".")[0] in ("broker", "pricing") else ""
+    if file and not file.endswith("__init__.py"):
+        print(Path(file).relative_to(root).as_posix())
+"""
+
+
+def test_the_cache_key_covers_every_module_that_validation_runs(tmp_path):
+    """A change to any module that reads a manifest into a spec must start a fresh cache:
+    every project module a (cold) validation loads is among the sources of the key."""
+    from broker.manifest.spec_cache import _SOURCES
+
+    env = dict(os.environ, XDG_CACHE_HOME=str(tmp_path))
+    out = subprocess.run(
+        [sys.executable, "-c", SOURCES_PROBE, str(REPO / "examples" / "jobs"), str(REPO)],
+        env=env,
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.split()
+    assert "broker/manifest/sections.py" in out  # the probe did validate
+    assert sorted(set(out) - set(_SOURCES)) == []
+
+
 def test_each_manifest_carries_its_own_document_as_written(tmp_path, monkeypatch):
     """What the store keeps of a manifest: its own document of a multi-document file,
     from its first key to its last line (comments inside included), the same whether the
@@ -89,6 +140,7 @@ def test_each_manifest_carries_its_own_document_as_written(tmp_path, monkeypatch
     from broker.manifest.load import load_manifests
 
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+
     def body(name: str) -> str:
         text = (REPO / "examples" / "demo" / name).read_text()
         return text[text.index("apiVersion") :].strip().replace("\nrun:", "\n# inside\nrun:")

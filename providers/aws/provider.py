@@ -25,6 +25,10 @@ How the contract is kept on EC2:
 - `interruptions()` also reports a spot instance whose request is marked for termination
   (the two-minute notice) while it still runs, with its deadline.
 - Multi-node launches are not supported yet (InvalidRequest).
+
+Beside this module: launch.py (a request as RunInstances parameters, what EC2 refuses),
+instances.py (EC2's answers as Instances and notices), listing.py (DescribeInstances and
+the spot requests), capacity.py (offerings and quotas: the offers' view).
 """
 
 from __future__ import annotations

@@ -8,6 +8,7 @@ object did not end was evicted ("interrupted").
 from __future__ import annotations
 
 from collections.abc import Sequence
+from enum import Enum
 from typing import Any
 
 from providers.azure.errors import NAME
@@ -18,11 +19,14 @@ _STOPPED = ("deallocated", "deallocating", "stopped", "stopping")
 
 def status_codes(view: Any) -> list[str]:
     """The lowercase status codes of an instance view ("powerstate/running", ...)."""
-    return [str(s.code or "").lower() for s in (getattr(view, "statuses", None) or ())]
+    statuses = view.statuses if view is not None else None
+    return [str(s.code or "").lower() for s in statuses or ()]
 
 
 def is_spot(vm: Any) -> bool:
-    return str(getattr(vm.priority, "value", vm.priority) or "") == "Spot"
+    """Is the VM's priority Spot (the SDK gives an enum member or its text)?"""
+    priority = vm.priority.value if isinstance(vm.priority, Enum) else vm.priority
+    return str(priority or "") == "Spot"
 
 
 def vm_state(
@@ -59,5 +63,5 @@ def instance_of(instance_id: str, vm: Any, codes: Sequence[str], ended_by_us: bo
         market="spot" if spot else "on-demand",
         state=vm_state(spot, str(vm.provisioning_state or ""), codes, ended_by_us),
         tags=tuple(sorted((vm.tags or {}).items())),
-        launched_at=getattr(vm, "time_created", None),
+        launched_at=vm.time_created,
     )

@@ -1,5 +1,7 @@
-"""What the three cloud adapters share: endpoint overrides, bounded backoff, the
-capacity cool-down, the capacity view merged into the catalog, and `check` results.
+"""What the three cloud adapters share: endpoint overrides, SDK calls with mapped errors
+and bounded backoff, the capacity cool-down, a time-limited cache for capacity views, the
+capacity view merged into the catalog, the rules every cloud launch and listing keeps, and
+`check` results.
 
 Nothing here imports a cloud SDK: each adapter imports its own, inside its package,
 so that `broker --help` and a machine without an extra stay fast and working.
@@ -11,19 +13,20 @@ import math
 import random
 import threading
 import time
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Hashable, Iterable, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
-from typing import TYPE_CHECKING, TypeVar
+from typing import TYPE_CHECKING, Generic, TypeVar
 
 from pricing.userio.settings import resolve_text
-from providers.errors import RateLimited
+from providers.errors import InsufficientCapacity, InvalidRequest, ProviderError, RateLimited
 
 if TYPE_CHECKING:
     from pricing.table import OfferTable
-    from providers.base import Clock
+    from providers.base import Clock, Instance, InterruptionNotice, LaunchRequest
 
 T = TypeVar("T")
+K = TypeVar("K", bound=Hashable)
 
 # How long a (instance type, zone, market) that reported no capacity is skipped.
 CAPACITY_COOLDOWN_SECONDS = 300.0
@@ -61,9 +64,61 @@ def with_backoff(
     raise AssertionError("unreachable")
 
 
-class _WallClock:
+def sdk_call(
+    call: Callable[[], T],
+    kinds: type[BaseException] | tuple[type[BaseException], ...],
+    to_error: Callable[[BaseException, str], ProviderError],
+    action: str,
+    sleep: Callable[[float], None] = time.sleep,
+) -> T:
+    """`call()`, its SDK's exceptions (`kinds`) raised as `to_error(exc, action)` (the
+    adapter's map onto providers.errors) and throttling retried by `with_backoff`.
+
+    The SDK's exception is not chained (`from None`): its message may quote a secret.
+    Anything else, a ProviderError included, passes through as it is.
+    """
+
+    def once() -> T:
+        try:
+            return call()
+        except kinds as exc:
+            raise to_error(exc, action) from None
+
+    return with_backoff(once, sleep=sleep)
+
+
+class WallClock:
+    """The real time in UTC: the clock of an adapter that is given none."""
+
     def now(self) -> datetime:
         return datetime.now(UTC)
+
+
+class Expiring(Generic[K, T]):
+    """Values made once and reused for `seconds` on `clock`, then made again: a capacity
+    view costs several calls per region, and a plan asks for offers often.
+
+    A value is stamped with the time before it was made; it is made outside the lock
+    (it calls the cloud), so two threads may both make one, and the later one is kept.
+    """
+
+    def __init__(self, clock: Clock, seconds: float) -> None:
+        self.clock = clock
+        self.seconds = seconds
+        self._kept: dict[K, tuple[datetime, T]] = {}
+        self._lock = threading.Lock()
+
+    def get(self, key: K, make: Callable[[], T]) -> T:
+        """The value kept for `key` while it is younger than `seconds`, else `make()`."""
+        now = self.clock.now()
+        with self._lock:
+            kept = self._kept.get(key)
+        if kept is not None and (now - kept[0]).total_seconds() < self.seconds:
+            return kept[1]
+        value = make()
+        with self._lock:
+            self._kept[key] = (now, value)
+        return value
 
 
 class CapacityCooldown:
@@ -71,7 +126,7 @@ class CapacityCooldown:
     skipped until their cool-down ends so that failover moves on at once."""
 
     def __init__(self, clock: Clock | None = None, seconds: float = CAPACITY_COOLDOWN_SECONDS):
-        self.clock = clock or _WallClock()
+        self.clock = clock or WallClock()
         self.seconds = seconds
         self._until: dict[tuple[str, str, str], datetime] = {}
         self._lock = threading.Lock()
@@ -94,6 +149,65 @@ class CapacityCooldown:
         now = self.clock.now()
         with self._lock:
             return sorted(key for key, until in self._until.items() if now < until)
+
+
+def cooling_down(cloud: str, request: LaunchRequest, where: str) -> InsufficientCapacity:
+    """The error of a launch refused because `where` (a zone or region, or several) is
+    cooling down after a capacity failure of the request's type and market."""
+    return InsufficientCapacity(
+        cloud,
+        f"{request.instance_type} ({request.market}) in {where} is cooling down "
+        "after a capacity failure",
+        code="cooldown",
+    )
+
+
+def refuse_unsupported(cloud: str, request: LaunchRequest) -> None:
+    """InvalidRequest for what no cloud adapter launches: another cloud's request, or
+    more than one node (multi-node launches on clouds are not supported yet)."""
+    if request.cloud != cloud:
+        raise InvalidRequest(cloud, f"request for cloud {request.cloud!r}, not {cloud}")
+    if request.nodes > 1:
+        raise InvalidRequest(cloud, f"multi-node launches on {cloud} are not supported yet")
+
+
+def refuse_other_request(
+    cloud: str, attempt_id: str, launched_for: str | None, digest: str
+) -> None:
+    """InvalidRequest when the attempt's instance was launched for another request than
+    the one asked now: `launched_for` is its broker-request tag, `digest` the request's
+    `request_hash` (the contract's "the same attempt id with a different request")."""
+    if launched_for != digest:
+        raise InvalidRequest(cloud, f"attempt {attempt_id} was launched with another request")
+
+
+_NEVER = datetime.min.replace(tzinfo=UTC)
+
+
+def launch_order(instance: Instance) -> tuple[datetime, str]:
+    """How list_instances() sorts: by launch time (unknown first), then by id."""
+    return instance.launched_at or _NEVER, instance.id
+
+
+class ReportedOnce:
+    """The instance ids whose interruption notice a provider object has returned, so that
+    each notice is reported once per object (the `interruptions()` contract)."""
+
+    def __init__(self) -> None:
+        self._ids: set[str] = set()
+        self._lock = threading.Lock()
+
+    def __contains__(self, instance_id: object) -> bool:
+        with self._lock:
+            return instance_id in self._ids
+
+    def fresh(self, notices: Iterable[InterruptionNotice]) -> list[InterruptionNotice]:
+        """The notices whose instance was not reported yet, by (noticed_at, instance id);
+        from now on they count as reported."""
+        with self._lock:
+            new = [n for n in notices if n.instance_id not in self._ids]
+            self._ids.update(n.instance_id for n in new)
+        return sorted(new, key=lambda n: (n.noticed_at, n.instance_id))
 
 
 @dataclass(frozen=True)

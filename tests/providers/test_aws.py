@@ -31,8 +31,16 @@ from providers.aws import AwsProvider
 from providers.aws import errors as aws_errors
 from providers.aws.capacity import family, quota_headroom
 from providers.aws.check import check
-from providers.aws.provider import TAG_REQUEST, client_token, request_hash, spot_interrupted
-from providers.base import Instance, LaunchRequest, instance_tags, startup_script
+from providers.aws.instances import spot_interrupted
+from providers.aws.launch import client_token
+from providers.base import (
+    TAG_REQUEST,
+    Instance,
+    LaunchRequest,
+    instance_tags,
+    request_hash,
+    startup_script,
+)
 from providers.errors import (
     CredentialsError,
     InsufficientCapacity,

@@ -22,10 +22,17 @@ from hypothesis import strategies as st
 from broker.clock import FixedClock, SystemClock
 from pricing.catalog import read_offer_table
 from providers.azure import AzureProvider
+from providers.azure.body import vm_name
 from providers.azure.check import check
 from providers.azure.errors import map_error
-from providers.azure.provider import request_hash, vm_name
-from providers.base import ID_PATTERN, Instance, LaunchRequest, instance_tags, startup_script
+from providers.base import (
+    ID_PATTERN,
+    Instance,
+    LaunchRequest,
+    instance_tags,
+    request_hash,
+    startup_script,
+)
 from providers.cloud import BACKOFF_ATTEMPTS
 from providers.errors import (
     CredentialsError,

@@ -1,0 +1,176 @@
+"""The sandbox's workdir: one folder and one record (instance.json) per attempt, the
+checkpoint stores, the lock that serialises changes, and how a record reads as an
+Instance or a notice.
+
+Everything a later SandboxProvider needs is in these files: that is what lets a
+restarted controller reconcile. The record is written atomically (a rename).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import json
+import threading
+from collections.abc import Iterator
+from dataclasses import asdict, dataclass
+from datetime import datetime
+from pathlib import Path
+from typing import IO
+
+from pricing.userio.atomic import atomic_write_text
+from providers.base import ID_PATTERN, Instance, InstanceState, InterruptionNotice
+from providers.errors import NotFound
+
+NAME = "sandbox"
+ID_PREFIX = "sbx-"
+RESERVED_DIRS = frozenset({"checkpoints"})
+RECORD, LOG, EXIT_CODE, SCRIPT = "instance.json", "log.txt", "exit_code", "startup.sh"
+RECORD_FORMAT = 1
+
+
+@dataclass(frozen=True)
+class Record:
+    """The contents of instance.json."""
+
+    attempt_id: str
+    request_hash: str
+    cloud: str
+    region: str
+    zone: str
+    instance_type: str
+    market: str
+    nodes: int
+    tags: tuple[tuple[str, str], ...]
+    pid: int
+    proc_start: int  # field 22 of /proc/<pid>/stat: start time in clock ticks after boot
+    boot_id: str
+    launched_at: str
+    log_path: str
+    ended_at: str | None = None  # when a provider first saw the process gone
+    exit_code: int | None = None
+    terminated: bool = False
+    interrupted_at: str | None = None
+    interrupt_kind: str = ""
+    interrupt_deadline: str | None = None
+
+    @classmethod
+    def from_json(cls, text: str) -> Record | None:
+        data = json.loads(text)
+        if data.pop("format", None) != RECORD_FORMAT:
+            return None
+        data["tags"] = tuple(tuple(pair) for pair in data["tags"])
+        return cls(**data)
+
+    def to_json(self) -> str:
+        return json.dumps({"format": RECORD_FORMAT, **asdict(self)}, indent=1)
+
+
+class Workdir:
+    """The files under `root` (see the module docstring)."""
+
+    def __init__(self, root: Path) -> None:
+        self.root = root
+        self._mutex = threading.RLock()
+        self._depth = 0
+        self._handle: IO[str] | None = None
+
+    @contextlib.contextmanager
+    def locked(self) -> Iterator[None]:
+        """Exclusive use of the workdir, across threads and processes (re-entrant)."""
+        with self._mutex:
+            if self._depth == 0:
+                self._handle = (self.root / ".lock").open("a")
+                fcntl.flock(self._handle, fcntl.LOCK_EX)
+            self._depth += 1
+            try:
+                yield
+            finally:
+                self._depth -= 1
+                if self._depth == 0 and self._handle is not None:
+                    self._handle.close()  # releases the flock
+                    self._handle = None
+
+    def run_dir(self, attempt_id: str) -> Path:
+        """The folder of one attempt: its record, script, log and exit code."""
+        return self.root / attempt_id
+
+    def checkpoint_folder(self, job_id: str, cloud: str, region: str) -> Path:
+        """The folder standing for a job's checkpoint store in (cloud, region)."""
+        return self.root / "checkpoints" / cloud / region / job_id
+
+    def write(self, record: Record) -> None:
+        """Replace the attempt's record, atomically."""
+        atomic_write_text(self.run_dir(record.attempt_id) / RECORD, record.to_json(), durable=False)
+
+    def load(self, attempt_id: str) -> Record | None:
+        """The attempt's record, or None when there is none (or of another format)."""
+        try:
+            return Record.from_json((self.run_dir(attempt_id) / RECORD).read_text())
+        except FileNotFoundError:
+            return None
+
+    def require(self, instance_id: str) -> Record:
+        """The record of a sandbox instance id ("sbx-<attempt>"); NotFound when unknown."""
+        attempt = instance_id.removeprefix(ID_PREFIX)
+        record = None
+        if instance_id.startswith(ID_PREFIX) and ID_PATTERN.fullmatch(attempt):
+            record = self.load(attempt)
+        if record is None:
+            raise NotFound(NAME, f"no instance {instance_id}")
+        return record
+
+    def records(self) -> list[Record]:
+        """Every attempt's record, by folder name."""
+        records = []
+        for path in sorted(self.root.glob(f"*/{RECORD}")):
+            if ID_PATTERN.fullmatch(path.parent.name):
+                record = self.load(path.parent.name)
+                if record is not None:
+                    records.append(record)
+        return records
+
+
+def state_of(record: Record) -> InstanceState:
+    """running until the process ended; then terminated (by a provider), interrupted
+    (a played reclaim), or succeeded/failed by its exit code."""
+    if record.ended_at is None:
+        return "running"
+    if record.terminated:
+        return "terminated"
+    if record.interrupted_at:
+        return "interrupted"
+    return "succeeded" if record.exit_code == 0 else "failed"
+
+
+def instance_of(record: Record) -> Instance:
+    """The Instance a record stands for."""
+    return Instance(
+        id=ID_PREFIX + record.attempt_id,
+        provider=NAME,
+        cloud=record.cloud,
+        region=record.region,
+        zone=record.zone,
+        instance_type=record.instance_type,
+        market=record.market,
+        state=state_of(record),
+        exit_code=record.exit_code,
+        tags=record.tags,
+        launched_at=datetime.fromisoformat(record.launched_at),
+        ended_at=datetime.fromisoformat(record.ended_at) if record.ended_at else None,
+        log_path=record.log_path,
+        nodes=record.nodes,
+    )
+
+
+def notice_of(record: Record) -> InterruptionNotice:
+    """The notice of an interrupted record (its kind, time and deadline)."""
+    assert record.interrupted_at is not None
+    deadline = record.interrupt_deadline
+    return InterruptionNotice(
+        instance_id=ID_PREFIX + record.attempt_id,
+        provider=NAME,
+        kind=record.interrupt_kind,
+        noticed_at=datetime.fromisoformat(record.interrupted_at),
+        deadline=datetime.fromisoformat(deadline) if deadline else None,
+    )

@@ -2,7 +2,8 @@
 
 | module | job |
 |---|---|
-| `reconcile` | the pass (observe, finish, sweep, plan and launch) and `Controller` |
+| `reconcile` | the pass (observe, finish, sweep) and `Controller` |
+| `launching` | plan, gate and launch the queue; the queue view |
 | `outcomes` | the table from what a provider reports to an attempt's outcome |
 | `checkpoints` | checkpoint stores per place, the copy before a move, its egress, lost work |
 | `requests` | the launch request of an attempt |
@@ -13,6 +14,7 @@ The decisions are `broker.dispatch`'s, shared with the simulator; this package k
 the books in the state store.
 """
 
-from broker.controller.reconcile import ACTIVE, Controller, PassReport, QueueLine
+from broker.controller.launching import QueueLine
+from broker.controller.reconcile import ACTIVE, Controller, PassReport
 
 __all__ = ["ACTIVE", "Controller", "PassReport", "QueueLine"]

@@ -24,9 +24,10 @@ import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
-from typing import Any, Literal
+from typing import Any
 
 from broker.queue.fairshare import fair_share_factors
+from broker.queue.verdict import Category, Verdict, Why
 
 _EPS = 1e-9  # GPUs and dollars: a sum of floats within this of a limit is at the limit
 Place = tuple[str, str]  # (cloud, region)
@@ -130,43 +131,6 @@ class Policy:
     def queue_weight(self, name: str) -> float:
         """The queue's weight; a queue not listed weighs 1."""
         return self.queues.get(name, 1.0)
-
-
-# Why a job waits (or how it launches): the first words of its reason, as a value.
-Category = Literal[
-    "", "quota", "budget", "capacity", "lower priority", "fair share", "backfill",
-    "preemption", "infeasible",
-]  # fmt: skip
-
-
-@dataclass(frozen=True, slots=True)
-class Verdict:
-    """What to do with one queued job in this pass.
-
-    `category` says why: for "wait" one of quota, budget, capacity, lower priority,
-    fair share, backfill, infeasible (no placement at all); for "launch" it is ""
-    unless the launch is a backfill or preempts. `reason` is the sentence users read,
-    which starts with the category ("quota: team nlp at 8/8 GPUs, ...").
-    """
-
-    job_id: str
-    action: Literal["launch", "wait"]
-    reason: str
-    preempts: tuple[str, ...] = ()  # running job ids to preempt first (launch only)
-    position: int = 0  # 1-based order in the queue as the policy sees it
-    category: Category = ""
-
-
-@dataclass(frozen=True, slots=True)
-class Why:
-    """A category and its detail; `text` is the reason users read."""
-
-    category: Category
-    detail: str
-
-    @property
-    def text(self) -> str:
-        return f"{self.category}: {self.detail}"
 
 
 def job_scores(

@@ -35,14 +35,16 @@ from __future__ import annotations
 import heapq
 import math
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from broker.dispatch.home import stays_home
 from broker.dispatch.market import MarketAsk, choose_market, spot_only
 from broker.dispatch.pool import PoolWait, give_up_at, waits_for_pool
-from broker.sim.metrics import PolicyResult, percentile
+from broker.sim.metrics import PolicyResult
 from broker.sim.model import SimJob
+from broker.sim.scale_figures import Totals, scale_result
+from broker.sim.shapes import Option, changes, plan_shapes
 
 if TYPE_CHECKING:
     from broker.sim.engine import Scenario
@@ -50,21 +52,7 @@ if TYPE_CHECKING:
 
 _END, _TICK, _SUBMIT, _RETRY = 0, 1, 2, 3  # event order at one instant
 _EPS = 1e-9
-_BUCKETS_PER_DOUBLING = 4  # job shapes: durations within ~19% share one plan
 _MIN_RETRY = 1 / 60  # hours: a pool waiter is never re-decided twice in one instant
-
-
-@dataclass(frozen=True, slots=True)
-class Option:
-    """One ranked placement of a shape, reduced to what the loop needs."""
-
-    kind: str  # "pool" | "spot" | "on-demand"
-    key: object  # pool name; a spot place's number in the trace (None: untraced, open); None
-    price: float  # USD per hour, all nodes
-    cost_per_work_hour: float  # the planner's expected cost / the shape's work hours
-    gpus: float
-    label: str  # cloud/region/instance type
-    region: tuple[str, str] = ("", "")  # (cloud, region)
 
 
 @dataclass(slots=True)
@@ -89,16 +77,6 @@ class _JobState:
     queued_at: float | None = None  # when it last entered the queue (None: its submission)
 
 
-@dataclass
-class _Totals:
-    cost: float = 0.0
-    spot_cost: float = 0.0
-    pool_gpu_hours: float = 0.0
-    preemptions: int = 0
-    lost_gpu_hours: float = 0.0
-    daily: dict[int, float] = field(default_factory=dict)
-
-
 def simulate_at_scale(
     scenario: Scenario,
     policy: SimPolicy,
@@ -121,7 +99,7 @@ class _Fleet:
         self.scale = spot_scale
         self.settings = policy.settings(scenario.restart_hours, scenario.reconcile_hours)
         self.wait_factor = self.settings.pool_wait_factor
-        self.options = _plan_shapes(scenario, policy, self.jobs)
+        self.options = plan_shapes(scenario, policy, self.jobs)
         self.spot = scenario.spot.places
         self.spot_room = [a.count_at(0.0) * spot_scale for a in self.spot.values()]
         self.spot_runs: list[list[_Run]] = [[] for _ in self.spot]
@@ -132,7 +110,7 @@ class _Fleet:
         self.pool_queued_gpus = dict.fromkeys(self.pool_total, 0.0)
         # jobs waiting for spot, per spot place they could use (insertion-ordered sets)
         self.spot_waiters: list[dict[int, None]] = [{} for _ in self.spot]
-        self.totals = _Totals()
+        self.totals = Totals()
         self.events: list[tuple[float, int, int, object]] = []
         self._places_of: dict[int, list] = {}
         self.seq = 0
@@ -144,7 +122,7 @@ class _Fleet:
     def run(self) -> PolicyResult:
         for i, job in enumerate(self.jobs):
             self._push(job.submit_hours, _SUBMIT, i)
-        self.changes = _changes(self.scenario.spot, self.scenario.horizon_hours)
+        self.changes = changes(self.scenario.spot, self.scenario.horizon_hours)
         for t in self.changes:
             self._push(t, _TICK, None)
         horizon = self.scenario.horizon_hours
@@ -454,146 +432,8 @@ class _Fleet:
         st.queued_at = self.now  # back in the queue: a fresh waiting budget, as in the controller
         return run.job
 
-    # --- figures ---------------------------------------------------------------------------
-
     def _result(self) -> PolicyResult:
-        completions, waits = [], []
-        deadline_jobs = misses = 0
-        for job, st in zip(self.jobs, self.state, strict=True):
-            if st.first_start is not None:
-                waits.append(st.first_start - job.submit_hours)
-            took = None if st.end is None else st.end - job.submit_hours
-            if took is not None:
-                completions.append(took)
-            if job.deadline_hours is not None:
-                deadline_jobs += 1
-                misses += int(took is None or took > job.deadline_hours + 1e-6)
-        totals, span = self.totals, max(self.now, 1e-9)
-        pool = sum(self.pool_total.values())
-        running, series = 0.0, []
-        for day in sorted(totals.daily):
-            running += totals.daily[day]
-            series.append((float((day + 1) * 24), round(running, 4)))
-        hourly = totals.cost
-        return PolicyResult(
-            policy=self.policy.name,
-            parameters={
-                **self.policy.describe(),
-                "engine": "scale",
-                "spot_scale": self.scale,
-            },
-            jobs=len(self.jobs),
-            finished=len(completions),
-            total_cost=round(totals.cost, 4),
-            egress_cost=0.0,
-            deadline_jobs=deadline_jobs,
-            deadline_misses=misses,
-            mean_completion_hours=_mean(completions),
-            p95_completion_hours=_r(percentile(completions, 95)),
-            mean_queue_wait_hours=_mean(waits),
-            preemptions=totals.preemptions,
-            lost_gpu_hours=round(totals.lost_gpu_hours, 4),
-            onprem_utilisation=_r(totals.pool_gpu_hours / (pool * span)) if pool else None,
-            spot_share=_r(totals.spot_cost / hourly) if hourly else None,
-            simulated_hours=round(self.now, 4),
-            cumulative_cost=series,
+        return scale_result(
+            self.policy, self.scale, self.jobs, self.state, self.totals, self.pool_total, self.now
         )
 
-
-def _mean(values: list[float]) -> float | None:
-    return round(sum(values) / len(values), 4) if values else None
-
-
-def _r(value: float | None) -> float | None:
-    return None if value is None else round(value, 4)
-
-
-# --- planning once per shape ------------------------------------------------------------------
-
-
-def _bucket(hours: float) -> int:
-    return round(math.log2(max(hours, 1e-6)) * _BUCKETS_PER_DOUBLING)
-
-
-def _unbucket(bucket: int) -> float:
-    return 2 ** (bucket / _BUCKETS_PER_DOUBLING)
-
-
-def _shape(job: SimJob) -> tuple:
-    deadline = None if job.deadline_hours is None else _bucket(job.deadline_hours)
-    return (job.gpu, job.gpus, _bucket(job.hours), deadline, job.checkpoint_minutes,
-            job.checkpoint_gb)  # fmt: skip
-
-
-def _plan_shapes(scenario: Scenario, policy: SimPolicy, jobs: list[SimJob]) -> list[list[Option]]:
-    """Each job's ranked options, from one `plan_many` call over one job per shape."""
-    from dataclasses import replace
-
-    from broker.manifest.load import parse_manifest_text
-    from broker.planner.plan import plan_many
-    from broker.sim.engine import ORIGIN, ranked_index
-    from broker.sim.manifests import manifest_text
-    from broker.sim.places import expand_zones, governing
-
-    places = sorted(scenario.spot.places, key=str)
-    table = expand_zones(scenario.offers, places)
-    index = ranked_index(table, policy.price_only)
-    shapes: dict[tuple, int] = {}
-    reps: list[SimJob] = []
-    of_job = []
-    for job in jobs:
-        key = _shape(job)
-        if key not in shapes:
-            shapes[key] = len(reps)
-            hours = _unbucket(key[2])
-            deadline = None if key[3] is None else max(_unbucket(key[3]), hours)
-            reps.append(replace(job, name=f"shape-{len(reps)}", hours=hours,
-                                deadline_hours=deadline, submit_hours=0.0))  # fmt: skip
-        of_job.append(shapes[key])
-    specs = []
-    for rep in reps:
-        spot = "prefer" if policy.spot == "only" else policy.spot  # rank both markets
-        (manifest,) = parse_manifest_text(manifest_text(rep, spot, scenario.clouds))
-        specs.append(manifest.spec)
-    decisions = plan_many(specs, index, ORIGIN, top=10_000)
-    by_key = {(p.cloud, p.location, p.kind): p for p in places}
-    number = {p: k for k, p in enumerate(scenario.spot.places)}  # the loop's place ids
-    pools = {name for (_c, name) in scenario.pool_gpus}
-    per_shape = []
-    for rep, decision in zip(reps, decisions, strict=True):
-        options = []
-        for p in decision.placements:
-            gpus = float(p.accelerator_count) * p.nodes
-            per_hour = p.expected_cost / max(rep.hours, 1e-9)
-            label = f"{p.cloud}/{p.zone or p.region}/{p.instance_type}"
-            region = (p.cloud, p.region)
-            if p.cloud == "onprem":
-                if p.zone in pools:
-                    options.append(
-                        Option("pool", p.zone, p.price_per_hour, per_hour, gpus, label, region)
-                    )
-                continue
-            if p.market == "spot":
-                place = governing(by_key, p.cloud, p.zone, p.region, p.instance_type, p.accelerator)
-                if place is None and scenario.untraced_spot == "closed":
-                    continue
-                key = None if place is None else number[place]
-                options.append(Option("spot", key, p.price_per_hour, per_hour, gpus, label, region))
-            else:
-                options.append(
-                    Option("on-demand", None, p.price_per_hour, per_hour, gpus, label, region)
-                )
-        per_shape.append(options)
-    return [per_shape[s] for s in of_job]
-
-
-def _changes(trace, horizon: float) -> dict[float, list[tuple[int, int]]]:
-    """Trace step hour -> [(place number, new count)], for the steps that change a count."""
-    out: dict[float, list[tuple[int, int]]] = {}
-    for k, availability in enumerate(trace.places.values()):
-        counts = availability.counts
-        for t in availability.changes():
-            if t > horizon:
-                break
-            out.setdefault(t, []).append((k, counts[availability.index(t)]))
-    return dict(sorted(out.items()))

@@ -1,0 +1,265 @@
+"""The state store's writes of attempts and instances: start, running, finish (billed
+once, in the same transaction), checkpoints, interruption notices, migrations.
+
+Part of `StateStore` (broker.state.store), which provides the connection, the write
+transaction and the row helpers; the rules are in docs/state.md.
+"""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+from collections.abc import Callable, Mapping, Sequence
+from datetime import datetime
+from decimal import Decimal
+from typing import TYPE_CHECKING, Any
+
+from broker.state.model import (
+    OPEN_ATTEMPT,
+    OUTCOME_JOB_STATE,
+    TERMINATED,
+    AttemptState,
+    IllegalTransition,
+    Instance,
+    JobState,
+    Outcome,
+    decimal_text,
+    json_text,
+    ledger_columns,
+    to_decimal,
+    total,
+    ts_text,
+)
+from broker.state.placed import PlacedOn
+
+if TYPE_CHECKING:
+    from contextlib import AbstractContextManager
+
+    from providers.base import InterruptionNotice
+
+
+class AttemptWrites:
+    """Writes of attempts and instances (a part of `StateStore`)."""
+
+    _conn: sqlite3.Connection
+    _write: Callable[[], AbstractContextManager[str]]
+    _insert: Callable[..., None]
+    _update: Callable[..., None]
+    _event: Callable[..., None]
+    _fresh_id: Callable[[str, str], str]
+    _job_row: Callable[[str], sqlite3.Row]
+    _job_state: Callable[[str], JobState]
+    _attempt_row: Callable[[str], sqlite3.Row]
+    _is_latest: Callable[[sqlite3.Row], bool]
+    _move: Callable[..., None]
+    _settle: Callable[[str, str], None]
+    instances: Callable[..., list[Instance]]
+
+    # --- attempts -------------------------------------------------------------------
+
+    def start_attempt(self, job_id: str, placed: PlacedOn) -> str:
+        """A new attempt on `placed` for a PLANNED (or MIGRATING) job, which moves to
+        LAUNCHING; its id. The price, market and price source in force are the record's.
+
+        The id exists before any instance does: providers use it as the launch's
+        idempotency key and tag, so a restarted controller finds what it launched.
+        """
+        market = placed.market
+        attempt = {"placement_json": json_text(placed.to_row()), "market": market}
+        attempt |= {"price_per_hour_usd": decimal_text(placed.price_per_hour), "reason": ""}
+        attempt |= {"price_source": placed.price_source, "price_as_of": placed.price_as_of}
+        with self._write() as now:
+            row = self._job_row(job_id)
+            state = JobState(row["state"])
+            if state not in (JobState.PLANNED, JobState.MIGRATING):
+                why = "an attempt starts from planned or migrating"
+                raise IllegalTransition(job_id, state, JobState.LAUNCHING, why)
+            sql = "SELECT COUNT(*) + 1 FROM attempts WHERE job_id = ?"
+            (number,) = self._conn.execute(sql, (job_id,)).fetchone()
+            attempt_id = self._fresh_id("a-", "attempts")
+            attempt |= {"id": attempt_id, "job_id": job_id, "number": number}
+            attempt |= {"version": row["version"], "state": AttemptState.LAUNCHING}
+            self._insert("attempts", attempt | {"started_at": now})
+            data = {"attempt": attempt_id, "number": number, "market": market}
+            data["price_per_hour_usd"] = attempt["price_per_hour_usd"]
+            reason = f"attempt {number} on {placed.where}"
+            self._move(job_id, state, JobState.LAUNCHING, now, reason, data, attempt_id)
+            return attempt_id
+
+    def attempt_running(self, attempt_id: str, instance: Mapping[str, Any]) -> bool:
+        """The attempt's instance is up: record it, and move its job LAUNCHING -> RUNNING.
+
+        False (no change) when the attempt was not launching (already seen, or ended).
+        A cancelled job stays cancelled; its instance is still recorded, to be terminated.
+        `instance` has `provider_id` and optionally cloud, region, zone, instance_type
+        (default: the placement's), tags and state (default "running").
+        """
+        with self._write() as now:
+            att = self._attempt_row(attempt_id)
+            if att["state"] != AttemptState.LAUNCHING:
+                return False
+            running = {"state": AttemptState.RUNNING, "running_at": now}
+            self._update("attempts", {"id": attempt_id}, running)
+            placed = PlacedOn.from_row(json.loads(att["placement_json"]))
+            planned = {"cloud": placed.cloud, "region": placed.region, "zone": placed.zone}
+            planned["instance_type"] = placed.instance_type
+            found = {k: instance.get(k, default) for k, default in planned.items()}
+            found |= {"state": "running", **instance, "attempt_id": attempt_id}
+            self._upsert_instance(now, found)
+            job_id, provider_id = att["job_id"], instance["provider_id"]
+            message = f"attempt {att['number']} running on {provider_id}"
+            data = {"provider_id": provider_id}
+            if self._job_state(job_id) is JobState.LAUNCHING and self._is_latest(att):
+                up = (JobState.LAUNCHING, JobState.RUNNING)
+                self._move(job_id, *up, now, message, data, attempt_id)
+            self._event(job_id, attempt_id, now, "attempt_running", message, data)
+            return True
+
+    def finish_attempt(
+        self,
+        attempt_id: str,
+        outcome: Outcome,
+        exit_code: int | None = None,
+        reason: str = "",
+        billed_hours: Any = 0,
+        ledger_entries: Sequence[Mapping[str, Any]] = (),
+        job_to: JobState | None = None,
+    ) -> bool:
+        """End an attempt, move its job and write its ledger entries, all in one transaction.
+
+        False (no change, nothing billed) when the attempt has already ended: a
+        restarted or second controller cannot bill twice. The job moves to
+        `job_to`, by default the outcome's state (e.g. QUEUED to retry a
+        recoverable failure), when the job is still LAUNCHING or RUNNING on this
+        attempt; a job that moved on (cancelled, interrupted) keeps its state.
+        Ledger entries: see `broker.state.model.ledger_columns`.
+        """
+        if outcome not in OUTCOME_JOB_STATE:
+            raise ValueError(f"outcome must be one of {sorted(OUTCOME_JOB_STATE)}: {outcome!r}")
+        hours = to_decimal(billed_hours)
+        target = JobState(job_to) if job_to is not None else OUTCOME_JOB_STATE[outcome]
+        with self._write() as now:
+            att = self._attempt_row(attempt_id)
+            if att["state"] not in OPEN_ATTEMPT:
+                return False
+            job_id = att["job_id"]
+            rows = [ledger_columns(entry, att, hours, now) for entry in ledger_entries]
+            ended = {"state": AttemptState(outcome), "ended_at": now, "exit_code": exit_code}
+            ended |= {"reason": reason, "billed_hours": decimal_text(hours)}
+            self._update("attempts", {"id": attempt_id}, ended)
+            for columns in rows:
+                ids = {"job_id": job_id, "attempt_id": attempt_id, "created_at": now}
+                self._insert("ledger", columns | ids)
+            charged = decimal_text(total(Decimal(columns["amount_usd"]) for columns in rows))
+            message = f"attempt {att['number']} {outcome}" + (f": {reason}" if reason else "")
+            data = {"outcome": outcome, "exit_code": exit_code, "billed_hours": decimal_text(hours)}
+            data["charged_usd"] = charged
+            state = self._job_state(job_id)
+            if state in (JobState.LAUNCHING, JobState.RUNNING) and self._is_latest(att):
+                self._move(job_id, state, target, now, message, data, attempt_id)
+            self._event(job_id, attempt_id, now, "attempt_finished", message, data)
+            self._settle(job_id, now)
+            return True
+
+    def record_checkpoint(self, attempt_id: str, at: datetime | None = None, uri: str = "") -> None:
+        """Note that an attempt's work up to `at` (default now) is safe in a checkpoint.
+
+        An event (kind "checkpoint"), nothing else: reports count an interrupted
+        attempt's lost work from its last checkpoint rather than from its start.
+        """
+        with self._write() as now:
+            att = self._attempt_row(attempt_id)
+            data = {"at": ts_text(at) if at is not None else now, "uri": uri}
+            message = f"attempt {att['number']} checkpointed"
+            self._event(att["job_id"], attempt_id, now, "checkpoint", message, data)
+
+    def record_notice(
+        self, attempt_id: str, notice: InterruptionNotice, action: str, meaning: str
+    ) -> bool:
+        """Note a provider's interruption notice on its attempt (an event of kind
+        "interruption_notice"), once per attempt and kind: a restarted controller that
+        is told again records nothing. False when it was known already."""
+        with self._write() as now:
+            att = self._attempt_row(attempt_id)
+            sql = (
+                "SELECT data_json FROM events WHERE kind = 'interruption_notice'"
+                " AND attempt_id = ?"
+            )
+            for row in self._conn.execute(sql, (attempt_id,)):
+                if json.loads(row["data_json"]).get("kind") == notice.kind:
+                    return False
+            deadline = ts_text(notice.deadline) if notice.deadline is not None else None
+            data = {"kind": notice.kind, "noticed_at": ts_text(notice.noticed_at)}
+            data |= {"deadline": deadline, "action": action}
+            until = f", stops at {deadline}" if deadline else ""
+            message = f"attempt {att['number']}: {notice.kind} notice{until}: {meaning}"
+            self._event(att["job_id"], attempt_id, now, "interruption_notice", message, data)
+            return True
+
+    def record_migration(self, attempt_id: str, source: str, target: str, size: int) -> None:
+        """Note that the checkpoint an attempt resumes from was copied from `source` to
+        `target` (`size` bytes): once per attempt, so a restarted controller does not
+        copy again."""
+        with self._write() as now:
+            att = self._attempt_row(attempt_id)
+            data = {"from": source, "to": target, "bytes": size}
+            message = f"attempt {att['number']}: checkpoint copied from {source} to {target}"
+            self._event(att["job_id"], attempt_id, now, "checkpoint_migrated", message, data)
+
+    def migration(self, attempt_id: str) -> dict[str, Any] | None:
+        """The recorded checkpoint copy of an attempt, or None."""
+        sql = "SELECT data_json FROM events WHERE kind = 'checkpoint_migrated' AND attempt_id = ?"
+        row = self._conn.execute(sql, (attempt_id,)).fetchone()
+        return json.loads(row["data_json"]) if row is not None else None
+
+    # --- instances ------------------------------------------------------------------
+
+    def record_instance(
+        self,
+        cloud: str,
+        provider_id: str,
+        state: str,
+        *,
+        attempt_id: str | None = None,
+        region: str | None = None,
+        zone: str | None = None,
+        instance_type: str | None = None,
+        tags: Mapping[str, str] | None = None,
+    ) -> Instance:
+        """Record what a provider reports about an instance (None keeps what is known).
+
+        `provider_id` is unique within its cloud (adapters qualify names that are
+        not, e.g. GCP's `zone/name`). The state "terminated" stamps `terminated_at`.
+        """
+        given = {"region": region, "zone": zone, "instance_type": instance_type, "tags": tags}
+        found = {k: v for k, v in given.items() if v is not None}
+        found |= {"cloud": cloud, "provider_id": provider_id, "state": state}
+        with self._write() as now:
+            if attempt_id is not None:
+                found["attempt_id"] = self._attempt_row(attempt_id)["id"]
+            self._upsert_instance(now, found)
+        return self.instances(cloud=cloud, provider_id=provider_id)[0]
+
+    def _upsert_instance(self, now: str, found: Mapping[str, Any]) -> None:
+        """Insert or update one instance from the reported fields (absent ones are kept)."""
+        key = {"cloud": found["cloud"], "provider_id": str(found["provider_id"])}
+        sql = "SELECT * FROM instances WHERE cloud = ? AND provider_id = ?"
+        old = self._conn.execute(sql, tuple(key.values())).fetchone()
+        fields = ("region", "zone", "instance_type")
+        row = dict(old) if old else {**dict.fromkeys(fields, ""), "tags_json": "{}"}
+        row |= {k: found[k] for k in (*fields, "attempt_id") if k in found}
+        if "tags" in found:
+            row["tags_json"] = json_text(dict(found["tags"]))
+        state = str(found["state"])
+        row |= {"state": state, "updated_at": now}
+        if state == TERMINATED and not row.get("terminated_at"):
+            row["terminated_at"] = now
+        if old is None:
+            self._insert("instances", row | key | {"created_at": now})
+        else:
+            self._update("instances", key, row)
+        attempt_id = row.get("attempt_id")
+        if attempt_id is not None and (old is None or old["state"] != state):
+            job_id = self._attempt_row(attempt_id)["job_id"]
+            message = f"instance {key['provider_id']} on {key['cloud']} {state}"
+            self._event(job_id, attempt_id, now, "instance", message, {**key, "state": state})

@@ -1,0 +1,179 @@
+"""The state store's reads: jobs, versions, attempts, instances, events, the ledger.
+
+Part of `StateStore` (broker.state.store). Reads take no write lock: in WAL mode they
+see the last committed state and never block a writer.
+"""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+from collections.abc import Callable, Iterable
+from datetime import datetime
+from typing import Any
+
+from broker.state.model import (
+    Attempt,
+    AttemptState,
+    Event,
+    Instance,
+    Job,
+    JobState,
+    JobVersion,
+    LedgerEntry,
+    UnknownJob,
+    attempt_of,
+    event_of,
+    instance_of,
+    job_of,
+    ledger_of,
+    ts_text,
+    version_of,
+)
+
+JOB_SELECT = (
+    "SELECT j.*, v.digest FROM jobs j"
+    " JOIN job_versions v ON v.job_id = j.id AND v.version = j.version"
+)
+LEDGER_SELECT = "SELECT l.*, j.team FROM ledger l JOIN jobs j ON j.id = l.job_id"
+
+
+class StateReads:
+    """Reads of the state (a part of `StateStore`)."""
+
+    _conn: sqlite3.Connection
+    _job_row: Callable[[str], sqlite3.Row]
+    _attempt_row: Callable[[str], sqlite3.Row]
+
+    # --- reads ----------------------------------------------------------------------
+
+    def job(self, key: str) -> Job:
+        """A job by id, `team/name`, or a name that only one team uses."""
+        rows = self._conn.execute(f"{JOB_SELECT} WHERE j.id = ?", (key,)).fetchall()
+        if not rows and "/" in key:
+            team, name = key.split("/", 1)
+            rows = self._conn.execute(
+                f"{JOB_SELECT} WHERE j.team = ? AND j.name = ?", (team, name)
+            ).fetchall()
+        if not rows:
+            rows = self._conn.execute(f"{JOB_SELECT} WHERE j.name = ?", (key,)).fetchall()
+        if len(rows) == 1:
+            return job_of(rows[0])
+        if not rows:
+            raise UnknownJob(f"no job {key!r}")
+        teams = ", ".join(sorted(f"{r['team']}/{r['name']}" for r in rows))
+        raise UnknownJob(f"{key!r} is more than one job ({teams}): give team/name")
+
+    def jobs(
+        self,
+        states: Iterable[JobState] | None = None,
+        team: str | None = None,
+        queue: str | None = None,
+    ) -> list[Job]:
+        """Jobs in creation order, optionally filtered."""
+        where, params = _filters(("j.state", states), ("j.team", team), ("j.queue", queue))
+        sql = f"{JOB_SELECT}{where} ORDER BY j.created_at, j.id"
+        return [job_of(r) for r in self._conn.execute(sql, params)]
+
+    def queued(self, queue: str | None = None) -> list[Job]:
+        """Queued jobs in the order they should be considered: priority, then FIFO."""
+        where, params = _filters(("j.state", [JobState.QUEUED]), ("j.queue", queue))
+        sql = f"{JOB_SELECT}{where} ORDER BY j.priority DESC, j.queued_at, j.id"
+        return [job_of(r) for r in self._conn.execute(sql, params)]
+
+    def version(self, job_id: str, number: int | None = None) -> JobVersion:
+        """One version of a job's manifest; by default the one in force."""
+        if number is None:
+            number = self._job_row(job_id)["version"]
+        row = self._conn.execute(
+            "SELECT * FROM job_versions WHERE job_id = ? AND version = ?", (job_id, number)
+        ).fetchone()
+        if row is None:
+            raise UnknownJob(f"job {job_id} has no version {number}")
+        return version_of(row)
+
+    def versions(self, job_id: str) -> list[JobVersion]:
+        sql = "SELECT * FROM job_versions WHERE job_id = ? ORDER BY version"
+        return [version_of(r) for r in self._conn.execute(sql, (job_id,))]
+
+    def attempt(self, attempt_id: str) -> Attempt:
+        return attempt_of(self._attempt_row(attempt_id))
+
+    def attempts(
+        self, job_id: str | None = None, states: Iterable[AttemptState] | None = None
+    ) -> list[Attempt]:
+        """A job's attempts in order; or, with `states` (e.g. OPEN_ATTEMPT), any job's."""
+        where, params = _filters(("job_id", job_id), ("state", states))
+        sql = f"SELECT * FROM attempts{where} ORDER BY started_at, job_id, number"
+        return [attempt_of(r) for r in self._conn.execute(sql, params)]
+
+    def instances(
+        self,
+        state: str | Iterable[str] | None = None,
+        attempt_id: str | None = None,
+        cloud: str | None = None,
+        provider_id: str | None = None,
+    ) -> list[Instance]:
+        """Instances as last recorded, for reconciliation with what providers report."""
+        where, params = _filters(
+            ("i.state", [state] if isinstance(state, str) else state),
+            ("i.attempt_id", attempt_id),
+            ("i.cloud", cloud),
+            ("i.provider_id", provider_id),
+        )
+        sql = (
+            "SELECT i.*, a.job_id FROM instances i LEFT JOIN attempts a ON a.id = i.attempt_id"
+            f"{where} ORDER BY i.created_at, i.cloud, i.provider_id"
+        )
+        return [instance_of(r) for r in self._conn.execute(sql, params)]
+
+    def events(self, job_id: str, after: int = 0) -> list[Event]:
+        """A job's events in order; `after` an event id, to follow new ones."""
+        sql = "SELECT * FROM events WHERE job_id = ? AND id > ? ORDER BY id"
+        return [event_of(r) for r in self._conn.execute(sql, (job_id, after))]
+
+    def ledger(
+        self,
+        since: datetime | None = None,
+        until: datetime | None = None,
+        team: str | None = None,
+        job_id: str | None = None,
+    ) -> list[LedgerEntry]:
+        """Ledger entries whose period ended in [since, until), oldest first."""
+        where, params = _filters(("j.team", team), ("l.job_id", job_id))
+        for op, moment in ((">=", since), ("<", until)):
+            if moment is not None:
+                where += f"{' AND' if where else ' WHERE'} l.period_end {op} ?"
+                params.append(ts_text(moment))
+        sql = f"{LEDGER_SELECT}{where} ORDER BY l.period_end, l.id"
+        return [ledger_of(r) for r in self._conn.execute(sql, params)]
+
+    def checkpoints(self) -> dict[str, datetime]:
+        """The time of each attempt's last recorded checkpoint (attempts without one: absent)."""
+        sql = "SELECT attempt_id, data_json FROM events WHERE kind = 'checkpoint'"
+        last: dict[str, str] = {}
+        for row in self._conn.execute(sql):
+            at = json.loads(row["data_json"])["at"]
+            if row["attempt_id"] is not None and at > last.get(row["attempt_id"], ""):
+                last[row["attempt_id"]] = at
+        return {attempt: datetime.fromisoformat(at) for attempt, at in last.items()}
+
+
+def _filters(*pairs: tuple[str, Any]) -> tuple[str, list[Any]]:
+    """` WHERE a = ? AND b IN (?, ?)` for the pairs whose value is not None."""
+    clauses: list[str] = []
+    params: list[Any] = []
+    for column, value in pairs:
+        if value is None:
+            continue
+        if isinstance(value, str):
+            clauses.append(f"{column} = ?")
+            params.append(value)
+        else:
+            values = [str(v) for v in value]
+            if not values:
+                clauses.append("1 = 0")
+                continue
+            clauses.append(f"{column} IN ({','.join('?' * len(values))})")
+            params.extend(values)
+    return (" WHERE " + " AND ".join(clauses) if clauses else ""), params

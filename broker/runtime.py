@@ -24,7 +24,7 @@ if TYPE_CHECKING:
 
 
 @dataclass
-class Runtime:
+class BrokerSession:
     """An open state store, its provider and a controller over both."""
 
     store: StateStore
@@ -49,7 +49,7 @@ def open_runtime(
     clock: Clock | None = None,
     policy: Policy | None = None,
     clouds: Sequence[str] = (),
-) -> Runtime:
+) -> BrokerSession:
     """Open the store at `state_path` and a sandbox provider over the offers in force.
 
     On-prem pools get as many sandbox slots as they have nodes; every cloud region
@@ -80,7 +80,7 @@ def open_runtime(
 
     controller = Controller(store, provider, clock, index_of, policy, pool_gpus_of(view.index))
     _ship_example_trainer(workdir)
-    return Runtime(store, provider, controller, workdir)
+    return BrokerSession(store, provider, controller, workdir)
 
 
 def _fleet(clouds: Sequence[str], sandbox: Provider, table, clock: Clock) -> Provider:

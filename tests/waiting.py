@@ -15,3 +15,23 @@ def wait_until(condition: Callable[[], bool], timeout: float = 30.0) -> bool:
             return False
         pause.wait(0.02)
     return True
+
+
+def running_program(attempt_id: str, program: str) -> bool:
+    """Whether a process of the broker attempt `attempt_id` (its BROKER_ATTEMPT variable)
+    now runs `program`: the job's command has been exec'd, so a signal sent to its
+    group can no longer fall between the shell's fork and exec and be lost."""
+    from pathlib import Path
+
+    wanted = f"BROKER_ATTEMPT={attempt_id}".encode()
+    for proc in Path("/proc").iterdir():
+        if not proc.name.isdigit():
+            continue
+        try:
+            if (proc / "comm").read_text().strip() != program:
+                continue
+            if wanted in (proc / "environ").read_bytes().split(b"\0"):
+                return True
+        except OSError:  # gone meanwhile, or not ours to read
+            continue
+    return False

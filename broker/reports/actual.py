@@ -29,7 +29,7 @@ from broker.state.model import multiply, to_decimal, total
 
 if TYPE_CHECKING:
     from broker.reports.query import Line
-    from broker.state import Attempt, Instance
+    from broker.state import Attempt, InstanceRow
 
 TAG_ATTEMPT = "broker-attempt"  # providers.base.TAG_ATTEMPT (not imported: no providers here)
 TOLERANCE = Decimal("0.05")
@@ -234,7 +234,7 @@ class Reconciliation:
 
 def reconcile(
     bills: Sequence[Bill],
-    instances: Iterable[Instance],
+    instances: Iterable[InstanceRow],
     planned: Mapping[str, Decimal],
     jobs: Mapping[str, str],
     since: datetime | None = None,

@@ -20,7 +20,7 @@ from broker.state.model import (
     TERMINATED,
     AttemptState,
     IllegalTransition,
-    Instance,
+    InstanceRow,
     JobState,
     Outcome,
     decimal_text,
@@ -53,7 +53,7 @@ class AttemptWrites:
     _is_latest: Callable[[sqlite3.Row], bool]
     _move: Callable[..., None]
     _settle: Callable[[str, str], None]
-    instances: Callable[..., list[Instance]]
+    instances: Callable[..., list[InstanceRow]]
 
     # --- attempts -------------------------------------------------------------------
 
@@ -225,7 +225,7 @@ class AttemptWrites:
         zone: str | None = None,
         instance_type: str | None = None,
         tags: Mapping[str, str] | None = None,
-    ) -> Instance:
+    ) -> InstanceRow:
         """Record what a provider reports about an instance (None keeps what is known).
 
         `provider_id` is unique within its cloud (adapters qualify names that are

@@ -165,7 +165,9 @@ class Attempt:
 
 
 @dataclass(frozen=True, slots=True)
-class Instance:
+class InstanceRow:
+    """An instance as the store last recorded it (a provider reports `providers.base.Instance`)."""
+
     cloud: str
     provider_id: str
     region: str
@@ -389,8 +391,8 @@ def attempt_of(row: Any) -> Attempt:
     )  # fmt: skip
 
 
-def instance_of(row: Any) -> Instance:
-    return Instance(
+def instance_of(row: Any) -> InstanceRow:
+    return InstanceRow(
         cloud=row["cloud"], provider_id=row["provider_id"], region=row["region"],
         zone=row["zone"], instance_type=row["instance_type"], attempt_id=row["attempt_id"],
         job_id=row["job_id"], tags=json.loads(row["tags_json"]), state=row["state"],

@@ -16,7 +16,7 @@ from broker.state.model import (
     Attempt,
     AttemptState,
     Event,
-    Instance,
+    InstanceRow,
     Job,
     JobState,
     JobVersion,
@@ -113,7 +113,7 @@ class StateReads:
         attempt_id: str | None = None,
         cloud: str | None = None,
         provider_id: str | None = None,
-    ) -> list[Instance]:
+    ) -> list[InstanceRow]:
         """Instances as last recorded, for reconciliation with what providers report."""
         where, params = _filters(
             ("i.state", [state] if isinstance(state, str) else state),

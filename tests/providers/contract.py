@@ -15,6 +15,7 @@ from typing import Protocol
 import pytest
 
 from providers.base import TAG_ATTEMPT, TAG_BROKER, TAG_JOB, Instance, LaunchRequest, Provider
+from providers.capabilities import Billing, Capacity, CheckpointStores, PlayedReclaims, Restrictions
 from providers.errors import (
     CredentialsError,
     InsufficientCapacity,
@@ -64,7 +65,10 @@ class Harness(Protocol):
 
 def names_of(provider: Provider) -> set[str]:
     """Names an error or notice may carry: the provider's, or a fleet member's."""
-    return {provider.name, *getattr(provider, "members", {})}
+    from providers.fleet import Fleet
+
+    members = provider.members if isinstance(provider, Fleet) else {}
+    return {provider.name, *members}
 
 
 def attempts_of(provider: Provider, attempt: str) -> list[Instance]:
@@ -73,10 +77,17 @@ def attempts_of(provider: Provider, attempt: str) -> list[Instance]:
 
 class ProviderContract:
     """Inherit in a test module that defines a `harness` fixture (cloud adapters also
-    inherit CooldownContract)."""
+    inherit CooldownContract, and each provider the suite of every capability it
+    declares: CapacityContract, BillingContract, ...)."""
 
     def test_is_a_provider(self, harness: Harness) -> None:
         assert isinstance(harness.provider, Provider)
+
+    def test_every_declared_capability_runs_its_suite(self, harness: Harness) -> None:
+        """A provider that declares a capability is tested against its contract here."""
+        for capability, suite in CAPABILITY_SUITES.items():
+            declared = isinstance(harness.provider, capability)
+            assert declared == isinstance(self, suite), (capability.__name__, declared)
 
     def test_launch_is_idempotent_per_attempt(self, harness: Harness) -> None:
         provider = harness.provider
@@ -158,3 +169,92 @@ class CooldownContract:
 def no_sleep() -> Callable[[float], None]:
     """A sleep for adapters under test: backoff runs its course without waiting."""
     return lambda _seconds: None
+
+
+# --- capabilities (providers.capabilities): one suite each --------------------------------
+
+
+class CapacityContract:
+    """`Capacity.free_nodes`: a launch takes a node of its place, its end gives it back."""
+
+    def test_a_launch_takes_a_node_and_its_end_gives_it_back(self, harness: Harness) -> None:
+        provider = harness.provider
+        assert isinstance(provider, Capacity)
+        request = harness.request("cap-1")
+        place = (request.cloud, request.region)
+        before = provider.free_nodes()[place]
+        instance = provider.launch(request)
+        assert provider.free_nodes()[place] == before - request.nodes
+        provider.terminate(instance.id)
+        assert provider.free_nodes()[place] == before
+        assert all(free >= 0 for free in provider.free_nodes().values())
+
+
+class BillingContract:
+    """`Billing.billed_hours`: never negative, and fixed once the instance has ended."""
+
+    def test_billed_hours_are_not_negative_and_stop_at_the_end(self, harness: Harness) -> None:
+        provider = harness.provider
+        assert isinstance(provider, Billing)
+        instance = provider.launch(harness.request("bill-1"))
+        assert provider.billed_hours(provider.describe(instance.id)) >= 0
+        provider.terminate(instance.id)
+        ended = provider.describe(instance.id)
+        hours = provider.billed_hours(ended)
+        assert hours >= 0 and provider.billed_hours(provider.describe(instance.id)) == hours
+
+
+class CheckpointStoresContract:
+    """`CheckpointStores`: one stable store per (job, place), distinct between places,
+    and `last_checkpoint_at` None until something is written there."""
+
+    def test_a_store_per_place_and_when_it_was_last_written(self, harness: Harness) -> None:
+        provider = harness.provider
+        assert isinstance(provider, CheckpointStores)
+        request = harness.request("ckpt-1", job_id="j-ckpt")
+        here = provider.checkpoint_store("j-ckpt", request.cloud, request.region)
+        assert here is not None
+        assert here == provider.checkpoint_store("j-ckpt", request.cloud, request.region)
+        assert here != provider.checkpoint_store("j-ckpt", request.cloud, "elsewhere-1")
+        assert here != provider.checkpoint_store("j-other", request.cloud, request.region)
+        assert provider.last_checkpoint_at("j-ckpt", request.cloud, request.region) is None
+        from broker.controller.checkpoints import folder_uri
+
+        provider.object_store().put(b"weights", folder_uri(here) + "step-1/weights.bin")
+        assert provider.last_checkpoint_at("j-ckpt", request.cloud, request.region) is not None
+
+
+class PlayedReclaimsContract:
+    """`PlayedReclaims.interrupt`: a notice for a running instance, which then ends
+    interrupted; None for an ended one; NotFound for an unknown one."""
+
+    def test_a_played_reclaim_interrupts_once(self, harness: Harness) -> None:
+        provider = harness.provider
+        assert isinstance(provider, PlayedReclaims)
+        instance = provider.launch(harness.request("reclaim-1"))
+        notice = provider.interrupt(instance.id)
+        assert notice is not None and notice.instance_id == instance.id and notice.kind
+        harness.interrupt(instance)  # the harness waits for the job to go
+        assert provider.describe(instance.id).state == "interrupted"
+        assert provider.interrupt(instance.id) is None
+        with pytest.raises(NotFound):
+            provider.interrupt(harness.unknown_id())
+
+
+class RestrictionsContract:
+    """`Restrictions.unavailable`: every refusal names its place, market and reason."""
+
+    def test_every_unavailable_offer_says_why(self, harness: Harness) -> None:
+        provider = harness.provider
+        assert isinstance(provider, Restrictions)
+        for refusal in provider.unavailable():
+            assert refusal.cloud and refusal.region and refusal.reason
+
+
+CAPABILITY_SUITES: dict[type, type] = {
+    Capacity: CapacityContract,
+    Billing: BillingContract,
+    CheckpointStores: CheckpointStoresContract,
+    PlayedReclaims: PlayedReclaimsContract,
+    Restrictions: RestrictionsContract,
+}

@@ -64,7 +64,12 @@ from tests.fakes.aws import (
     spot_request_instance,
 )
 from tests.fakes.offers import write_catalog
-from tests.providers.contract import CooldownContract, ProviderContract, no_sleep
+from tests.providers.contract import (
+    CooldownContract,
+    ProviderContract,
+    RestrictionsContract,
+    no_sleep,
+)
 
 # The fixtures of tests.fakes.aws, as names pytest finds here.
 moto_server = fakes.moto_server
@@ -138,7 +143,7 @@ def harness(aws_env: AwsEnv, catalog: OfferTable) -> AwsHarness:
     return AwsHarness(aws_env, catalog)
 
 
-class TestAwsContract(ProviderContract, CooldownContract):
+class TestAwsContract(ProviderContract, CooldownContract, RestrictionsContract):
     pass
 
 

@@ -45,7 +45,12 @@ from providers.errors import (
 )
 from tests.fakes.azure import SUBSCRIPTION, TOKEN, Failure, FakeArm, make_certificate
 from tests.fakes.offers import write_catalog
-from tests.providers.contract import CooldownContract, ProviderContract, no_sleep
+from tests.providers.contract import (
+    CooldownContract,
+    ProviderContract,
+    RestrictionsContract,
+    no_sleep,
+)
 
 GROUP = "rg-test"
 REGION = "eastus"
@@ -165,7 +170,7 @@ def harness(arm) -> AzureHarness:
     return AzureHarness(fake, cert)
 
 
-class TestAzureContract(ProviderContract, CooldownContract):
+class TestAzureContract(ProviderContract, CooldownContract, RestrictionsContract):
     pass
 
 

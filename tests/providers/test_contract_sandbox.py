@@ -16,7 +16,13 @@ from pricing.table import OfferTable
 from providers.base import Instance, LaunchRequest
 from providers.sandbox import SandboxProvider
 from tests.fakes.offers import write_catalog
-from tests.providers.contract import ProviderContract
+from tests.providers.contract import (
+    BillingContract,
+    CapacityContract,
+    CheckpointStoresContract,
+    PlayedReclaimsContract,
+    ProviderContract,
+)
 
 
 @dataclass
@@ -86,5 +92,11 @@ def harness(tmp_path) -> Iterator[SandboxHarness]:
     harness.close()
 
 
-class TestSandboxContract(ProviderContract):
+class TestSandboxContract(
+    ProviderContract,
+    CapacityContract,
+    BillingContract,
+    CheckpointStoresContract,
+    PlayedReclaimsContract,
+):
     pass

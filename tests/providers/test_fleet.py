@@ -17,7 +17,13 @@ from providers.errors import InvalidRequest, NotFound, ProviderError
 from providers.fleet import Fleet
 from providers.sandbox import SandboxProvider
 from tests.fakes.offers import write_catalog
-from tests.providers.contract import ProviderContract
+from tests.providers.contract import (
+    BillingContract,
+    CapacityContract,
+    CheckpointStoresContract,
+    PlayedReclaimsContract,
+    ProviderContract,
+)
 
 
 class AwsSimulator(SandboxProvider):
@@ -100,7 +106,10 @@ def harness(tmp_path) -> Iterator[FleetHarness]:
     harness.close()
 
 
-class TestFleetContract(ProviderContract):
+class TestFleetContract(
+    ProviderContract, CapacityContract, BillingContract, CheckpointStoresContract,
+    PlayedReclaimsContract,
+):  # fmt: skip
     pass
 
 

@@ -32,7 +32,13 @@ from providers.errors import (
 )
 from tests.fakes.gce import FakeGce
 from tests.fakes.offers import write_catalog
-from tests.providers.contract import CooldownContract, ProviderContract, attempts_of, no_sleep
+from tests.providers.contract import (
+    CooldownContract,
+    ProviderContract,
+    RestrictionsContract,
+    attempts_of,
+    no_sleep,
+)
 
 # GCP rows of the test catalog (see tests/fakes/gce.py for what each zone offers).
 ROWS = (
@@ -165,7 +171,7 @@ def harness(fake, catalog) -> GceHarness:
     return GceHarness(fake, catalog)
 
 
-class TestGcpContract(ProviderContract, CooldownContract):
+class TestGcpContract(ProviderContract, CooldownContract, RestrictionsContract):
     pass
 
 

@@ -25,9 +25,10 @@ second. Philly's 82,247 jobs need a leaner loop that keeps the same decisions:
   checkpoint; the job decides again at once.
 
 State lives in lists, events in a heap; ties break on sequence numbers, so the same
-inputs give the same figures. Not modelled here (engine.py has them): an on-demand run
-going back to spot (it runs to its end), egress and checkpoint copies, cool-downs,
-queue priorities, quotas and budgets, price traces.
+inputs give the same figures. A job resuming away from its checkpoint pays its copy's
+egress as the ledger prices it. Not modelled here (engine.py has them): an on-demand run
+going back to spot (it runs to its end), cool-downs, learned interruption rates, queue
+priorities, quotas and budgets, price traces.
 """
 
 from __future__ import annotations
@@ -74,6 +75,7 @@ class _JobState:
     retry_at: float = -1.0  # when that retry falls due
     pool: str | None = None  # the pool whose queue it waits in
     home: tuple[str, str] | None = None  # (cloud, region) of its checkpoint, once reclaimed
+    where: tuple[str, str] | None = None  # (cloud, region) of its last run: its checkpoint's
     queued_at: float | None = None  # when it last entered the queue (None: its submission)
 
 
@@ -327,6 +329,8 @@ class _Fleet:
         st.run, st.waiting = run, 0
         if st.first_start is None:
             st.first_start = self.now
+        self._move_checkpoint(i, option.region)
+        st.where = option.region
         if option.kind == "pool":
             self.pool_free[option.key] -= option.gpus
             self.pool_runs[option.key][i] = run
@@ -334,6 +338,26 @@ class _Fleet:
             self.spot_runs[option.key].append(run)  # type: ignore[index]
         run.finish = self.now + self._left(run)
         run.seq = self._push(run.finish, _END, run)
+
+    def _move_checkpoint(self, i: int, to: tuple[str, str]) -> None:
+        """A job resuming away from its checkpoint pays to copy it there, once, at the
+        checkpoint's size: the egress the ledger charges (broker.state.charges)."""
+        st, job = self.state[i], self.jobs[i]
+        if st.where is None or st.where == to or st.saved <= 0 or not job.checkpoint_gb > 0:
+            return
+        from broker.state.charges import egress_entry
+        from broker.state.model import multiply, to_decimal
+        from pricing.regions import Place
+
+        size = to_decimal(job.checkpoint_gb)
+        entry = egress_entry(Place(*st.where), to, size, "checkpoint migration", {})
+        if entry is None:
+            return
+        cost = float(multiply(size, to_decimal(entry["unit_price_usd"])))
+        self.totals.cost += cost
+        self.totals.egress += cost
+        day = int(self.now // 24)
+        self.totals.daily[day] = self.totals.daily.get(day, 0.0) + cost
 
     def _left(self, run: _Run) -> float:
         """Hours from the run's start to its end: restart, then the work left."""
@@ -423,7 +447,10 @@ class _Fleet:
         ran = max(0.0, self.now - run.start - self.restart)
         every = job.checkpoint_minutes / 60 if job.checkpoint_minutes else None
         kept = math.floor(ran / every + _EPS) * every if every else 0.0
-        self.totals.lost_gpu_hours += (ran - kept) * run.option.gpus
+        # as the reports count it (broker.reports.lines.lost_share): the time since the
+        # run's last checkpoint, or since its start (restart included) without one
+        lost = ran - kept if kept > 0 else self.now - run.start
+        self.totals.lost_gpu_hours += lost * run.option.gpus
         self.totals.preemptions += 1
         self._close(run)
         st.saved = min(job.hours, st.saved + kept)

@@ -22,6 +22,7 @@ class Totals:
     pool_gpu_hours: float = 0.0
     preemptions: int = 0
     lost_gpu_hours: float = 0.0
+    egress: float = 0.0  # USD of checkpoint copies between places
     daily: dict[int, float] = field(default_factory=dict)  # day -> USD
 
 
@@ -63,7 +64,7 @@ def scale_result(
         jobs=len(jobs),
         finished=len(completions),
         total_cost=round(totals.cost, 4),
-        egress_cost=0.0,
+        egress_cost=round(totals.egress, 4),
         deadline_jobs=deadline_jobs,
         deadline_misses=misses,
         mean_completion_hours=_mean(completions),

@@ -95,29 +95,57 @@ def test_a_long_wait_spends_the_budget_and_bursts(tmp_path):
 
 
 @pytest.mark.parametrize("name", ["on-demand", "spot-failover", "uniform-progress", "broker"])
-def test_agrees_with_the_full_engine_on_synthetic_scenarios(name):
-    # On-demand decisions are the same to the cent. With spot, both engines make the
-    # same decisions at slightly different moments (the full engine relaunches at its
-    # next pass, the scale engine at once), and one early difference in a six-job
-    # scenario changes who gets the last free spot instance: over three scenarios the
-    # totals stay within 3 %. (Seed 3 is left out: there the full engine's learned
-    # interruption rates, which the scale engine does not keep, move a job elsewhere.)
+@pytest.mark.parametrize("seed", [1, 2])
+def test_agrees_with_the_full_engine_on_synthetic_scenarios(name, seed):
+    # The two engines ask the same decisions (broker.dispatch) and bill the same egress:
+    # where no learned interruption rate moves a job (seeds 1 and 2), every figure agrees.
     policy = policies.make(name)
-    full_total = fast_total = 0.0
-    for seed in range(3):
-        scenario = Scenario(synthetic_offers(), synthetic_availability(seed),
-                            synthetic_jobs(seed, 6), restart_hours=0.1)  # fmt: skip
-        full = simulate(scenario, policy)
+    scenario = Scenario(synthetic_offers(), synthetic_availability(seed),
+                        synthetic_jobs(seed, 6), restart_hours=0.1)  # fmt: skip
+    full = simulate(scenario, policy)
+    fast = simulate_at_scale(scenario, policy, spot_scale=1)
+    for figure in ("finished", "preemptions", "deadline_misses"):
+        assert getattr(fast, figure) == getattr(full, figure), figure
+    for figure in ("total_cost", "egress_cost", "mean_completion_hours", "lost_gpu_hours"):
+        assert getattr(fast, figure) == pytest.approx(getattr(full, figure), abs=1e-4), figure
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_on_demand_agrees_on_every_seed(seed):
+    scenario = Scenario(synthetic_offers(), synthetic_availability(seed),
+                        synthetic_jobs(seed, 6), restart_hours=0.1)  # fmt: skip
+    full = simulate(scenario, policies.make("on-demand"))
+    fast = simulate_at_scale(scenario, policies.make("on-demand"), spot_scale=1)
+    assert fast.total_cost == pytest.approx(full.total_cost)
+    assert fast.mean_completion_hours == pytest.approx(full.mean_completion_hours)
+
+
+def test_the_scale_engine_ranks_spot_by_the_catalog_rates_not_learned_ones():
+    # The one bookkeeping difference left (docs/simulate.md): the full engine learns an
+    # interruption rate from each reclaim (broker.recovery) and plans around it; the scale
+    # engine ranks spot from the catalog's rates. Seed 0: us-east-1a reclaims syn-5 at
+    # 11.25 h; at 18.29 h the full engine sends syn-4 to us-east-2a, the scale engine
+    # back to us-east-1a, where it is reclaimed again at 21.5 h.
+    from broker.sim import scale
+
+    scenario = Scenario(synthetic_offers(), synthetic_availability(0),
+                        synthetic_jobs(0, 6), restart_hours=0.1)  # fmt: skip
+    policy = policies.make("broker")
+    full = simulate(scenario, policy)
+    places: list[tuple[float, str]] = []
+    launch = scale._Fleet._launch
+
+    def recording(self, i, option):
+        places.append((round(self.now, 2), option.label))
+        return launch(self, i, option)
+
+    scale._Fleet._launch = recording
+    try:
         fast = simulate_at_scale(scenario, policy, spot_scale=1)
-        assert fast.finished == full.finished
-        if name == "on-demand":
-            assert fast.total_cost == pytest.approx(full.total_cost)
-            assert fast.mean_completion_hours == pytest.approx(full.mean_completion_hours)
-        if name != "spot-failover":  # it ignores deadlines in both
-            assert fast.deadline_misses == 0
-        full_total += full.total_cost
-        fast_total += fast.total_cost
-    assert fast_total == pytest.approx(full_total, rel=0.03)
+    finally:
+        scale._Fleet._launch = launch
+    assert (18.29, "aws/us-east-1a/p3.2xlarge") in places
+    assert (full.preemptions, fast.preemptions) == (2, 3)
 
 
 def test_same_inputs_same_figures():

@@ -14,6 +14,10 @@ from collections.abc import Callable
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
+from broker.controller.pools import bursts, first_cloud, pool_full
+from broker.controller.steering import steer
+from broker.dispatch.home import stays_home
+from broker.dispatch.market import spot_only
 from broker.state import IllegalTransition, JobState
 from broker.state.placed import PlacedOn
 
@@ -94,7 +98,6 @@ class Launching:
             lines.append(QueueLine(item.job, shown, why, position))
         return lines
 
-
     # --- (3) plan and launch --------------------------------------------------------
 
     def _launch(self, report: PassReport) -> None:
@@ -109,8 +112,6 @@ class Launching:
             job, verdict, best = item.job, item.verdict, item.best
             burst = False  # held for a pool, it takes its best cloud placement instead
             if verdict.action != "launch":
-                from broker.controller.pools import pool_full
-
                 held = pool_full(verdict, best)
                 if held and running is None:
                     running = self._running()
@@ -133,8 +134,6 @@ class Launching:
         """Plan `job` on its first placement with room (its best cloud one when it
         bursts: it never takes the pool's room, which the queue policy kept), start
         its attempt and launch it."""
-        from broker.controller.pools import first_cloud
-
         placement = first_cloud(decision) if burst else self._first_free(decision, room)
         if placement is None:
             report.waiting[job.name] = _FULL
@@ -178,9 +177,6 @@ class Launching:
         """The spec to plan now: its checkpoint where it lives, its market as its spot
         policy says (broker.dispatch.market), its spot kept home while it would wait
         there (broker.dispatch.home)."""
-        from broker.controller.steering import steer
-        from broker.dispatch.home import stays_home
-        from broker.dispatch.market import spot_only
         from broker.recovery import checkpoint_place, with_checkpoint_at
 
         home = checkpoint_place(self.store, job)
@@ -219,7 +215,6 @@ class Launching:
 
     def _bursts(self, job: Job, decision: Decision, running: list, ahead: dict) -> bool:
         """broker.controller.pools.bursts, for `job` now."""
-        from broker.controller.pools import bursts
         from broker.scheduling import free_pool_gpus
 
         pool = decision.placements[0]

@@ -25,6 +25,7 @@ from broker.clock import Clock
 from broker.controller.checkpoints import Checkpoints
 from broker.controller.launching import Launching
 from broker.controller.outcomes import Ending, judge
+from broker.controller.steering import steer
 from broker.dispatch.settings import DispatchSettings
 from broker.state import JobState
 from providers.capabilities import Billing, Capacity, CheckpointStores, SpotMarket
@@ -334,8 +335,6 @@ class Controller(Launching):
         """True when a job the spot policy sent to on-demand may go back to spot now (it
         stops gracefully: SIGTERM, checkpoint, re-plan). Only policy-steered attempts:
         an on-demand placement chosen on price stays."""
-        from broker.controller.steering import steer
-
         if not attempt.placed_on.steered:
             return False
         spec = self._spec(job)

@@ -1,10 +1,15 @@
-"""GPU facts: canonical names, aliases, memory per GPU and relative training throughput.
+"""GPU facts: canonical names, aliases, memory per GPU, relative training throughput, and
+the smallest host the clouds pair with each GPU.
 
 One table so that every room speaks the same GPU names. The throughput factor
 is relative to one A100 (40 GB, SXM) on mixed-precision training; the planner
 uses it to compare an any-of list of GPU types (a faster GPU that finishes
 sooner can be cheaper overall). Each factor names its source; they are
 deliberately rounded, since real speed-ups depend on the model.
+
+The host floors (`HOST_FLOORS`) are what a GPU job that states no `cpus` or `memory`
+gets: per GPU, no fewer vCPUs and GiB than the smallest of the clouds' own shapes for
+that GPU (a GCE N1 host, chosen freely, could otherwise be a 1-vCPU machine).
 """
 
 from __future__ import annotations
@@ -106,3 +111,45 @@ def parse_gpu_request(text: str, known: list[str] | None = None) -> tuple[str, f
         if count <= 0:
             raise UnknownGpu(f"GPU count must be positive in {text!r}")
     return canonical_gpu(name, known), count
+
+
+@dataclass(frozen=True, slots=True)
+class HostFloor:
+    """The least host a GPU gets per GPU when a job states no vCPUs or memory."""
+
+    vcpus_per_gpu: float
+    memory_gib_per_gpu: float
+    source: str  # the clouds' own shapes the floor stays within
+
+
+_SMALL = "g4dn/g5/g6.xlarge, g2-standard-4, NC4as_T4_v3: 4 vCPUs, 16+ GiB per GPU"
+_L40S = "g6e.xlarge: 4 vCPUs, 32 GiB per GPU"
+_V100 = "NC6s_v3: 6 vCPUs, 112 GiB; p3.2xlarge: 8 vCPUs, 61 GiB per GPU"
+_A100 = "a2-megagpu-16g: 6 vCPUs, 85 GiB per GPU; a2-highgpu, p4d, NC A100 v4: 12 vCPUs"
+_A100_80 = "a2-ultragpu: 12 vCPUs, 170 GiB; p4de: 12 vCPUs, 144 GiB per GPU"
+_H100 = "ND H100 v5: 12 vCPUs, 237.5 GiB; p5: 16-24 vCPUs, 256 GiB; a3: 26 vCPUs, 234 GiB"
+_BLACKWELL = "p6-b200: 24 vCPUs, 256 GiB per GPU (kept at the H100 floor)"
+_MI = "ND MI300X v5: 12 vCPUs, 231 GiB per GPU"
+
+# Per GPU: the least vCPUs and GiB; a node with N GPUs needs N times as much. Each floor
+# is at most the smallest pairing of the clouds' own shapes (tests/pricing/test_gpus.py
+# checks every GPU shape of the bundled and the SkyPilot catalogs against it).
+HOST_FLOORS: dict[str, HostFloor] = {
+    **{g: HostFloor(4, 16, _SMALL) for g in ("T4", "L4", "A10G", "A10", "P4", "P100", "M60")},
+    "MI25": HostFloor(4, 14, "NV4as_v4: 4 vCPUs, 14 GiB per GPU"),
+    "L40S": HostFloor(4, 32, _L40S),
+    "L40": HostFloor(4, 32, _L40S),
+    "V100": HostFloor(6, 32, _V100),
+    "V100-32GB": HostFloor(5, 32, "ND40rs_v2: 5 vCPUs, 84 GiB; p3dn: 12 vCPUs, 96 GiB per GPU"),
+    "A100": HostFloor(6, 64, _A100),
+    "A100-80GB": HostFloor(12, 128, _A100_80),
+    "MI250X": HostFloor(8, 64, "MI250X nodes: 8+ vCPUs, 64+ GiB per GPU"),
+    **{g: HostFloor(12, 128, _H100) for g in ("H100", "H100-NVL", "H200")},
+    **{g: HostFloor(12, 128, _BLACKWELL) for g in ("B200", "B300", "GB200")},
+    "MI300X": HostFloor(12, 128, _MI),
+}
+
+
+def host_floor(gpu: str) -> HostFloor | None:
+    """The host floor of a canonical GPU name (None for a GPU the table does not know)."""
+    return HOST_FLOORS.get(gpu)

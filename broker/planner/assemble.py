@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 from broker.planner.cost import RESTART_HOURS
 from broker.planner.decision import CostEstimate, Decision, Placement, Rejection
+from broker.planner.host import default_note
 from broker.spec import JobSpec
 
 if TYPE_CHECKING:
@@ -166,6 +167,9 @@ def _job_notes(job: JobSpec) -> tuple[tuple[str, ...], tuple[str, ...], tuple[st
         else ("no checkpoint: an interruption loses half the run on average",)
     )
     tail = []
+    host = default_note(job.requirements)
+    if host is not None:
+        tail.append(host)
     if any(item.location is None for item in job.data):
         tail.append("inputs without a location are not priced for egress")
     if job.checkpoint is not None and job.checkpoint.location is None and job.checkpoint.size_gb:

@@ -55,3 +55,12 @@ class Tally:
 
         for r in np.flatnonzero(counts).tolist():
             self.rejected[r].append(self.rejections[reason(self.reqs[r]), int(counts[r])])
+
+    def add_each(self, reqs: list[int], reasons: list[str], counts: list[int]) -> None:
+        """A Rejection per (requirements, reason), the counts of equal pairs summed, in the
+        order each pair first appears."""
+        summed: dict[tuple[int, str], int] = {}
+        for r, reason, count in zip(reqs, reasons, counts, strict=True):
+            summed[(r, reason)] = summed.get((r, reason), 0) + count
+        for (r, reason), count in summed.items():
+            self.rejected[r].append(self.rejections[reason, count])

@@ -30,6 +30,7 @@ from typing import TYPE_CHECKING
 
 from broker.planner.candidates import Candidates, Tally
 from broker.planner.decision import Rejection, Rejections
+from broker.planner.host import HostAsk, host_ask
 from broker.planner.offer_filters import SliceCandidates, count_offer_filters, cut_at_max_price
 from broker.planner.partitions import Partitions
 from broker.spec import GpuAsk, Requirements
@@ -71,21 +72,23 @@ class Slices:
         req_uses = [0]
         # What each requirements asks of an offer besides its GPU (location, vCPUs, memory,
         # interconnect, nodes), numbered, so that a slice's key hashes fast.
+        # The host (vCPUs, memory) is asked per GPU alternative: a GPU's default floor
+        # applies where the manifest states none (broker.planner.host).
         numbered: dict[tuple, int] = {}
+        hosts: dict = {}  # memo of host_ask
+        self.host: list[HostAsk] = []  # per slice
         for req in reqs:
-            cpus, memory = req.cpus, req.memory_gib
             rest = (
                 (req.clouds, req.exclude_clouds, req.regions, req.countries),
-                None if cpus is None else (cpus.value, cpus.at_least),
-                None if memory is None else (memory.value, memory.at_least),
                 req.interconnect,
                 req.nodes,
             )
             asked = numbered.setdefault(rest, len(numbered))
             markets = MARKETS[req.spot]
             for alt, ask in enumerate(req.accelerators or CPU_ONLY):
+                host = host_ask(req, ask, hosts)
                 for spot in markets:
-                    key = (ask.gpu, ask.count, asked, spot)
+                    key = (ask.gpu, ask.count, asked, host, spot)
                     slice_id = ids.get(key)
                     if slice_id is None:
                         slice_id = ids[key] = len(self.positions)
@@ -93,6 +96,7 @@ class Slices:
                         self.positions.append(rows)
                         self.spot.append(spot)
                         self.asker.append(req)
+                        self.host.append(host)
                         located.append([len(rows), *dropped])
                     use_alt.append(alt)
                     use_slice.append(slice_id)
@@ -156,7 +160,9 @@ class Slices:
         used, use_slice = np.unique(self.use_slice[use], return_inverse=True)
         used = used.tolist()
         survivors = SliceCandidates([self.positions[s] for s in used], [self.spot[s] for s in used])
-        survivors.filter([self.asker[s] for s in used], self.partitions)
+        survivors.filter(
+            [self.asker[s] for s in used], [self.host[s] for s in used], self.partitions
+        )
         tally = Tally(
             [self.reqs[r] for r in which.tolist()],
             [list(self.first_rejections[r]) for r in which.tolist()],

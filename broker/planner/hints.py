@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING
 
 from broker.planner.decision import Hint, Placement
 from broker.planner.plan import plan_many
-from broker.spec import Budget, JobSpec, RuntimeEstimate
+from broker.spec import Amount, Budget, JobSpec, RuntimeEstimate
 
 if TYPE_CHECKING:
     from pricing.query import OfferIndex
@@ -50,10 +50,14 @@ def _relaxations(job: JobSpec) -> list[tuple[str, JobSpec]]:
         out.append(("placement.countries", with_req(countries=())))
     if req.clouds or req.exclude_clouds:
         out.append(("placement.clouds", with_req(clouds=(), exclude_clouds=())))
-    if req.cpus is not None:
-        out.append(("resources.cpus", with_req(cpus=None)))
-    if req.memory_gib is not None:
-        out.append(("resources.memory", with_req(memory_gib=None)))
+    # A stated amount is dropped; an unstated one on a GPU job is the GPU's host floor
+    # (broker.planner.host), which a small explicit amount lifts.
+    floor = Amount(1, at_least=True) if req.accelerators else None
+    if req.cpus is not None or floor is not None:
+        out.append(("resources.cpus", with_req(cpus=None if req.cpus is not None else floor)))
+    if req.memory_gib is not None or floor is not None:
+        memory = None if req.memory_gib is not None else floor
+        out.append(("resources.memory", with_req(memory_gib=memory)))
     if req.interconnect:
         out.append(("resources.interconnect", with_req(interconnect=None)))
     return out
@@ -73,6 +77,11 @@ def _suggestion(constraint: str, best: Placement, job: JobSpec, now: datetime) -
         return f"allow {best.region} ({best.cloud}; {where})"
     if constraint == "placement.clouds":
         return f"allow {best.cloud} ({where})"
+    req = job.requirements
+    if constraint == "resources.cpus" and req.cpus is None:
+        return f"set a smaller host than the GPU's default, e.g. cpus: 1+ ({where})"
+    if constraint == "resources.memory" and req.memory_gib is None:
+        return f"set a smaller host than the GPU's default, e.g. memory: 1+ ({where})"
     return f"drop it ({where})"
 
 

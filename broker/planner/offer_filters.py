@@ -12,10 +12,12 @@ from typing import TYPE_CHECKING
 
 from broker.planner.candidates import Candidates, Tally
 from broker.planner.partitions import Partitions
-from broker.spec import Amount, Requirements
+from broker.spec import Requirements
 
 if TYPE_CHECKING:
     import numpy as np
+
+    from broker.planner.host import HostAsk
 
 # What the offer filters removed, in the order they run: a column of SliceCandidates.removed each.
 OFFER_FILTERS = ("vcpus", "memory", "interconnect", "capacity", "price")
@@ -42,18 +44,23 @@ class SliceCandidates:
 
         return np.repeat(per_slice, self.lengths)
 
-    def filter(self, askers: list[Requirements], partitions: Partitions) -> None:
+    def filter(
+        self, askers: list[Requirements], hosts: list[HostAsk], partitions: Partitions
+    ) -> None:
         """Apply the offer filters (each skipped when no slice asks for it), then cut the
-        survivors into cost groups and price them for all nodes."""
+        survivors into cost groups and price them for all nodes. `hosts`: each slice's
+        vCPUs and memory (a GPU's default floor lets on-prem and unknown figures pass)."""
         import numpy as np
 
         column = partitions.at
         alive = np.ones(len(self.at), dtype=bool)
+        self.hosts = hosts
         for name, values, amount_of in (
-            ("vcpus", column["vcpus"], lambda q: q.cpus),
-            ("memory", column["memory_gib"], lambda q: q.memory_gib),
+            ("vcpus", column["vcpus"], lambda h: (h.cpus, h.cpus_default)),
+            ("memory", column["memory_gib"], lambda h: (h.memory, h.memory_default)),
         ):
-            amounts = [amount_of(q) for q in askers]
+            asked = [amount_of(h) for h in hosts]
+            amounts = [a for a, _ in asked]
             if any(a is not None for a in amounts):
                 have = values[self.at]
                 target = self.spread(np.array([a.value if a else np.nan for a in amounts]))
@@ -64,6 +71,10 @@ class SliceCandidates:
                 free = np.array([a is None for a in amounts])
                 if free.any():
                     ok |= self.spread(free)
+                default = np.array([d for _, d in asked])
+                if default.any():  # a floor, not an ask: on-prem and unknown figures pass
+                    exempt = column["onprem"][self.at] | np.isnan(have)
+                    ok |= self.spread(default) & exempt
                 alive = self._keep(name, alive, ok)
         wanted = [q.interconnect for q in askers]
         if any(wanted):
@@ -139,13 +150,18 @@ def count_offer_filters(
     import numpy as np
 
     n = len(tally.reqs)
+    for column in (0, 1):  # vCPUs, memory: in each slice's words (a GPU default says so)
+        removed = survivors.removed[use_slice[counted], column]
+        hit = np.flatnonzero(removed)
+        if len(hit):
+            reqs, slices = use_req[counted][hit].tolist(), use_slice[counted][hit].tolist()
+            texts = [survivors.hosts[s].reason(column) for s in slices]
+            tally.add_each(reqs, texts, removed[hit].tolist())
     reasons = (
-        lambda q: f"vCPUs not {_amount_text(q.cpus)}",
-        lambda q: f"memory not {_amount_text(q.memory_gib)} GiB",
         lambda q: f"no {q.interconnect} interconnect",
         lambda q: f"not enough free capacity for {q.nodes} node(s)",
     )
-    for column, reason in enumerate(reasons):
+    for column, reason in enumerate(reasons, start=2):
         removed = survivors.removed[use_slice[counted], column]
         tally.add(np.bincount(use_req[counted], removed, minlength=n), reason)
     price = survivors.removed[use_slice, OFFER_FILTERS.index("price")]
@@ -207,7 +223,3 @@ def cut_at_max_price(
         rejected=tally.rejected,
         considered=considered,
     )
-
-
-def _amount_text(amount: Amount | None) -> str:
-    return "" if amount is None else f"{amount.value:g}{'+' if amount.at_least else ''}"

@@ -68,6 +68,8 @@ class Partitions:
         self.row_at = np.concatenate([ordered, spot_order])
         self.at = {name: numbers[name][self.row_at] for name in ("vcpus", "memory_gib", "capacity")}
         self.at["interconnect"] = table.codes["interconnect"][self.row_at]
+        onprem = np.asarray(table.categories["cloud"]) == "onprem"
+        self.at["onprem"] = onprem[cloud[self.row_at]] if n else np.zeros(0, dtype=bool)
         self.at["price"] = np.concatenate(
             [numbers["price_on_demand"][ordered], numbers["price_spot"][spot_order]]
         )

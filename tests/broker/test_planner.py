@@ -23,7 +23,7 @@ from broker.spec import (
     RuntimeEstimate,
 )
 from pricing.egress import egress_price
-from pricing.gpus import find_gpu
+from pricing.gpus import find_gpu, host_floor
 from pricing.query import OfferIndex
 from pricing.regions import Place, country_of
 from pricing.synthetic import synthetic_offers
@@ -33,6 +33,23 @@ NOW = datetime(2026, 11, 1, tzinfo=UTC)
 CATALOGS = {
     seed: OfferIndex(OfferTable.from_frame(synthetic_offers(1000, seed=seed))) for seed in range(4)
 }
+
+
+def host_fits(req, ask: GpuAsk, offer: dict) -> bool:
+    """The manifest's vCPUs and memory, or where one is not stated the GPU's host floor
+    times the count (an on-prem node, or an unknown figure, passes a floor)."""
+    floor = host_floor(ask.gpu) if ask.gpu else None
+    for asked, per_gpu, have in (
+        (req.cpus, floor and floor.vcpus_per_gpu, offer["vcpus"]),
+        (req.memory_gib, floor and floor.memory_gib_per_gpu, offer["memory_gib"]),
+    ):
+        if asked is not None:
+            if not asked.admits(have):
+                return False
+        elif per_gpu and offer["cloud"] != "onprem" and not math.isnan(have):
+            if have < per_gpu * ask.count:
+                return False
+    return True
 
 
 def brute_force(job: JobSpec, index: OfferIndex) -> list[tuple[float, float, int, int, bool]]:
@@ -57,9 +74,7 @@ def brute_force(job: JobSpec, index: OfferIndex) -> list[tuple[float, float, int
                 continue
             if req.countries and country not in req.countries:
                 continue
-            if req.cpus and not req.cpus.admits(offer["vcpus"]):
-                continue
-            if req.memory_gib and not req.memory_gib.admits(offer["memory_gib"]):
+            if not host_fits(req, ask, offer):
                 continue
             if req.interconnect and req.interconnect not in offer["interconnect"].split("+"):
                 continue
@@ -306,6 +321,7 @@ def test_faster_gpu_can_be_cheaper_overall() -> None:
     rows["accelerator"] = ["A100", "H100"]
     rows["accelerator_count"] = 8.0
     rows["price_on_demand"] = [20.0, 40.0]
+    rows["vcpus"], rows["memory_gib"] = 192.0, 2048.0  # hosts fit for eight of either GPU
     index = OfferIndex(OfferTable.from_frame(pd.DataFrame(rows)))
     job = JobSpec(
         "j",

@@ -9,13 +9,14 @@ from __future__ import annotations
 
 import csv
 from collections import defaultdict
+from dataclasses import replace
 from datetime import UTC, datetime
 
 import pytest
 
 from broker.planner import cost
 from broker.planner.plan import plan
-from broker.spec import GpuAsk, JobSpec, Requirements, RuntimeEstimate
+from broker.spec import Amount, GpuAsk, JobSpec, Requirements, RuntimeEstimate
 from pricing.query import OfferIndex
 from pricing.regions import country_of
 from pricing.table import OfferTable
@@ -121,14 +122,16 @@ def test_cheapest_h100x8_spot_counts_interruptions(index):
     assert top.expected_cost == pytest.approx(expected, rel=1e-9)
 
 
-def test_t4_pinned_to_gcp_uses_the_cheapest_allowed_n1_host(index):
+def gcp_n1_t4(min_vcpus: float, min_memory: float) -> float:
+    """The cheapest GCP N1 host with at least these vCPUs and GiB, plus one T4 in its
+    zone, from the raw rows (the importer's host limits: 48 vCPUs, 312 GiB)."""
     hosts = defaultdict(list)
     t4 = {}
     for r in rows("gcp"):
         if (
             r["InstanceType"].startswith("n1-")
-            and float(r["vCPUs"]) <= 48
-            and float(r["MemoryGiB"]) <= 312
+            and min_vcpus <= float(r["vCPUs"]) <= 48
+            and min_memory <= float(r["MemoryGiB"]) <= 312
             and r["Price"]
         ):
             hosts[r["AvailabilityZone"]].append((float(r["Price"]), r["InstanceType"]))
@@ -139,10 +142,30 @@ def test_t4_pinned_to_gcp_uses_the_cheapest_allowed_n1_host(index):
             and number(r["Price"])
         ):
             t4[r["AvailabilityZone"]] = float(r["Price"])
-    best = min(min(hosts[z])[0] + price for z, price in t4.items() if hosts[z])
+    return min(min(hosts[z])[0] + price for z, price in t4.items() if hosts[z])
+
+
+def test_t4_pinned_to_gcp_gets_the_cheapest_n1_host_fit_for_a_t4(index):
+    """No cpus or memory stated: the T4's host floor (4 vCPUs, 16 GiB), not n1-standard-1."""
     top = plan(job("T4", 1, "never", clouds=("gcp",)), index, NOW).placements[0]
     assert top.cloud == "gcp" and top.instance_type.startswith("n1-")
-    assert top.price_per_hour == pytest.approx(best, rel=1e-9)
+    assert top.instance_type != "n1-standard-1"
+    assert top.price_per_hour == pytest.approx(gcp_n1_t4(4, 16), rel=1e-9)
+    assert any(
+        "host default per node: T4:1 4+ vCPUs and 16+ GiB" in note for note in top.cost.assumptions
+    )
+
+
+def test_t4_with_explicit_small_host_gets_the_cheapest_allowed_n1_host(index):
+    """Explicit cpus and memory win over the GPU's floor."""
+    small = job("T4", 1, "never", clouds=("gcp",))
+    small = replace(
+        small,
+        requirements=replace(small.requirements, cpus=Amount(1), memory_gib=Amount(1)),
+    )
+    top = plan(small, index, NOW).placements[0]
+    assert top.instance_type == "n1-standard-1"
+    assert top.price_per_hour == pytest.approx(gcp_n1_t4(0, 0), rel=1e-9)
 
 
 def test_eu_only_request_stays_in_the_eu(index):

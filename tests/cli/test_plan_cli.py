@@ -168,3 +168,25 @@ def test_table_view_is_one_boxed_table_with_aligned_columns(capsys, catalog, tmp
     assert first[:2] == ["1", "aws"]
     cost = f"{best['placements'][0]['expected_cost']:,.2f}"
     assert first[-1] == cost and table[3].endswith(f" {cost} │")  # numbers are right-aligned
+
+
+def test_explain_shows_the_gpu_host_default_applied(capsys, catalog, tmp_path):
+    """T4:1 without cpus/memory: GCP's n1-standard-4 (15 GiB) is below the T4's 16 GiB."""
+    path = tmp_path / "t4.yaml"
+    path.write_text(
+        "apiVersion: broker/v1\nname: t4\nteam: nlp\nresources:\n  accelerators: T4:1\n"
+        "run:\n  command: python train.py\n"
+    )
+    result = run_cli(capsys, "plan", str(path), "--catalog", catalog, "--explain")
+    assert result.code == 0, result.stderr
+    assert "assumption: host default per node: T4:1 4+ vCPUs and 16+ GiB" in result.stdout
+    data = json.loads(run_cli(capsys, "plan", str(path), "--catalog", catalog, "-o", "json").stdout)
+    assert [p["instance_type"] for p in data["placements"]] == ["g4dn.xlarge"]
+    reasons = {r["reason"]: r["count"] for r in data["rejected"]}
+    assert (
+        reasons["memory not 16+ GiB (the host default for T4:1; set resources.memory to change it)"]
+        == 1
+    )
+    path.write_text(path.read_text().replace("T4:1\n", "T4:1\n  memory: 15+\n"))
+    data = json.loads(run_cli(capsys, "plan", str(path), "--catalog", catalog, "-o", "json").stdout)
+    assert {p["instance_type"] for p in data["placements"]} == {"g4dn.xlarge", "n1-standard-4"}

@@ -79,7 +79,6 @@ def open_runtime(
         return OfferIndex(live.offers(), extra_countries=countries)
 
     controller = Controller(store, provider, clock, index_of, policy, pool_gpus_of(view.index))
-    _ship_example_trainer(workdir)
     return BrokerSession(store, provider, controller, workdir)
 
 
@@ -91,17 +90,6 @@ def _fleet(clouds: Sequence[str], sandbox: Provider, table, clock: Clock) -> Pro
 
     routes = {cloud: load_provider(cloud, catalog=table, clock=clock) for cloud in clouds}
     return Fleet(routes, default=sandbox)
-
-
-def _ship_example_trainer(workdir: Path) -> None:
-    """Put examples/train.py at <workdir>/train.py, where the example manifests' commands
-    (`python3 ../train.py`, run from an attempt's directory) find it."""
-    import shutil
-
-    source = Path(__file__).resolve().parents[1] / "examples" / "train.py"
-    target = workdir / "train.py"
-    if source.is_file() and not target.exists():
-        shutil.copy(source, target)
 
 
 def _onprem_slots(table) -> dict[tuple[str, str], int]:

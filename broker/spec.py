@@ -60,6 +60,9 @@ class RunSpec:
     env: tuple[tuple[str, str], ...] = ()
     workdir: str | None = None  # absolute folder to deliver to each node and run in
     setup: str = ""  # run once before command, in the workdir
+    # The workdir as packed at submit (file:// URI of <sha256>.tar.gz; broker.workdirs):
+    # every attempt of this version runs these files, whatever the folder holds later.
+    workdir_archive: str = ""
 
 
 @dataclass(frozen=True, slots=True)

@@ -90,6 +90,7 @@ def decode(data: dict[str, Any]) -> JobSpec:
             tuple((k, v) for k, v in run["env"]),
             workdir=run.get("workdir"),  # absent in specs encoded before it existed
             setup=run.get("setup", ""),
+            workdir_archive=run.get("workdir_archive", ""),
         ),
         runtime=RuntimeEstimate(runtime["estimate_hours"], _deadline(runtime["deadline"])),
         checkpoint=None

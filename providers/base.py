@@ -15,6 +15,14 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import TYPE_CHECKING, Any, Literal, Protocol, runtime_checkable
 
+from providers.jobscript import (
+    CLOUD_RUNTIME,
+    ContainerRuntime,
+    container_image,
+    job_body,
+    workdir_lines,
+)
+
 if TYPE_CHECKING:
     from pricing.table import OfferTable
 
@@ -53,6 +61,10 @@ class LaunchRequest:
     the URI itself when empty). `resume_from` is empty on a first attempt.
     `max_price_per_hour` caps the spot price per instance-hour where a cloud takes one.
     `env` is (name, value) pairs in export order; a mapping is accepted and converted.
+    `command` may be empty for a container `image`, whose entrypoint then runs. `setup`
+    runs once before it. `workdir_uri` is the job's packed workdir
+    (`providers.workdir`, `<sha256>.tar.gz`), delivered before setup: a `file://` URI
+    where the broker runs, which a provider running jobs elsewhere uploads first.
     """
 
     attempt_id: str
@@ -76,6 +88,10 @@ class LaunchRequest:
     resume_from: str = ""
     max_price_per_hour: float | None = None
     broker_id: str = "broker"  # which broker owns the instance (two may share an account)
+    # Added later: out of repr, and hashed only when set (request_text), so that the
+    # hash of a request without them is what it always was.
+    setup: str = field(default="", repr=False)
+    workdir_uri: str = field(default="", repr=False)
 
     def __post_init__(self) -> None:
         if isinstance(self.env, Mapping):
@@ -89,8 +105,10 @@ class LaunchRequest:
             raise ValueError(f"market {self.market!r}: expected one of {', '.join(MARKETS)}")
         if self.nodes < 1:
             raise ValueError(f"nodes must be at least 1, not {self.nodes}")
-        if not self.command.strip():
-            raise ValueError("command is empty")
+        if not self.command.strip() and not container_image(self):
+            raise ValueError("command is empty (and no container image to run)")
+        if self.setup.strip() and not self.command.strip():
+            raise ValueError("setup needs a command: an image's entrypoint cannot follow it")
         for name, _ in self.env:
             if not ENV_NAME.fullmatch(name):
                 raise ValueError(f"env name {name!r} is not a shell variable name")
@@ -100,17 +118,24 @@ class LaunchRequest:
         if not all(text.isprintable() for text in (*names, self.job_name, self.team)):
             raise ValueError("names, image and team must be one line of printable text")
         texts = (self.command, self.checkpoint_dir, self.checkpoint_uri, self.resume_from)
+        texts += (self.setup, self.workdir_uri)
         if any("\0" in text for text in (*texts, *(v for _, v in self.env))):
             raise ValueError("a NUL character cannot reach a process")
 
 
+def request_text(request: LaunchRequest) -> str:
+    """The request as one text to hash: its repr, then each later field that is set."""
+    later = (("setup", request.setup), ("workdir_uri", request.workdir_uri))
+    return repr(request) + "".join(f"; {name}={value!r}" for name, value in later if value)
+
+
 def request_hash(request: LaunchRequest) -> str:
     """Which request an attempt's instance was launched for (the TAG_REQUEST tag): the
-    first 16 hex digits of sha256(repr(request)), so a relaunch of the same attempt with
-    another request is caught by every provider the same way."""
+    first 16 hex digits of sha256(request_text(request)), so a relaunch of the same
+    attempt with another request is caught by every provider the same way."""
     import hashlib
 
-    return hashlib.sha256(repr(request).encode()).hexdigest()[:16]
+    return hashlib.sha256(request_text(request).encode()).hexdigest()[:16]
 
 
 def instance_tags(request: LaunchRequest) -> tuple[tuple[str, str], ...]:
@@ -288,28 +313,37 @@ NOTICE_CHECKS: dict[str, tuple[str, str]] = {
 
 
 def startup_script(
-    request: LaunchRequest, *, exit_code_path: str | None = None, watch_notices: bool = True
+    request: LaunchRequest,
+    *,
+    exit_code_path: str | None = None,
+    watch_notices: bool = True,
+    workdir: str | None = None,
+    containers: ContainerRuntime = CLOUD_RUNTIME,
 ) -> str:
-    """The job's start-up shell script: exports, then the command (clouds pass it as user
-    data, the sandbox runs it with /bin/sh).
+    """The job's start-up shell script: exports, the workdir, setup, then the command or
+    the container image (clouds pass it as user data, the sandbox runs it with /bin/sh;
+    the parts after the exports: `providers.jobscript`).
 
     The manifest's env comes first and the BROKER_* variables last, every value quoted.
     With `exit_code_path`, the script records the command's exit status there (atomically)
     when it ends, also after SIGTERM: the shell lets the job finish its checkpoint, then
-    stops without running further commands.
+    stops without running further commands. `workdir`: the folder the provider already
+    delivered the request's workdir into; without it the script fetches the archive
+    itself. `containers`: how this machine runs a container image.
 
-    For a spot VM on a cloud (and with `watch_notices`), the command runs in its own session while a
-    watcher polls the instance metadata for the cloud's reclaim notice (NOTICE_CHECKS,
-    every BROKER_NOTICE_POLL seconds, default 5; base URL BROKER_METADATA_URL) and
-    sends the job SIGTERM when it appears: the job contract (SIGTERM -> checkpoint ->
-    exit) then runs before the VM goes away. The sandbox signals its jobs itself.
+    For a spot VM on a cloud (and with `watch_notices`), the job runs in its own session
+    while a watcher polls the instance metadata for the cloud's reclaim notice
+    (NOTICE_CHECKS, every BROKER_NOTICE_POLL seconds, default 5; base URL
+    BROKER_METADATA_URL) and sends the job SIGTERM when it appears: the job contract
+    (SIGTERM -> checkpoint -> exit) then runs before the VM goes away. The sandbox
+    signals its jobs itself.
     """
     lines = [
         "#!/bin/sh",
         f"# Generated by broker for job {request.job_id}, attempt {request.attempt_id}.",
     ]
     if request.image:
-        lines.append(f"# Image: {request.image} (the command runs inside it where supported)")
+        lines.append(f"# Image: {request.image}")
     lines += [f"export {name}={shlex.quote(value)}" for name, value in request.env]
     lines += [f"export {name}={shlex.quote(value)}" for name, value in job_environment(request)]
     if exit_code_path is not None:
@@ -323,16 +357,18 @@ def startup_script(
             "# The job gets a signal too; the shell waits for it, then exits with its status.",
             "trap 'exit $?' TERM INT HUP",
         ]
+    lines += workdir_lines(request, workdir)
+    body = job_body(request, containers)
     spot = watch_notices and request.market == "spot"  # only spot VMs get reclaim notices
     notice = NOTICE_CHECKS.get(request.cloud) if spot else None
     if notice is None:
-        lines.append(request.command)
+        lines.append(body)
         return "\n".join(lines) + "\n"
     base, check = notice
     lines += [
         f'broker_md="${{BROKER_METADATA_URL:-{base}}}"',
         f"broker_notice() {{ {check}; }}",
-        f"setsid /bin/sh -c {shlex.quote(request.command)} &",
+        f"setsid /bin/sh -c {shlex.quote(body)} &",
         "broker_job=$!",
         '( while kill -0 "$broker_job" 2>/dev/null; do',
         "    if broker_notice; then",

@@ -120,10 +120,15 @@ def submit(
         return
     from broker.clock import SystemClock
     from broker.state import StateStore
-    from broker.submit import submit_manifests
+    from broker.submit import prepare, submit_manifests
 
+    ready, refused = prepare(loaded.manifests, state_path(state), enabled_clouds())
+    if refused:
+        for error in refused:
+            print(error, file=sys.stderr)
+        fail(f"{len(refused)} job(s) cannot be submitted; nothing submitted", BAD_INPUT)
     with StateStore.open(state_path(state), SystemClock()) as store:
-        results = submit_manifests(store, loaded.manifests)
+        results = submit_manifests(store, ready)
     rows = [
         {
             "job": r.job_id,

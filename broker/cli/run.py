@@ -133,16 +133,19 @@ def demo(
 
     from broker.manifest.load import load_manifests
     from broker.reclaims import ReclaimOnce
-    from broker.submit import submit_manifests
+    from broker.submit import prepare, submit_manifests
 
     state = state or Path(tempfile.mkdtemp(prefix="broker-demo-")) / "state.db"
     loaded = load_manifests([REPO_EXAMPLES / "demo"])
     if loaded.errors:
         fail("; ".join(map(str, loaded.errors)))
+    ready, refused = prepare(loaded.manifests, state, ())
+    if refused:
+        fail("; ".join(refused))
     with runtime(
         state, None, REPO_EXAMPLES / "pools.yaml", None, REPO_EXAMPLES / "policy.yaml"
     ) as rt:
-        submit_manifests(rt.store, loaded.manifests)
+        submit_manifests(rt.store, ready)
         print(f"demo: {len(loaded.manifests)} jobs submitted to {state}", file=sys.stderr)
         drive(rt, poll=0.2, limit_s=90, after_pass=ReclaimOnce(DEMO_RECLAIMED))
         rows = _summary(rt.store, rt.controller.index_of(rt.provider).offers)

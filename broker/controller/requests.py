@@ -40,6 +40,8 @@ def launch_request(job: Job, attempt: Attempt, spec: JobSpec, store: str | None)
         accelerator=placed.accelerator,
         accelerator_count=placed.accelerator_count,
         command=spec.run.command,
+        setup=spec.run.setup,
+        workdir_uri=spec.run.workdir_archive,
         image=spec.run.image or "",
         env=spec.run.env,
         checkpoint_uri=spec.checkpoint.uri if spec.checkpoint else "",

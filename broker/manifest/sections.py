@@ -185,6 +185,11 @@ class RunSection(Strict):
         if self.command is None and self.image is None:
             also = "setup runs before command, not instead of it: " if self.setup else ""
             raise ValueError(f"{also}give a command, an image (its entrypoint runs), or both")
+        if self.command is None and self.setup:
+            raise ValueError(
+                "setup needs a command: an image alone runs its entrypoint, which cannot "
+                "follow a setup (give the command the entrypoint runs)"
+            )
         return self
 
 

@@ -47,6 +47,8 @@ _TABLE: tuple[tuple[str, Any, str], ...] = (  # key, default, what it is for
     ("freshness_days", 30, "catalog age in days after which prices are old"),
     ("auto_refresh_days", None, "refresh the user catalog when this old (off)"),
     ("clouds", (), "clouds launched for real (aws,gcp,azure); others: sandbox"),
+    ("workdir_limit_mb", 100, "largest run.workdir to pack and deliver, in MB"),
+    ("container_runtime", None, "command running the sandbox's image jobs (podman/docker)"),
     # --- cloud endpoints: an emulator or a private endpoint instead of the public one ----
     ("aws_endpoint", None, "AWS API endpoint (EC2; the others too without the next)"),
     ("aws_quotas_endpoint", None, "AWS Service Quotas and Pricing endpoint"),
@@ -63,8 +65,11 @@ _TABLE: tuple[tuple[str, Any, str], ...] = (  # key, default, what it is for
     ("spot_advisor_url", None, "AWS Spot Advisor data (default: AWS's)"),
     # --- what the cloud adapters launch ---------------------------------------------------
     ("aws_image_id", None, "AMI launched on AWS (no default: required)"),
+    ("aws_staging_uri", None, "s3:// prefix AWS jobs' workdirs are uploaded to"),
     ("gcp_image", None, "boot image on GCP (default: a deep-learning image)"),
+    ("gcp_staging_uri", None, "gs:// prefix GCP jobs' workdirs are uploaded to"),
     ("azure_image", None, "image on Azure (publisher:offer:sku:version or id)"),
+    ("azure_staging_uri", None, "az:// prefix Azure jobs' workdirs are uploaded to"),
     ("azure_resource_group", None, "Azure resource group (default: broker)"),
     ("azure_subnet_id", None, "subnet of Azure VMs (required on Azure)"),
     ("azure_ssh_public_key", None, "SSH public key put on Azure VMs"),

@@ -51,11 +51,7 @@ def choose_image(request: LaunchRequest, image_id: str | None) -> str:
         raise InvalidRequest(NAME, f"{request.region!r} is not an AWS region")
     if request.max_price_per_hour is not None and not request.max_price_per_hour > 0:
         raise InvalidRequest(NAME, "max_price_per_hour must be positive")
-    size = len(startup_script(request).encode())
-    if size > USER_DATA_LIMIT:
-        raise InvalidRequest(
-            NAME, f"the start-up script is {size} bytes; EC2 user data takes {USER_DATA_LIMIT}"
-        )
+    user_data(request)
     if request.image.startswith("ami-"):
         return request.image
     if image_id:
@@ -65,6 +61,17 @@ def choose_image(request: LaunchRequest, image_id: str | None) -> str:
         "no AMI to launch: pass image_id= or set BROKER_AWS_IMAGE_ID, "
         "or give the job an image 'ami-…'",
     )
+
+
+def user_data(request: LaunchRequest) -> str:
+    """The start-up script as user data; InvalidRequest when it is over EC2's limit."""
+    script = startup_script(request)
+    size = len(script.encode())
+    if size > USER_DATA_LIMIT:
+        raise InvalidRequest(
+            NAME, f"the start-up script is {size} bytes; EC2 user data takes {USER_DATA_LIMIT}"
+        )
+    return script
 
 
 def run_parameters(
@@ -83,7 +90,7 @@ def run_parameters(
         "MinCount": 1,
         "MaxCount": 1,
         "ClientToken": client_token(request.broker_id, request.attempt_id),
-        "UserData": startup_script(request),  # botocore base64-encodes it
+        "UserData": user_data(request),  # botocore base64-encodes it
         "InstanceInitiatedShutdownBehavior": "terminate",
         "TagSpecifications": [
             {"ResourceType": "instance", "Tags": tags},

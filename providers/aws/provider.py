@@ -24,6 +24,13 @@ How the contract is kept on EC2:
   know the job's exit code: it is None.
 - `interruptions()` also reports a spot instance whose request is marked for termination
   (the two-minute notice) while it still runs, with its deadline.
+- A job's workdir is uploaded to `staging_uri` (an s3:// prefix, BROKER_AWS_STAGING_URI)
+  before the launch, once per archive, and the user data fetches it with the instance
+  profile's credentials (`aws s3 cp`): the profile (launch_options' IamInstanceProfile)
+  needs s3:GetObject there, and the AMI the AWS CLI. No credentials are in user data.
+- A container image (any image but an "ami-…") runs with `docker run --gpus all` on the
+  AMI, which needs docker and the NVIDIA container toolkit (the Deep Learning AMIs have
+  both).
 - Multi-node launches are not supported yet (InvalidRequest).
 
 Beside this module: launch.py (a request as RunInstances parameters, what EC2 refuses),
@@ -67,6 +74,7 @@ from providers.cloud import (
     sdk_call,
 )
 from providers.errors import InsufficientCapacity, ProviderError, RateLimited
+from providers.workdir import stage_workdir
 
 if TYPE_CHECKING:
     from pricing.table import OfferTable
@@ -91,7 +99,8 @@ class AwsProvider(Restrictions):
     `providers.cloud.with_backoff`, pausing with `sleep`.
     `session`: the boto3 Session to make clients from (a profile, say); default a new one.
     `broker_id`: whose instances list_instances() and interruptions() report (a launch
-    tags its instance with the request's broker id).
+    tags its instance with the request's broker id). `staging_uri`: the s3:// prefix a
+    job's workdir is uploaded to (default BROKER_AWS_STAGING_URI).
     """
 
     name = NAME
@@ -112,6 +121,7 @@ class AwsProvider(Restrictions):
         max_attempts: int = DEFAULT_MAX_ATTEMPTS,
         capacity_ttl: float = CAPACITY_TTL_SECONDS,
         session: boto3.session.Session | None = None,
+        staging_uri: str | None = None,
     ) -> None:
         clashes = OWN_PARAMETERS & set(launch_options or {})
         if clashes:
@@ -126,6 +136,7 @@ class AwsProvider(Restrictions):
         self.cooldown = cooldown or CapacityCooldown(self.clock)
         self.sleep = sleep
         self.image_id = image_id or resolve_text("aws_image_id")
+        self.staging_uri = staging_uri or resolve_text("aws_staging_uri")
         self.launch_options = dict(launch_options or {})
         self.capacity_ttl = capacity_ttl
         self._config = Config(
@@ -163,7 +174,8 @@ class AwsProvider(Restrictions):
         existing = self._find_attempt(request, digest)
         if existing is not None:
             return existing
-        params = run_parameters(request, image, digest, self.launch_options)
+        staged = stage_workdir(NAME, request, self.staging_uri)  # the VM fetches it from S3
+        params = run_parameters(staged, image, digest, self.launch_options)
         try:
             answer = self.call("ec2", request.region, "run_instances", **params)
         except InsufficientCapacity:

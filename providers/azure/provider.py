@@ -86,6 +86,7 @@ from providers.cloud import (
     restrict_offers,
 )
 from providers.errors import InsufficientCapacity, InvalidRequest, NotFound, ProviderError
+from providers.workdir import stage_workdir
 
 if TYPE_CHECKING:
     from pricing.table import OfferTable
@@ -132,9 +133,7 @@ class AzureProvider(Restrictions):
         self.broker_id = broker_id
         self.sleep = sleep
         self.subscription_id = subscription_id or os.environ.get("AZURE_SUBSCRIPTION_ID")
-        self.resource_group = (
-            resource_group or resolve_text("azure_resource_group") or "broker"
-        )
+        self.resource_group = resource_group or resolve_text("azure_resource_group") or "broker"
         self.credential = credential
         self.connection_verify = connection_verify
         self.image = image_reference(image or resolve_text("azure_image") or DEFAULT_IMAGE)
@@ -186,8 +185,9 @@ class AzureProvider(Restrictions):
             launched_for = (existing.tags or {}).get(TAG_REQUEST)
             refuse_other_request(NAME, request.attempt_id, launched_for, digest)
             return self._memory.launched(self._observe(instance_id, existing))
+        staged = stage_workdir(NAME, request, resolve_text("azure_staging_uri"))  # VM fetches it
         body = vm_body(
-            request,
+            staged,
             name,
             digest,
             image=self.image,

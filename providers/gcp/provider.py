@@ -93,6 +93,7 @@ from providers.gcp.vm import (
     tag_of,
     zone_of,
 )
+from providers.workdir import stage_workdir
 
 if TYPE_CHECKING:
     from pricing.table import OfferTable
@@ -194,12 +195,13 @@ class GcpProvider(Restrictions):
             return self._adopt(found[0], digest, request)
         gpu = gpu_to_attach(request, self._catalog)
         zones = [request.zone] if request.zone else self._zones(request, gpu)
+        staged = stage_workdir(NAME, request, resolve_text("gcp_staging_uri"))  # VM fetches it
         failure: InsufficientCapacity | None = None
         for zone in zones:
             if self.cooldown.cooling(request.instance_type, zone, request.market):
                 continue
             try:
-                return self._insert(request, zone, name, digest, gpu)
+                return self._insert(staged, zone, name, digest, gpu)
             except InsufficientCapacity as exc:
                 self.cooldown.mark(request.instance_type, zone, request.market)
                 failure = exc

@@ -21,7 +21,11 @@ from providers.errors import ProviderError
 from providers.sandbox.records import NAME, Record
 
 R = TypeVar("R")
-INHERITED_ENV = ("PATH", "HOME", "LANG", "LC_ALL", "LC_CTYPE", "TZ", "TMPDIR", "USER", "LOGNAME")
+INHERITED_ENV = (
+    *("PATH", "HOME", "LANG", "LC_ALL", "LC_CTYPE", "TZ", "TMPDIR", "USER", "LOGNAME"),
+    # what a container runtime needs to find its configuration and daemon (image jobs)
+    *("XDG_RUNTIME_DIR", "CONTAINERS_CONF", "CONTAINER_HOST", "DOCKER_HOST"),
+)
 KILL_WAIT_SECONDS = 5.0
 # The shell waits for "go" on stdin before it runs the script, and the launcher sends
 # it only once the record is on disk: a launcher killed in between closes the pipe, the

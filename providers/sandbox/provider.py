@@ -9,11 +9,16 @@ reconcile:
     <workdir>/<attempt_id>/instance.json  tags, pid, /proc start time, boot id, times
     <workdir>/<attempt_id>/log.txt        the job's stdout and stderr
     <workdir>/<attempt_id>/exit_code      written by the script when the command ends
+    <workdir>/<attempt_id>/workdir/       the job's run.workdir, unpacked from its archive
+                                          before the job starts (its BROKER_WORKDIR)
     <workdir>/checkpoints/<cloud>/<region>/<job_id>/
                                           BROKER_CHECKPOINT_DIR: the checkpoint store of
                                           that place (a bucket in that region, played
                                           locally); a job resumed elsewhere has its
                                           checkpoint copied there first (the controller)
+
+An image job runs under the local container runtime (podman or docker, see
+containers.py), never on the host; without one it is refused.
 
 A pid alone cannot tell a live job from a recycled pid, so a record also keeps the
 process start time from /proc and the boot id. Changes to the workdir happen under
@@ -46,10 +51,12 @@ from providers.base import (
     InterruptionNotice,
     LaunchRequest,
     instance_tags,
+    request_text,
     startup_script,
 )
 from providers.capabilities import Billing, Capacity, CheckpointStores, PlayedReclaims
-from providers.errors import InsufficientCapacity, InvalidRequest
+from providers.errors import InsufficientCapacity, InvalidRequest, ProviderError
+from providers.jobscript import ContainerRuntime, container_image
 from providers.sandbox.catalog import (
     DEFAULT_CAPACITY,
     Index,
@@ -58,6 +65,7 @@ from providers.sandbox.catalog import (
     limit_of,
     zone_to_report,
 )
+from providers.sandbox.containers import container_runtime, no_runtime_reason
 from providers.sandbox.processes import (
     INHERITED_ENV,
     KILL_WAIT_SECONDS,
@@ -71,6 +79,7 @@ from providers.sandbox.records import (
     NAME,
     RESERVED_DIRS,
     SCRIPT,
+    WORKDIR,
     Record,
     Workdir,
     instance_of,
@@ -88,6 +97,8 @@ class SandboxProvider(Capacity, Billing, CheckpointStores, PlayedReclaims):
     region, or a mapping whose unlisted regions get DEFAULT_CAPACITY (0 closes one).
     `time_scale`: billed seconds per wall second (3600 makes a second an hour).
     `notice_seconds`: how long after `interrupt` the job is killed if still running.
+    `containers`: the command that runs image jobs (default: the one containers.py
+    finds; with none, image jobs are refused).
     Linux only (/proc, pidfd). Changes to the workdir are serialised by one lock, so
     threads and processes may share a workdir.
     """
@@ -105,6 +116,7 @@ class SandboxProvider(Capacity, Billing, CheckpointStores, PlayedReclaims):
         terminate_grace: float = 10.0,
         notice_seconds: float = 30.0,
         inherit_env: Sequence[str] = INHERITED_ENV,
+        containers: Sequence[str] | None = None,
     ) -> None:
         if time_scale <= 0:
             raise ValueError(f"time_scale must be positive, not {time_scale}")
@@ -116,6 +128,8 @@ class SandboxProvider(Capacity, Billing, CheckpointStores, PlayedReclaims):
         self.terminate_grace = terminate_grace
         self.notice_seconds = notice_seconds
         self.inherit_env = tuple(inherit_env)
+        found = tuple(containers) if containers else container_runtime()
+        self.containers = found or None
         self.workdir.mkdir(parents=True, exist_ok=True)
         self._dir = Workdir(self.workdir)
         self._processes = Processes()  # the processes this object started
@@ -135,7 +149,7 @@ class SandboxProvider(Capacity, Billing, CheckpointStores, PlayedReclaims):
 
     def launch(self, request: LaunchRequest) -> Instance:
         zone = self._check(request)
-        digest = hashlib.sha256(repr(request).encode()).hexdigest()
+        digest = hashlib.sha256(request_text(request).encode()).hexdigest()
         with self._dir.locked():
             existing = self._dir.load(request.attempt_id)
             if existing is not None:
@@ -267,6 +281,9 @@ class SandboxProvider(Capacity, Billing, CheckpointStores, PlayedReclaims):
         """The zone to report; InvalidRequest when the catalog does not sell the request."""
         if request.attempt_id in RESERVED_DIRS:
             raise InvalidRequest(NAME, f"attempt id {request.attempt_id!r} is reserved")
+        image = container_image(request)
+        if image and self.containers is None:
+            raise InvalidRequest(NAME, no_runtime_reason(image))
         if self._index is None:
             self._index = catalog_index(self._offers)
         return zone_to_report(request, self._index)
@@ -278,9 +295,18 @@ class SandboxProvider(Capacity, Billing, CheckpointStores, PlayedReclaims):
         checkpoints.mkdir(parents=True, exist_ok=True)
         request = replace(request, zone=zone, checkpoint_dir=str(checkpoints))
         (run_dir / EXIT_CODE).unlink(missing_ok=True)
+        workdir = None
+        if request.workdir_uri:
+            workdir = str(self._deliver(request.workdir_uri, run_dir / WORKDIR))
         script = run_dir / SCRIPT
         script.write_text(
-            startup_script(request, exit_code_path=str(run_dir / EXIT_CODE), watch_notices=False)
+            startup_script(
+                request,
+                exit_code_path=str(run_dir / EXIT_CODE),
+                watch_notices=False,
+                workdir=workdir,
+                containers=ContainerRuntime(self.containers or (), gpus=False),
+            )
         )
         log_path = run_dir / LOG
 
@@ -306,6 +332,16 @@ class SandboxProvider(Capacity, Billing, CheckpointStores, PlayedReclaims):
 
         env = job_env(self.inherit_env)
         return self._processes.start(request.attempt_id, script, log_path, env, record)
+
+    @staticmethod
+    def _deliver(uri: str, target: Path) -> Path:
+        """The workdir archive unpacked for one attempt (a copy: the job may change it)."""
+        from providers.workdir import WorkdirError, deliver_workdir
+
+        try:
+            return deliver_workdir(uri, target)
+        except WorkdirError as exc:
+            raise ProviderError(NAME, f"cannot deliver the workdir: {exc}") from None
 
     # --- places and records --------------------------------------------------------------
 

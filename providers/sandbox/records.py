@@ -26,6 +26,7 @@ NAME = "sandbox"
 ID_PREFIX = "sbx-"
 RESERVED_DIRS = frozenset({"checkpoints"})
 RECORD, LOG, EXIT_CODE, SCRIPT = "instance.json", "log.txt", "exit_code", "startup.sh"
+WORKDIR = "workdir"  # the job's run.workdir, unpacked
 RECORD_FORMAT = 1
 
 

@@ -30,7 +30,8 @@ resources:
 placement:
   clouds: [gcp, aws]
 run:
-  command: python3 ../train.py --steps 15
+  workdir: {examples}
+  command: python3 train.py --steps 15
 runtime:
   estimate_hours: 1
 """
@@ -45,7 +46,9 @@ def test_sigkill_at_random_points_loses_and_doubles_nothing(tmp_path):
     jobs.mkdir()
     for i in range(20):
         gpu = ("L4:1", "T4:1", "A100:1")[i % 3]
-        (jobs / f"job-{i}.yaml").write_text(TEMPLATE.format(i=i, team=i % 2, gpu=gpu))
+        (jobs / f"job-{i}.yaml").write_text(
+            TEMPLATE.format(i=i, team=i % 2, gpu=gpu, examples=REPO / "examples")
+        )
     state = tmp_path / "state.db"
     env = dict(os.environ, BROKER_STATE=str(state))
     subprocess.run(broker("submit", str(jobs)), env=env, check=True, capture_output=True)

@@ -250,6 +250,15 @@ def test_workdir_must_be_an_existing_folder(tmp_path):
     ]
 
 
+def test_setup_with_an_image_alone_is_refused():
+    """The image's entrypoint would run instead of a command: nothing can follow setup."""
+    text = MINIMAL.replace(
+        "  command: echo hi\n", "  image: ghcr.io/acme/train:1\n  setup: pip install x\n"
+    )
+    (error,) = errors_of(text)
+    assert error.startswith("jobs/llama.yaml:5:3: run: setup needs a command")
+
+
 def test_setup_alone_is_nothing_to_run():
     assert errors_of(MINIMAL.replace("  command: echo hi\n", "  setup: pip install x\n")) == [
         "jobs/llama.yaml:5:3: run: setup runs before command, not instead of it: "
@@ -766,7 +775,7 @@ def manifests(draw) -> tuple[dict, JobSpec]:
     )
     if env:
         run["env"] = env
-    if draw(st.booleans()):
+    if "command" in run and draw(st.booleans()):  # setup needs a command to run after it
         run["setup"] = draw(TEXT)
     if draw(st.booleans()):  # folders that exist wherever the test runs
         run["workdir"] = draw(st.sampled_from(["/", "/tmp", "~", "/tmp/../tmp"]))

@@ -34,7 +34,8 @@ placement:
   clouds: [aws, gcp]
   spot: only
 run:
-  command: python3 ../train.py --steps {STEPS} --checkpoint-every {EVERY} --step-seconds 0.002
+  workdir: {REPO / "examples"}
+  command: python3 train.py --steps {STEPS} --checkpoint-every {EVERY} --step-seconds 0.002
 runtime:
   estimate_hours: 1
 checkpoint:
@@ -101,9 +102,7 @@ def test_a_reclaimed_job_moves_its_checkpoint_and_resumes_where_it_stopped(rt, t
     # The reclaimed place is closed for spot now, for every job.
     now = rt.controller.clock.now()
     closed = closed_places(recent_reclaims(rt.store, now), now)
-    assert [(u.cloud, u.region, u.market) for u in closed] == [
-        (here.cloud, here.region, "spot")
-    ]
+    assert [(u.cloud, u.region, u.market) for u in closed] == [(here.cloud, here.region, "spot")]
 
     # The checkpoint was copied once, to the new place's store, and resumed from there.
     migration = rt.store.migration(second.id)

@@ -181,7 +181,8 @@ placement:
   regions: ["us-*"]
   spot: only
 run:
-  command: python3 ../train.py --steps 400 --step-seconds 0.01 --checkpoint-every 5
+  workdir: {examples}
+  command: python3 train.py --steps 400 --step-seconds 0.01 --checkpoint-every 5
 runtime:
   estimate_hours: 2
 checkpoint:
@@ -190,7 +191,7 @@ checkpoint:
   size_gb: 40
   location: aws:us-east-1
 data:
-  - {uri: gs://acme-data/corpus/, size_gb: 100, location: gcp:us-central1}
+  - {{uri: gs://acme-data/corpus/, size_gb: 100, location: gcp:us-central1}}
 """
 
 
@@ -202,7 +203,7 @@ def test_the_ledger_adds_up_after_a_run_with_an_interruption(tmp_path):
 
     view = load_offers(pools_path=REPO / "examples" / "pools.yaml")
     rt = open_runtime(tmp_path / "state.db", view, clock=SystemClock())
-    (tmp_path / "spot.yaml").write_text(SPOT_JOB)
+    (tmp_path / "spot.yaml").write_text(SPOT_JOB.format(examples=REPO / "examples"))
     paths = [tmp_path / "spot.yaml", REPO / "examples" / "demo" / "onprem.yaml"]
     spot, onprem = (r.job_id for r in submit_manifests(rt.store, load_manifests(paths).manifests))
     try:

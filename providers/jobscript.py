@@ -17,7 +17,8 @@ the container image.
   runtime (`docker` on a cloud VM, with `--gpus all` when the job has GPUs), with the
   job's variables passed by name (`-e NAME`), host networking and IPC, and the workdir
   and a local checkpoint folder mounted at their own paths. Without a command the
-  image's entrypoint runs; with one, `/bin/sh -c` runs setup and command inside it.
+  image's entrypoint runs; with one, `/bin/sh -c` (as the entrypoint) runs setup and
+  command inside it.
   Nothing of an image job ever runs on the host.
 """
 
@@ -132,10 +133,12 @@ def container_command(request: LaunchRequest, image: str, runtime: ContainerRunt
     for folder in dict.fromkeys((request.checkpoint_dir, request.resume_from)):
         if folder.startswith("/"):
             mounts.append(f"-v {shlex.quote(folder)}:{shlex.quote(folder)}")
-    line = " ".join([*quoted, *mounts, shlex.quote(image)])
     inner = "\n".join((*_setup_lines(request.setup), request.command)).strip()
+    if inner:  # the command replaces the entrypoint, whatever the image's is
+        mounts.append("--entrypoint /bin/sh")
+    line = " ".join([*quoted, *mounts, shlex.quote(image)])
     if inner:
-        line += f" /bin/sh -c {shlex.quote(inner)}"
+        line += f" -c {shlex.quote(inner)}"
     return line
 
 

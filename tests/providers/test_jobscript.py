@@ -149,7 +149,8 @@ def test_an_image_with_setup_and_command_runs_both_inside_it_and_nothing_on_the_
     start = script.index("podman run")
     words = shlex.split(script[start:])
     assert words[:2] == ["podman", "run"] and "--gpus" not in words
-    assert words[words.index("python:3.12") + 1 :][:2] == ["/bin/sh", "-c"]
+    assert words[words.index("--entrypoint") + 1] == "/bin/sh"
+    assert words[words.index("python:3.12") + 1] == "-c"
     inner = words[-1]
     assert inner.index("pip install -e .") < inner.index("python3 train.py")
     assert "python3 train.py" not in script[:start]  # nothing of the job before the container

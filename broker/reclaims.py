@@ -13,14 +13,18 @@ import random
 import sys
 
 from providers.capabilities import Billing, CheckpointStores, PlayedReclaims
+from providers.sandbox import SandboxProvider
 
 
 class ReclaimOnce:
     """Plays one spot reclaim on a job's first attempt, once it has checkpointed: what
-    the demo shows of spot survival (`broker sandbox interrupt` does it by hand)."""
+    the demo shows of spot survival (`broker sandbox interrupt` does it by hand). With
+    `crunch`, a spot capacity crunch on that attempt's cloud follows (the sandbox's
+    `crunch_spot`): the job must resume on another cloud, its checkpoint crossing."""
 
-    def __init__(self, job_name: str) -> None:
+    def __init__(self, job_name: str, crunch: bool = False) -> None:
         self.job_name = job_name
+        self.crunch = crunch
         self.done = False
 
     def __call__(self, rt) -> None:
@@ -41,7 +45,15 @@ class ReclaimOnce:
         for instance in rt.store.instances(attempt_id=first.id):
             provider.interrupt(instance.provider_id)
             print(
-                f"demo: spot reclaim of {self.job_name} on {instance.provider_id}", file=sys.stderr
+                f"demo: spot reclaim of {self.job_name} on {instance.provider_id} ({place.where})",
+                file=sys.stderr,
+            )
+        if self.crunch and isinstance(provider, SandboxProvider):
+            provider.crunch_spot(place.cloud)
+            print(
+                f"demo: spot capacity crunch on {place.cloud} (played): no {place.cloud} "
+                "region sells spot any more",
+                file=sys.stderr,
             )
         self.done = True
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import sys
 import time
 from collections.abc import Callable
+from decimal import Decimal
 from pathlib import Path
 from typing import Any
 
@@ -128,7 +129,9 @@ def demo(
     output: Output = typer.Option(Output.table, "--output", "-o"),
 ) -> None:
     """Submit the example jobs and run them to the end on the local sandbox (one wall
-    second is billed as one hour), then show what happened and what it cost."""
+    second is billed as one hour): the spot fine-tune is reclaimed mid-run and a spot
+    capacity crunch on its cloud sends it, checkpoint and all, to another cloud. Then
+    show what happened and what it cost."""
     import tempfile
 
     from broker.manifest.load import load_manifests
@@ -147,7 +150,7 @@ def demo(
     ) as rt:
         submit_manifests(rt.store, ready)
         print(f"demo: {len(loaded.manifests)} jobs submitted to {state}", file=sys.stderr)
-        drive(rt, poll=0.2, limit_s=90, after_pass=ReclaimOnce(DEMO_RECLAIMED))
+        drive(rt, poll=0.2, limit_s=90, after_pass=ReclaimOnce(DEMO_RECLAIMED, crunch=True))
         rows = _summary(rt.store, rt.controller.index_of(rt.provider).offers)
     columns = (
         Column("name", "job"),
@@ -183,7 +186,8 @@ DEMO_RECLAIMED = "llama-ft"
 
 
 def _recovery_note(rt_store_path: Path) -> str:
-    """What happened to the reclaimed job, from its recorded events."""
+    """What happened to the reclaimed job, from its recorded events and ledger: where it
+    was reclaimed, where it resumed, and what moving its checkpoint was charged."""
     from broker.clock import SystemClock
     from broker.state import StateStore
 
@@ -191,18 +195,35 @@ def _recovery_note(rt_store_path: Path) -> str:
     try:
         jobs = [j for j in store.jobs() if j.name == DEMO_RECLAIMED]
         events = store.events(jobs[0].id) if jobs else []
+        ledger = store.ledger(job_id=jobs[0].id) if jobs else []
     finally:
         store.close()
     finished = (e.data.get("outcome") for e in events if e.kind == "attempt_finished")
     if "interrupted" not in finished:
         return f"{DEMO_RECLAIMED} was not reclaimed this time (it ended first)"
-    moved = [
-        f"checkpoint copied from {e.data['from']} to {e.data['to']}"
-        for e in events
-        if e.kind == "checkpoint_migrated"
-    ]
-    where = moved[0] if moved else "resumed in the same region, from its own checkpoint store"
-    return f"{DEMO_RECLAIMED} was reclaimed once mid-run (a played spot interruption): {where}"
+    moved = [e.data for e in events if e.kind == "checkpoint_migrated"]
+    if not moved:
+        return (
+            f"{DEMO_RECLAIMED} was reclaimed once mid-run (a played spot interruption) and "
+            "resumed in the same region, from its own checkpoint store"
+        )
+    source, target = moved[0]["from"], moved[0]["to"]
+    egress = sum(
+        (e.amount_usd for e in ledger if e.kind == "egress" and "checkpoint migration" in e.detail),
+        Decimal(0),
+    )
+    across = source.split("/")[0] != target.split("/")[0]
+    why = (
+        f"; a played spot capacity crunch on {source.split('/')[0]} left "
+        f"{target.split('/')[0]} as the cheapest compliant place"
+        if across
+        else ""
+    )
+    return (
+        f"{DEMO_RECLAIMED} was reclaimed on {source} mid-run (a played spot interruption){why}: "
+        f"its checkpoint was copied from {source} to {target} and the job resumed there, "
+        f"{egress:.2f} USD egress charged for the move"
+    )
 
 
 def _summary(store, offers=None) -> list[dict]:

@@ -91,3 +91,14 @@ def free_per_region(
         [max(0, limit(*where) - used.get(where, 0)) for where in places], dtype=np.int64
     )
     return places, inverse, free
+
+
+def spot_prices(table: OfferTable, crunched: set[str]):
+    """The table's spot prices, missing (not sold) on the `crunched` clouds."""
+    import numpy as np
+
+    prices = table.numbers["price_spot"]
+    if not crunched:
+        return prices
+    clouds = [i for i, name in enumerate(table.categories["cloud"]) if name in crunched]
+    return np.where(np.isin(table.codes["cloud"], clouds), np.nan, prices)

@@ -63,6 +63,7 @@ from providers.sandbox.catalog import (
     catalog_index,
     free_per_region,
     limit_of,
+    spot_prices,
     zone_to_report,
 )
 from providers.sandbox.containers import container_runtime, no_runtime_reason
@@ -135,17 +136,20 @@ class SandboxProvider(Capacity, Billing, CheckpointStores, PlayedReclaims):
         self._processes = Processes()  # the processes this object started
         self._reported: set[str] = set()  # attempts whose notice interruptions() returned
         self._index: Index | None = None  # built from _offers on first use
+        self._spot_crunched: set[str] = set()  # clouds whose spot a crunch closed (crunch_spot)
 
     # --- the Provider contract (docstrings in providers.base) --------------------------
 
     def offers(self) -> OfferTable:
-        """The catalog's offers, `capacity` = nodes still free in the row's region."""
+        """The catalog's offers, `capacity` = nodes still free in the row's region (and no
+        spot price on a cloud whose spot a played crunch closed)."""
         from pricing.table import OfferTable
 
         table = self._offers
         _, inverse, free = self._free_per_region()
-        values = free[inverse].astype("float64")
-        return OfferTable({**table.numbers, "capacity": values}, table.codes, table.categories)
+        numbers = {**table.numbers, "capacity": free[inverse].astype("float64")}
+        numbers["price_spot"] = spot_prices(table, self._spot_crunched)
+        return OfferTable(numbers, table.codes, table.categories)
 
     def launch(self, request: LaunchRequest) -> Instance:
         zone = self._check(request)
@@ -158,6 +162,10 @@ class SandboxProvider(Capacity, Billing, CheckpointStores, PlayedReclaims):
                         NAME, f"attempt {request.attempt_id} was launched with another request"
                     )
                 return instance_of(self._observe(existing))
+            if request.market == "spot" and request.cloud in self._spot_crunched:
+                raise InsufficientCapacity(
+                    NAME, f"no spot capacity on {request.cloud} (a played capacity crunch)"
+                )
             used = self._usage().get((request.cloud, request.region), 0)
             limit = self._limit(request.cloud, request.region)
             if used + request.nodes > limit:
@@ -228,6 +236,12 @@ class SandboxProvider(Capacity, Billing, CheckpointStores, PlayedReclaims):
                 self._dir.write(record)
         signal_group(record.pid, signal.SIGTERM)
         return notice_of(record)
+
+    def crunch_spot(self, cloud: str) -> None:
+        """Play a spot capacity crunch on `cloud`: from now on this object sells no spot
+        there (offers without a spot price, spot launches InsufficientCapacity), as when
+        a cloud runs out of spot GPUs everywhere. In memory only (the demo plays it)."""
+        self._spot_crunched.add(cloud)
 
     def wait(self, instance_id: str, timeout: float) -> Instance:
         """The instance once its process has ended, or as it is after `timeout` seconds

@@ -330,3 +330,24 @@ def test_object_store_puts_and_gets_file_uris(make, tmp_path):
     ) == [uri]
     assert store.get(uri, tmp_path / "restored.bin").size == 7
     assert (tmp_path / "restored.bin").read_bytes() == b"weights"
+
+
+def test_a_played_spot_crunch_closes_spot_on_that_cloud_only(make):
+    import math
+
+    from providers.errors import InsufficientCapacity
+
+    provider = make()
+    before = provider.offers().records()
+    provider.crunch_spot("aws")
+    after = provider.offers().records()
+    for old, new in zip(before, after, strict=True):
+        if old["cloud"] == "aws":
+            assert math.isnan(new["price_spot"])
+            assert new["price_on_demand"] == old["price_on_demand"]
+        else:
+            assert new["price_spot"] == old["price_spot"] or math.isnan(old["price_spot"])
+    with pytest.raises(InsufficientCapacity, match="played capacity crunch"):
+        provider.launch(request("a-spot", market="spot"))
+    on_demand = provider.launch(request("a-od", market="on-demand"))
+    assert provider.wait(on_demand.id, TIMEOUT).state == "succeeded"

@@ -16,7 +16,18 @@ from broker.cli.jobs import PolicyOption, StateOption, runtime
 from broker.cli.options import CatalogOption, OverlaysOption, PoolsOption
 from broker.cli.render import Column, Output, render, usd
 
-REPO_EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
+PACKAGED_EXAMPLES = "_examples"  # examples/ as the wheel carries it (pyproject's force-include)
+
+
+def examples_dir() -> Path:
+    """The examples the demo runs: the package data of an installed wheel, else (a
+    source checkout, an editable install) the repository's examples/ folder."""
+    from importlib.resources import files
+
+    packaged = files("broker") / PACKAGED_EXAMPLES
+    if isinstance(packaged, Path) and packaged.is_dir():
+        return packaged
+    return Path(__file__).resolve().parents[2] / "examples"
 
 
 def run(
@@ -139,15 +150,14 @@ def demo(
     from broker.submit import prepare, submit_manifests
 
     state = state or Path(tempfile.mkdtemp(prefix="broker-demo-")) / "state.db"
-    loaded = load_manifests([REPO_EXAMPLES / "demo"])
+    examples = examples_dir()
+    loaded = load_manifests([examples / "demo"])
     if loaded.errors:
         fail("; ".join(map(str, loaded.errors)))
     ready, refused = prepare(loaded.manifests, state, ())
     if refused:
         fail("; ".join(refused))
-    with runtime(
-        state, None, REPO_EXAMPLES / "pools.yaml", None, REPO_EXAMPLES / "policy.yaml"
-    ) as rt:
+    with runtime(state, None, examples / "pools.yaml", None, examples / "policy.yaml") as rt:
         submit_manifests(rt.store, ready)
         print(f"demo: {len(loaded.manifests)} jobs submitted to {state}", file=sys.stderr)
         drive(rt, poll=0.2, limit_s=90, after_pass=ReclaimOnce(DEMO_RECLAIMED, crunch=True))

@@ -56,7 +56,7 @@ def sandbox_refusal(spec: JobSpec, clouds: Sequence[str]) -> str | None:
     """Why the sandbox could not run `spec` here, if it might be placed there: an image
     job with no container runtime on this machine (it never runs on the host instead)."""
     from providers.jobscript import MACHINE_IMAGE
-    from providers.sandbox.containers import container_runtime, no_runtime_reason
+    from providers.sandbox.jobs import container_runtime, no_runtime_reason
 
     image = spec.run.image
     if not image or MACHINE_IMAGE.fullmatch(image):

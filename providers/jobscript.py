@@ -37,6 +37,7 @@ MACHINE_IMAGE = re.compile(
     r"ami-[0-9a-f]{8,17}|(https://[\w.-]+/compute/v1/)?projects/[\w.:-]+/global/images/.+"
 )
 _ARCHIVE = re.compile(r"([0-9a-f]{64})\.tar\.gz")
+CONTAINER_PREFIX = "broker-"  # a container is named after its attempt
 
 
 @dataclass(frozen=True)
@@ -117,7 +118,7 @@ def container_command(request: LaunchRequest, image: str, runtime: ContainerRunt
     """`<runtime> run ...` for an image job (module docstring)."""
     from providers.base import job_environment
 
-    args = [*runtime.command, "run", "--rm", "--name", f"broker-{request.attempt_id}"]
+    args = [*runtime.command, "run", "--rm", "--name", f"{CONTAINER_PREFIX}{request.attempt_id}"]
     args += ["--network", "host", "--ipc", "host"]
     if runtime.gpus and request.accelerator_count > 0:
         args += ["--gpus", "all"]

@@ -18,7 +18,7 @@ reconcile:
                                           checkpoint copied there first (the controller)
 
 An image job runs under the local container runtime (podman or docker, see
-containers.py), never on the host; without one it is refused.
+jobs.py), never on the host; without one it is refused.
 
 A pid alone cannot tell a live job from a recycled pid, so a record also keeps the
 process start time from /proc and the boot id. Changes to the workdir happen under
@@ -27,7 +27,8 @@ a region. Times come from the injected clock; billing scales them by `time_scale
 
 Beside this module: records.py (the workdir, its records and lock, a record as an
 Instance), processes.py (starting, watching, waiting for and signalling jobs),
-catalog.py (what the catalog sells, the nodes free per region).
+catalog.py (what the catalog sells, the nodes free per region), jobs.py (a job's script,
+its delivered workdir, the container runtime of image jobs).
 
 A SIGTERM that lands while the shell is still starting the command (between fork and
 exec) can be lost, as on any machine: `terminate` then kills the job after its grace
@@ -52,11 +53,10 @@ from providers.base import (
     LaunchRequest,
     instance_tags,
     request_text,
-    startup_script,
 )
 from providers.capabilities import Billing, Capacity, CheckpointStores, PlayedReclaims
-from providers.errors import InsufficientCapacity, InvalidRequest, ProviderError
-from providers.jobscript import ContainerRuntime, container_image
+from providers.errors import InsufficientCapacity, InvalidRequest
+from providers.jobscript import container_image
 from providers.sandbox.catalog import (
     DEFAULT_CAPACITY,
     Index,
@@ -66,7 +66,13 @@ from providers.sandbox.catalog import (
     spot_prices,
     zone_to_report,
 )
-from providers.sandbox.containers import container_runtime, no_runtime_reason
+from providers.sandbox.jobs import (
+    container_name,
+    container_runtime,
+    no_runtime_reason,
+    remove_container,
+    write_script,
+)
 from providers.sandbox.processes import (
     INHERITED_ENV,
     KILL_WAIT_SECONDS,
@@ -79,8 +85,6 @@ from providers.sandbox.records import (
     LOG,
     NAME,
     RESERVED_DIRS,
-    SCRIPT,
-    WORKDIR,
     Record,
     Workdir,
     instance_of,
@@ -98,7 +102,7 @@ class SandboxProvider(Capacity, Billing, CheckpointStores, PlayedReclaims):
     region, or a mapping whose unlisted regions get DEFAULT_CAPACITY (0 closes one).
     `time_scale`: billed seconds per wall second (3600 makes a second an hour).
     `notice_seconds`: how long after `interrupt` the job is killed if still running.
-    `containers`: the command that runs image jobs (default: the one containers.py
+    `containers`: the command that runs image jobs (default: the one jobs.py
     finds; with none, image jobs are refused).
     Linux only (/proc, pidfd). Changes to the workdir are serialised by one lock, so
     threads and processes may share a workdir.
@@ -191,6 +195,7 @@ class SandboxProvider(Capacity, Billing, CheckpointStores, PlayedReclaims):
             signal_group(record.pid, signal.SIGKILL)
             self._processes.wait_exit(record, KILL_WAIT_SECONDS)
         signal_group(record.pid, signal.SIGKILL)  # whatever the job left in its group
+        self._remove_container(record)
         self._observe(record)
         return True
 
@@ -309,19 +314,7 @@ class SandboxProvider(Capacity, Billing, CheckpointStores, PlayedReclaims):
         checkpoints.mkdir(parents=True, exist_ok=True)
         request = replace(request, zone=zone, checkpoint_dir=str(checkpoints))
         (run_dir / EXIT_CODE).unlink(missing_ok=True)
-        workdir = None
-        if request.workdir_uri:
-            workdir = str(self._deliver(request.workdir_uri, run_dir / WORKDIR))
-        script = run_dir / SCRIPT
-        script.write_text(
-            startup_script(
-                request,
-                exit_code_path=str(run_dir / EXIT_CODE),
-                watch_notices=False,
-                workdir=workdir,
-                containers=ContainerRuntime(self.containers or (), gpus=False),
-            )
-        )
+        script = write_script(request, run_dir, self.containers)
         log_path = run_dir / LOG
 
         def record(pid: int, proc_start: int) -> Record:
@@ -340,6 +333,7 @@ class SandboxProvider(Capacity, Billing, CheckpointStores, PlayedReclaims):
                 boot_id=self._processes.boot_id,
                 launched_at=self.clock.now().isoformat(),
                 log_path=str(log_path),
+                container=container_name(request.attempt_id) if container_image(request) else "",
             )
             self._dir.write(written)
             return written
@@ -347,15 +341,9 @@ class SandboxProvider(Capacity, Billing, CheckpointStores, PlayedReclaims):
         env = job_env(self.inherit_env)
         return self._processes.start(request.attempt_id, script, log_path, env, record)
 
-    @staticmethod
-    def _deliver(uri: str, target: Path) -> Path:
-        """The workdir archive unpacked for one attempt (a copy: the job may change it)."""
-        from providers.workdir import WorkdirError, deliver_workdir
-
-        try:
-            return deliver_workdir(uri, target)
-        except WorkdirError as exc:
-            raise ProviderError(NAME, f"cannot deliver the workdir: {exc}") from None
+    def _remove_container(self, record: Record) -> None:
+        if record.container and self.containers:
+            remove_container(self.containers, record.container)
 
     # --- places and records --------------------------------------------------------------
 
@@ -384,6 +372,7 @@ class SandboxProvider(Capacity, Billing, CheckpointStores, PlayedReclaims):
             deadline = record.interrupt_deadline
             if deadline and self.clock.now() >= datetime.fromisoformat(deadline):
                 signal_group(record.pid, signal.SIGKILL)  # the notice ran out
+                self._remove_container(record)
             return record
         with self._dir.locked():
             current = self._dir.load(record.attempt_id) or record

@@ -54,6 +54,7 @@ class Record:
     interrupted_at: str | None = None
     interrupt_kind: str = ""
     interrupt_deadline: str | None = None
+    container: str = ""  # the container an image job runs in (removed when it is killed)
 
     @classmethod
     def from_json(cls, text: str) -> Record | None:

@@ -16,6 +16,7 @@ from providers.workdir import pack_workdir
 from tests.cli.runner import run_cli
 from tests.fakes import containers
 from tests.fakes.offers import write_catalog
+from tests.waiting import wait_until
 
 podman_image = containers.podman_image
 TIMEOUT = 60.0
@@ -97,3 +98,26 @@ def test_broker_run_runs_an_image_job_under_the_configured_runtime(
     assert ran.code == 0 and "boxed succeeded" in ran.stderr, ran.stderr
     logs = run_cli(capsys, "logs", "boxed", "--state", state)
     assert containers.MARKER in logs.stdout
+
+
+def test_terminate_leaves_no_container_behind_even_when_the_job_ignores_sigterm(
+    sandbox, podman_image
+):
+    import os
+    import subprocess
+
+    job = request(command="trap '' TERM; echo started; sleep 60")
+    instance = sandbox.launch(job)
+    log = Path(sandbox.describe(instance.id).log_path)
+    assert wait_until(lambda: "started" in log.read_text(), timeout=TIMEOUT)
+    sandbox.terminate_grace = 1.0
+    assert sandbox.terminate(instance.id) is True
+    env = {**os.environ, "CONTAINERS_CONF": str(podman_image.conf)}
+    listed = subprocess.run(
+        [*podman_image.command, "ps", "-a", "--format", "{{.Names}}"],
+        env=env,
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    assert "broker-a-img" not in listed.stdout.split()

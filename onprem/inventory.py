@@ -16,12 +16,17 @@ Full reference and example: docs/pools.md and examples/pools.yaml.
         cost_per_gpu_hour: 1.10        # amortised USD, > 0
         nodes: [gpu-a01, gpu-a02]      # node host names ...
         # count: 4                     # ... or a count: nodes <name>-0 .. <name>-3
-        executor: {kind: local}        # local (default) | ssh | slurm; other keys kept
+        # nodes: [{name: gpu-a01, switch: leaf1, address: 10.0.0.7, port: 22, mig: {...}}]
+        mig: {3g.40gb: 2}              # MIG slices per GPU on every node (pricing.gpus)
+        executor: {kind: slurm, partition: a100, gres: a100}   # local (default) | ssh | slurm
 
 Rules beyond the types: exactly one of `nodes` and `count`; node names unique
 across the file; pool names unique; one country per region; an NVLink domain
 divides the node (2, 4, 8 on an 8-GPU node) or spans whole nodes (72 over
-4-GPU nodes). Several `---` documents are read as one list of pools.
+4-GPU nodes); a MIG layout is one GPU's worth of profiles the GPU has (a node's
+own `mig` replaces the pool's, `{}` leaves it whole); the executor's keys are
+those of its kind (`onprem.executors.options`). Several `---` documents are
+read as one list of pools.
 
 Every mistake raises `pricing.userio.errors.UserInputError` naming file, line,
 column and field, with a "did you mean" for misspelt keys, GPU names and
@@ -30,37 +35,46 @@ values; all mistakes found in one pass are reported together.
 
 from __future__ import annotations
 
-import functools
-import re
-from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import date
 from pathlib import Path
 from typing import Any
 
+from onprem.executors.options import ExecutorOptions, LocalOptions
 from pricing.userio.errors import UserInputError
 from pricing.userio.yaml_reader import YamlDocument, load_yaml_documents
 
 FABRICS: tuple[str, ...] = ("infiniband", "roce", "ethernet")
 EXECUTOR_KINDS: tuple[str, ...] = ("local", "ssh", "slurm")
-_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,62}")
+MigLayout = tuple[tuple[str, int], ...]  # (profile, slices on each GPU), in file order
 
 
 @dataclass(frozen=True, slots=True)
 class PoolNode:
-    """One machine of a pool."""
+    """One machine of a pool. `switch`: its leaf switch ("" = not said); `address` and
+    `port`: where SSH reaches it ("" and 0: its name and the executor's port); `mig`:
+    the MIG layout of each of its GPUs (() = whole GPUs)."""
 
     name: str
     pool: str
     gpus: int
+    switch: str = ""
+    address: str = ""
+    port: int = 0
+    mig: MigLayout = ()
+
+    @property
+    def slices(self) -> dict[str, int]:
+        """MIG profile -> slices on this node (every GPU has the node's layout)."""
+        return {profile: count * self.gpus for profile, count in self.mig}
 
 
 @dataclass(frozen=True, slots=True)
 class Executor:
-    """How work reaches a pool's nodes. Only `kind` is checked here; the executor reads the rest."""
+    """How work reaches a pool's nodes: the kind and its validated options."""
 
     kind: str  # local | ssh | slurm
-    options: Mapping[str, Any] = field(default_factory=dict, hash=False)
+    options: ExecutorOptions = field(default_factory=LocalOptions)
 
 
 @dataclass(frozen=True, slots=True)
@@ -87,6 +101,11 @@ class Pool:
         return sum(node.gpus for node in self.nodes)
 
     @property
+    def whole_gpus(self) -> int:
+        """GPUs not partitioned with MIG (the ones the whole-node row sells)."""
+        return sum(node.gpus for node in self.nodes if not node.mig)
+
+    @property
     def price_per_node_hour(self) -> float:
         return self.cost_per_gpu_hour * self.gpus_per_node
 
@@ -104,15 +123,20 @@ def load_pools(path: Path | str, *, missing_ok: bool = False) -> list[Pool]:
     as_of = date.fromtimestamp(path.stat().st_mtime).isoformat()
     errors: list[UserInputError] = []
     parsed: list[tuple[YamlDocument, int, Any]] = []  # (document, index in it, model)
+    executors: list[Executor] = []
     for doc in documents:
         if doc.data is None:
             continue
         models = _validate(doc, errors)
-        parsed.extend((doc, i, model) for i, model in enumerate(models))
+        parsed.extend((doc, i, model) for i, (model, _) in enumerate(models))
+        executors.extend(executor for _, executor in models)
     _cross_check(parsed, errors)
     if errors:
-        raise UserInputError.collect(errors)
-    return [_to_pool(model, source, as_of) for _, _, model in parsed]
+        raise UserInputError.collect(sorted(errors, key=lambda e: (e.line, e.column)))
+    return [
+        _to_pool(model, executor, source, as_of)
+        for (_, _, model), executor in zip(parsed, executors, strict=True)
+    ]
 
 
 def pool_countries(pools: list[Pool]) -> dict[str, str]:
@@ -125,17 +149,34 @@ def pool_countries(pools: list[Pool]) -> dict[str, str]:
     return countries
 
 
-def _validate(doc: YamlDocument, errors: list[UserInputError]) -> list[Any]:
+def _validate(doc: YamlDocument, errors: list[UserInputError]) -> list[tuple[Any, Executor]]:
+    """(model, executor) of each pool of `doc`; nothing when anything in it is wrong."""
     from pydantic import ValidationError
 
+    from onprem.pools_schema import executor_options, mig_errors, models
     from pricing.userio.validation import validation_errors
 
-    models = _models()
     try:
-        return list(models.model_validate(doc.data).pools)
+        pools = list(models().model_validate(doc.data).pools)
     except ValidationError as exc:
-        errors.extend(validation_errors(doc, exc, models))
+        errors.extend(validation_errors(doc, exc, models()))
         return []
+    found: list[UserInputError] = []
+    out = []
+    for i, model in enumerate(pools):
+        at = ("pools", i)
+        kind = model.executor.kind
+        extra = model.executor.model_extra or {}
+        options = executor_options(doc, (*at, "executor"), kind, extra, found)
+        if model.mig:
+            found.extend(mig_errors(doc, (*at, "mig"), model.gpu, model.mig))
+        for j, node in enumerate(model.nodes or ()):
+            if node.mig:
+                found.extend(mig_errors(doc, (*at, "nodes", j, "mig"), model.gpu, node.mig))
+        if options is not None:
+            out.append((model, Executor(kind, options)))
+    errors.extend(found)
+    return [] if found else out
 
 
 def _cross_check(parsed: list[tuple[YamlDocument, int, Any]], errors: list[UserInputError]) -> None:
@@ -154,12 +195,16 @@ def _cross_check(parsed: list[tuple[YamlDocument, int, Any]], errors: list[UserI
             )
         else:
             pool_lines[model.name] = doc.locate((*at, "name"))[0]
-        for j, node in enumerate(model.nodes or ()):
+        names = [node.name for node in model.nodes or ()]
+        for j, node in enumerate(names):
             owner = node_owner.setdefault(node, model.name)
-            if owner != model.name or node in model.nodes[:j]:
+            if owner != model.name or node in names[:j]:
                 where = "earlier in this pool" if owner == model.name else f"in pool {owner!r}"
                 errors.append(
-                    doc.error((*at, "nodes", j), f"node {node!r} is already listed {where}")
+                    doc.error(
+                        _node_name_at(doc, (*at, "nodes", j)),
+                        f"node {node!r} is already listed {where}",
+                    )
                 )
         region = model.location.region
         country, line = region_country.setdefault(
@@ -174,8 +219,34 @@ def _cross_check(parsed: list[tuple[YamlDocument, int, Any]], errors: list[UserI
             )
 
 
-def _to_pool(model: Any, source: str, as_of: str) -> Pool:
-    names = model.nodes or [f"{model.name}-{k}" for k in range(model.count)]
+def _node_name_at(doc: YamlDocument, at: tuple[str | int, ...]) -> tuple[str | int, ...]:
+    """Where a node's name is written: the entry itself for a bare host name."""
+    entry: Any = doc.data
+    for part in at:
+        entry = entry[part]
+    return at if isinstance(entry, str) else (*at, "name")
+
+
+def _to_pool(model: Any, executor: Executor, source: str, as_of: str) -> Pool:
+    layout: MigLayout = tuple((model.mig or {}).items())
+    if model.nodes is None:
+        nodes = tuple(
+            PoolNode(f"{model.name}-{k}", model.name, model.gpus_per_node, mig=layout)
+            for k in range(model.count)
+        )
+    else:
+        nodes = tuple(
+            PoolNode(
+                node.name,
+                model.name,
+                model.gpus_per_node,
+                switch=node.switch,
+                address=node.address,
+                port=node.port,
+                mig=layout if node.mig is None else tuple(node.mig.items()),
+            )
+            for node in model.nodes
+        )
     return Pool(
         name=model.name,
         region=model.location.region,
@@ -187,120 +258,8 @@ def _to_pool(model: Any, source: str, as_of: str) -> Pool:
         nvlink_domain=model.nvlink_domain,
         fabric=model.fabric,
         cost_per_gpu_hour=float(model.cost_per_gpu_hour),
-        nodes=tuple(PoolNode(name, model.name, model.gpus_per_node) for name in names),
-        executor=Executor(model.executor.kind, dict(model.executor.model_extra or {})),
+        nodes=nodes,
+        executor=executor,
         source=source,
         as_of=as_of,
     )
-
-
-def _check_name(value: str, what: str) -> str:
-    if not _NAME.fullmatch(value):
-        raise ValueError(
-            f"{what} {value!r} must start with a letter or digit and hold only letters, "
-            "digits, '.', '_' or '-' (at most 63)"
-        )
-    return value
-
-
-@functools.cache
-def _models() -> Any:
-    """The pydantic models of the file, built on first use (pydantic is slow to import)."""
-    from typing import Literal
-
-    from pydantic import (
-        BaseModel,
-        ConfigDict,
-        Field,
-        ValidationInfo,
-        field_validator,
-        model_validator,
-    )
-
-    from pricing.gpus import canonical_gpu
-
-    class _Model(BaseModel):
-        model_config = ConfigDict(extra="forbid", strict=True, frozen=True)
-
-    class Location(_Model):
-        region: str
-        country: str
-
-        @field_validator("region")
-        @classmethod
-        def _region(cls, value: str) -> str:
-            return _check_name(value, "region")
-
-        @field_validator("country", mode="before")
-        @classmethod
-        def _country(cls, value: object) -> object:
-            if isinstance(value, bool):  # the Norway problem: YAML reads NO as false
-                raise ValueError(
-                    'YAML read an unquoted country code as true/false: quote it ("NO")'
-                )
-            if isinstance(value, str):
-                if not re.fullmatch(r"[A-Za-z]{2}", value):
-                    raise ValueError(f"country {value!r} must be a two-letter ISO code such as US")
-                return value.upper()
-            return value
-
-    class ExecutorModel(BaseModel):
-        model_config = ConfigDict(extra="allow", strict=True, frozen=True)
-        kind: Literal["local", "ssh", "slurm"]
-
-    class PoolModel(_Model):
-        name: str
-        location: Location
-        gpu: str
-        gpus_per_node: int = Field(ge=1)
-        vcpus_per_node: int = Field(ge=1)
-        memory_gib_per_node: float = Field(gt=0)
-        nvlink_domain: int = Field(0, ge=0)
-        fabric: Literal["infiniband", "roce", "ethernet"] = "ethernet"
-        cost_per_gpu_hour: float = Field(gt=0)
-        nodes: list[str] | None = Field(None, min_length=1)
-        count: int | None = Field(None, ge=1)
-        executor: ExecutorModel = ExecutorModel(kind="local")
-
-        @field_validator("name")
-        @classmethod
-        def _name(cls, value: str) -> str:
-            return _check_name(value, "pool name")
-
-        @field_validator("gpu")
-        @classmethod
-        def _gpu(cls, value: str) -> str:
-            return canonical_gpu(value)
-
-        @field_validator("nodes")
-        @classmethod
-        def _nodes(cls, value: list[str] | None) -> list[str] | None:
-            for name in value or ():
-                _check_name(name, "node name")
-            return value
-
-        @field_validator("nvlink_domain")
-        @classmethod
-        def _nvlink(cls, domain: int, info: ValidationInfo) -> int:
-            per_node = info.data.get("gpus_per_node")
-            if (
-                domain
-                and per_node
-                and (per_node % domain if domain <= per_node else domain % per_node)
-            ):
-                raise ValueError(
-                    f"nvlink_domain {domain} must divide gpus_per_node {per_node} "
-                    "or be a multiple of it (a domain across whole nodes)"
-                )
-            return domain
-
-        @model_validator(mode="after")
-        def _shape(self) -> PoolModel:
-            if (self.nodes is None) == (self.count is None):
-                raise ValueError("give exactly one of nodes: [host names] or count: N")
-            return self
-
-    class PoolsFile(_Model):
-        pools: list[PoolModel]
-
-    return PoolsFile

@@ -1,5 +1,6 @@
 """GPU facts: canonical names, aliases, memory per GPU, relative training throughput, and
-the smallest host the clouds pair with each GPU.
+the smallest host the clouds pair with each GPU, and the MIG profiles of the GPUs that
+can be partitioned.
 
 One table so that every room speaks the same GPU names. The throughput factor
 is relative to one A100 (40 GB, SXM) on mixed-precision training; the planner
@@ -60,8 +61,84 @@ GPU_MODELS: tuple[GpuModel, ...] = (
     GpuModel("MI25", "amd", 16, 0.1, _SPEC, ()),
 )
 
+
+
+@dataclass(frozen=True, slots=True)
+class MigProfile:
+    """One MIG (Multi-Instance GPU) profile of a GPU model, as NVIDIA's MIG user guide and
+    mig-parted layouts define it: `3g.40gb` is 3 of the GPU's 7 compute slices and 4 of
+    its 8 memory slices (40 GB), and at most `per_gpu` of them fit on one GPU."""
+
+    name: str  # "1g.10gb"
+    compute: int  # compute slices, of 7
+    memory_slices: int  # memory slices, of 8
+    memory_gib: float
+    per_gpu: int  # the most instances of this profile on one GPU
+
+
+MIG_COMPUTE_SLICES = 7
+MIG_MEMORY_SLICES = 8
+_MIG_SOURCE = "NVIDIA MIG user guide: throughput of the whole GPU x compute slices / 7"
+
+
+def _profiles(memory: tuple[float, float, float, float, float, float]) -> tuple[MigProfile, ...]:
+    """The six profiles every MIG GPU since the A100-80GB has, from their memory sizes:
+    1g (one memory slice), 1g (two), 2g, 3g, 4g, 7g."""
+    shapes = ((1, 1, 7), (1, 2, 4), (2, 2, 3), (3, 4, 2), (4, 4, 1), (7, 8, 1))
+    return tuple(
+        MigProfile(f"{compute}g.{gib:g}gb", compute, slices, gib, most)
+        for (compute, slices, most), gib in zip(shapes, memory, strict=True)
+    )
+
+
+# GPU model -> (slice family, its profiles). A slice is named "<family>-<profile>"
+# (A100-1g.10gb): a 1g.10gb slice is the same on an A100 of 40 GB and of 80 GB.
+MIG_PROFILES: dict[str, tuple[str, tuple[MigProfile, ...]]] = {
+    "A100": (
+        "A100",
+        (
+            MigProfile("1g.5gb", 1, 1, 5, 7),
+            MigProfile("1g.10gb", 1, 2, 10, 4),
+            MigProfile("2g.10gb", 2, 2, 10, 3),
+            MigProfile("3g.20gb", 3, 4, 20, 2),
+            MigProfile("4g.20gb", 4, 4, 20, 1),
+            MigProfile("7g.40gb", 7, 8, 40, 1),
+        ),
+    ),
+    "A100-80GB": ("A100", _profiles((10, 20, 20, 40, 40, 80))),
+    "H100": ("H100", _profiles((10, 20, 20, 40, 40, 80))),
+    "H100-NVL": ("H100-NVL", _profiles((12, 24, 24, 47, 47, 94))),
+    "H200": ("H200", _profiles((18, 35, 35, 71, 71, 141))),
+    "B200": ("B200", _profiles((23, 45, 45, 90, 90, 180))),
+}
+
+
+def _slice_models() -> tuple[GpuModel, ...]:
+    whole = {model.name: model for model in GPU_MODELS}
+    made: dict[str, GpuModel] = {}
+    for gpu, (family, profiles) in MIG_PROFILES.items():
+        for profile in profiles:
+            name = f"{family}-{profile.name}"
+            if name not in made:  # the first GPU of a family that has it gives the speed
+                speed = whole[gpu].relative_throughput * profile.compute / MIG_COMPUTE_SLICES
+                slurm = f"{family.lower().replace('-', '')}_{profile.name}"  # Slurm's gres type
+                made[name] = GpuModel(
+                    name, "nvidia", profile.memory_gib, round(speed, 4), _MIG_SOURCE, (slurm,)
+                )
+    return tuple(made.values())
+
+
+# The MIG slices as models of their own (a manifest asks `A100-1g.10gb:1`). They are not
+# in GPU_MODELS: clouds sell whole GPUs, and only on-prem pools that declare slices sell these.
+MIG_SLICES: tuple[GpuModel, ...] = _slice_models()
+_SLICE_OF: dict[str, tuple[str, MigProfile]] = {
+    f"{family}-{profile.name}": (family, profile)
+    for family, profiles in MIG_PROFILES.values()
+    for profile in profiles
+}
+
 _BY_KEY: dict[str, GpuModel] = {}
-for _model in GPU_MODELS:
+for _model in GPU_MODELS + MIG_SLICES:
     _BY_KEY[_model.name.lower()] = _model
     for _alias in _model.aliases:
         _BY_KEY[_alias.lower()] = _model
@@ -75,6 +152,33 @@ class UnknownGpu(ValueError):
 def gpu_names() -> list[str]:
     """Canonical GPU names, fastest first."""
     return [model.name for model in GPU_MODELS]
+
+
+def slice_names() -> list[str]:
+    """Canonical names of the MIG slices (A100-1g.10gb, ...)."""
+    return [model.name for model in MIG_SLICES]
+
+
+def mig_profiles(gpu: str) -> tuple[MigProfile, ...]:
+    """The MIG profiles of a whole GPU model (canonical name); () when it has none."""
+    return MIG_PROFILES.get(gpu, ("", ()))[1]
+
+
+def mig_slice_name(gpu: str, profile: str) -> str:
+    """The canonical name of `profile` sliced from `gpu` (A100-80GB, 1g.10gb -> A100-1g.10gb);
+    ValueError with a "did you mean" when that GPU has no such profile."""
+    family, profiles = MIG_PROFILES.get(gpu, ("", ()))
+    if not profiles:
+        raise ValueError(f"{gpu} has no MIG profiles (GPUs with MIG: {', '.join(MIG_PROFILES)})")
+    names = [p.name for p in profiles]
+    if profile not in names:
+        raise ValueError(f"{gpu} has no MIG profile {profile!r}{hint(profile, names)}")
+    return f"{family}-{profile}"
+
+
+def slice_of(name: str) -> tuple[str, MigProfile] | None:
+    """(family, profile) of a canonical MIG slice name, or None for a whole GPU."""
+    return _SLICE_OF.get(name)
 
 
 def find_gpu(name: str) -> GpuModel | None:
@@ -94,7 +198,8 @@ def canonical_gpu(name: str, known: list[str] | None = None) -> str:
     for extra in known or ():
         if extra.lower() == name.strip().lower():
             return extra
-    raise UnknownGpu(f"unknown GPU {name!r}{hint(name, gpu_names() + list(known or []))}")
+    names = gpu_names() + slice_names() + list(known or [])
+    raise UnknownGpu(f"unknown GPU {name!r}{hint(name, names)}")
 
 
 def parse_gpu_request(text: str, known: list[str] | None = None) -> tuple[str, float]:

@@ -10,6 +10,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from onprem.executors.options import LocalOptions
 from onprem.inventory import Executor, Pool, PoolNode, load_pools, pool_countries
 from onprem.offers import free_gpus, interconnect, pools_to_offers
 from pricing.schema import COLUMN_NAMES, OFFER_COLUMNS, conform
@@ -77,7 +78,7 @@ def test_load_full_pool(tmp_path):
         fabric="infiniband",
         cost_per_gpu_hour=1.10,
         nodes=(PoolNode("gpu-a01", "lab-a100", 8), PoolNode("gpu-a02", "lab-a100", 8)),
-        executor=Executor("local", {}),
+        executor=Executor("local", LocalOptions()),
         source=f"onprem:{path.resolve()}",
         as_of=date.fromtimestamp(path.stat().st_mtime).isoformat(),
     )
@@ -90,7 +91,7 @@ def test_load_full_pool(tmp_path):
 def test_example_file_loads():
     pools = load_pools(EXAMPLE)
     assert [p.name for p in pools] == ["lab-a100", "lab-l40s", "desk-t4"]
-    assert pools[0].executor == Executor("slurm", {"partition": "a100"})
+    assert pools[0].executor.kind == "slurm" and pools[0].executor.options.partition == "a100"
     assert pool_countries(pools) == {"onprem-us-east": "US", "onprem-oslo": "NO"}
 
 

@@ -313,3 +313,52 @@ def test_capacity_and_price_bounds(gpus_per_node, nodes, used, cost):
     assert 0 <= row["capacity"] <= nodes
     assert row["capacity"] == max(0, nodes * gpus_per_node - used) / gpus_per_node
     assert row["price_on_demand"] == cost * gpus_per_node > 0
+
+
+# ---- executor options, switches and addresses --------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("executor", "field", "message"),
+    [
+        ("{kind: slurm, partiton: a100}", "pools[0].executor.partiton", "did you mean 'partition'"),
+        ("{kind: ssh}", "pools[0].executor", "the ssh executor needs 'user'"),
+        ("{kind: ssh, user: ci, port: 70000}", "pools[0].executor.port", "not between 1 and 65535"),
+        ("{kind: slurm, login: host-only}", "pools[0].executor.login", "must be user@host"),
+        ("{kind: slurm, requeue: 'yes'}", "pools[0].executor.requeue", "valid boolean"),
+        ("{kind: local, devices: [0, 0]}", "pools[0].executor.devices", "distinct"),
+    ],
+)
+def test_executor_options_are_checked_per_kind(tmp_path, executor, field, message):
+    err = load_error(tmp_path, POOL.replace("{kind: local}", executor))
+    assert [(e.line, e.field) for e in err.errors] == [(12, field)]
+    assert message in err.message
+
+
+def test_executor_options_are_typed(tmp_path):
+    text = POOL.replace(
+        "{kind: local}",
+        "{kind: slurm, partition: low, gres: a100, login: ci@login1, requeue: true}",
+    )
+    (pool,) = load_pools(write(tmp_path, text))
+    options = pool.executor.options
+    assert (options.partition, options.gres, options.login, options.requeue) == (
+        "low",
+        "a100",
+        "ci@login1",
+        True,
+    )
+    assert options.port == 22 and options.switch_wait == 300  # defaults
+
+
+def test_nodes_carry_switch_and_address(tmp_path):
+    text = POOL.replace(
+        "nodes: [gpu-a01, gpu-a02]",
+        "nodes: [{name: gpu-a01, switch: leaf1, address: 10.0.0.1, port: 2222}, gpu-a02]",
+    )
+    (pool,) = load_pools(write(tmp_path, text))
+    first, second = pool.nodes
+    assert (first.switch, first.address, first.port) == ("leaf1", "10.0.0.1", 2222)
+    assert (second.name, second.switch, second.address) == ("gpu-a02", "", "")
+    bad = load_error(tmp_path, text.replace("leaf1", "leaf 1"))
+    assert bad.field == "pools[0].nodes[0].switch"

@@ -1,0 +1,104 @@
+"""What runs on the pools now, in the units of the offers table: GPUs and MIG slices in
+use per pool, read from the engines (Slurm's `sinfo` for Slurm pools, the broker's own
+attempts on the nodes for SSH and local pools).
+
+A pool whose engine cannot be asked counts as full: nothing should be placed where
+the broker cannot see.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+
+from onprem.executors.base import Executor
+from onprem.inventory import Pool
+from providers.errors import ProviderError
+
+
+@dataclass(frozen=True)
+class PoolUse:
+    """GPUs in use per pool, slices in use per pool and profile, and per pool the sliced
+    nodes that still have a free slice."""
+
+    gpus: dict[str, int] = field(default_factory=dict)
+    slices: dict[str, dict[str, int]] = field(default_factory=dict)
+    sliced_free_nodes: dict[str, int] = field(default_factory=dict)
+
+
+def pool_use(pools: Iterable[Pool], executor_of: Callable[[str], Executor]) -> PoolUse:
+    """The use of every pool (see the module docstring)."""
+    from onprem.executors.slurm import SlurmExecutor
+
+    use = PoolUse()
+    for pool in pools:
+        executor = executor_of(pool.name)
+        try:
+            if isinstance(executor, SlurmExecutor):
+                per_node = _slurm_use(pool, executor)
+            else:
+                per_node = _own_use(pool, executor)
+        except ProviderError:
+            per_node = {n.name: (n.gpus if not n.mig else 0, dict(n.slices)) for n in pool.nodes}
+        gpus = 0
+        slices: dict[str, int] = {}
+        free_sliced = 0
+        for node in pool.nodes:
+            whole, sliced = per_node.get(node.name, (0, {}))
+            gpus += whole if not node.mig else 0
+            for profile, count in sliced.items():
+                slices[profile] = slices.get(profile, 0) + count
+            if node.mig and any(sliced.get(p, 0) < total for p, total in node.slices.items()):
+                free_sliced += 1
+        use.gpus[pool.name] = gpus
+        use.slices[pool.name] = slices
+        use.sliced_free_nodes[pool.name] = free_sliced
+    return use
+
+
+def _slurm_use(pool: Pool, executor) -> dict[str, tuple[int, dict[str, int]]]:
+    """Node -> (whole GPUs in use, slices in use per profile) from sinfo."""
+    from onprem.shapes import Shape, gres_type
+
+    table = executor.gres_use()
+    gres = executor.options.gres
+    out = {}
+    for node in pool.nodes:
+        kinds = table.get(node.name)
+        if kinds is None:  # Slurm does not know the node: nothing can run there
+            out[node.name] = (node.gpus, dict(node.slices))
+            continue
+        whole = kinds.get(gres, (0, 0))[1] if not node.mig else 0
+        sliced = {
+            profile: kinds.get(gres_type(Shape(pool, profile=profile, slices=1), gres), (0, 0))[1]
+            for profile in node.slices
+        }
+        out[node.name] = (whole, sliced)
+    return out
+
+
+def _own_use(pool: Pool, executor: Executor) -> dict[str, tuple[int, dict[str, int]]]:
+    """Node -> (whole GPUs in use, slices in use per profile) from the broker's attempts."""
+    from onprem.allocation import slot_names
+
+    profile_of = {
+        node.name: {
+            slot: p for p, slots in slot_names(node.gpus, node.mig).items() for slot in slots
+        }
+        for node in pool.nodes
+    }
+    out: dict[str, tuple[int, dict[str, int]]] = {}
+    for status in executor.list_attempts():
+        if not status.active:
+            continue
+        for held in status.gpu_ids:
+            host, _, ids = held.partition(":")
+            whole, sliced = out.get(host, (0, {}))
+            for item in filter(None, ids.split(",")):
+                if "." in item:
+                    profile = profile_of.get(host, {}).get(item, "")
+                    sliced[profile] = sliced.get(profile, 0) + 1
+                else:
+                    whole += 1
+            out[host] = (whole, sliced)
+    return out

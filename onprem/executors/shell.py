@@ -21,6 +21,7 @@ import subprocess
 import tempfile
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Protocol
 
 from onprem.executors.base import NodeUnreachable
@@ -186,12 +187,13 @@ class SshShell:
         """End the multiplexed connection (its master process), if one is open."""
         if not self._control_dir:
             return
-        subprocess.run(
-            [*self.base_args(), "-O", "exit", self.host],
-            capture_output=True,
-            timeout=10,
-            check=False,
-        )
+        if any(Path(self._control_dir).iterdir()):  # a master is listening
+            subprocess.run(
+                [*self.base_args(), "-O", "exit", self.host],
+                capture_output=True,
+                timeout=10,
+                check=False,
+            )
         shutil.rmtree(self._control_dir, ignore_errors=True)
         self._control_dir = ""
 

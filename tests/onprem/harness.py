@@ -170,6 +170,9 @@ class OnPremHarness:
             yield
         finally:
             for provider, pools, executors in saved:
+                for name, executor in provider._executors.items():
+                    if executors.get(name) is not executor:
+                        executor.close()
                 provider.pools, provider._executors = pools, executors
 
     def _fill(self) -> list[Instance]:

@@ -139,6 +139,7 @@ def slurm_cluster(services_dir) -> Iterator[SlurmCluster]:
         "SVC_DIR": str(services_dir),
         "SLURM_PORT_BASE": str(_free_ports(4)),
         "SLURM_CONF": str(conf),
+        "SLURM_MIN_JOB_AGE": "5",  # squeue forgets ended jobs soon: sacct -c is read too
     }
     try:
         _service("slurm-up.sh", env)

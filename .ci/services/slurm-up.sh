@@ -39,7 +39,7 @@ SelectTypeParameters=CR_Core_Memory
 DefMemPerCPU=1000
 MpiDefault=none
 ReturnToService=2
-MinJobAge=600
+MinJobAge=${SLURM_MIN_JOB_AGE:-600}
 KillWait=5
 SchedulerParameters=batch_sched_delay=0
 PreemptType=preempt/partition_prio

@@ -187,6 +187,8 @@ def from_squeue(row: Mapping[str, str], pool: str) -> AttemptStatus | None:
     broker_id, _, job_id, attempt_id = named
     state_name = row["State"].split()[0] if row["State"] else "PENDING"
     state = STATES.get(state_name, "pending")
+    if _refused(state, row["NodeList"]):
+        return None
     tags = _tags(row["Comment"], broker_id, job_id, attempt_id)
     nodes = int(row["NumNodes"]) if row["NumNodes"].isdigit() else 1
     per_node = _gres_count(row["tres-per-node"])
@@ -216,6 +218,8 @@ def from_sacct(row: Mapping[str, str], pool: str) -> AttemptStatus | None:
     broker_id, _, job_id, attempt_id = named
     state_name = row["State"].split()[0]
     state = STATES.get(state_name, "pending")
+    if _refused(state, row["NodeList"]):
+        return None
     ended = state not in ("pending", "running")
     return AttemptStatus(
         attempt_id=attempt_id,
@@ -229,6 +233,13 @@ def from_sacct(row: Mapping[str, str], pool: str) -> AttemptStatus | None:
         tags=_tags("", broker_id, job_id, attempt_id),
         reason=state_name,
     )
+
+
+def _refused(state: str, nodes: str) -> bool:
+    """A job that FAILED without ever having a node: sbatch refused it ("Requested node
+    configuration is not available") and Slurm kept a record. It never ran, so the
+    attempt may be submitted again."""
+    return state == "failed" and not expand_hostlist(nodes)
 
 
 def expand_hostlist(text: str) -> list[str]:

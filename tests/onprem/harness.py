@@ -34,9 +34,8 @@ def ssh_pool(ssh, name: str = "rack", gpus: int = 2, **changes) -> Pool:
         PoolNode(f"node{i + 1}", name, gpus, switch=f"leaf{i // 2}", address="127.0.0.1", port=port)
         for i, port in enumerate(ssh.ports)
     )
-    options = SshOptions(
-        user=ssh.user, identity_file=ssh.identity_file, known_hosts=ssh.known_hosts, **changes
-    )
+    given = dict(user=ssh.user, identity_file=ssh.identity_file, known_hosts=ssh.known_hosts)
+    options = SshOptions(**(given | changes))
     return Pool(
         name, REGION, "US", "A100-80GB", gpus, 32, 256.0, 2, "infiniband", 1.2, members,
         Executor("ssh", options),

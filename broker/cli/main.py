@@ -45,6 +45,7 @@ COMMANDS: dict[str, str] = {
     "check": "check:check",
     "pricing": "pricing:app",
     "sandbox": "sandbox:app",
+    "pools": "pools:app",
     "simulate": "simulate:simulate",
 }
 

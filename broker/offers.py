@@ -30,8 +30,14 @@ def load_offers(
     catalog_path: Path | None = None,
     pools_path: Path | None = None,
     overlays_path: Path | None = None,
+    *,
+    live_pools: Path | None = None,
 ) -> OffersInForce:
     """Read the catalog, add on-prem pools, apply overlays, and index the result.
+
+    With `live_pools` (a work directory for the pools' executors), the pools' capacity
+    is what their engines say is free now (`onprem.usage`: sinfo for Slurm pools, the
+    broker's own attempts for SSH and local ones) instead of every GPU free.
 
     Raises pricing.schema.SchemaError for an unreadable catalog and
     pricing.userio.errors.UserInputError for a broken pools or overlays file.
@@ -47,7 +53,12 @@ def load_offers(
         from onprem.offers import pool_countries, pools_to_offers
 
         pools = load_pools(pools_path)
-        offers = concat([offers, pools_to_offers(pools)])
+        if live_pools is not None:
+            from onprem.usage import live_pool_offers
+
+            offers = concat([offers, live_pool_offers(pools, live_pools)])
+        else:
+            offers = concat([offers, pools_to_offers(pools)])
         countries = {("onprem", region): c for region, c in pool_countries(pools).items()}
     if overlays_path is not None:
         from pricing.overlays import apply_overlays, load_overlays

@@ -10,10 +10,15 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING
 
 from onprem.executors.base import Executor
 from onprem.inventory import Pool
 from providers.errors import ProviderError
+
+if TYPE_CHECKING:
+    from pricing.table import OfferTable
 
 
 @dataclass(frozen=True)
@@ -102,3 +107,25 @@ def _own_use(pool: Pool, executor: Executor) -> dict[str, tuple[int, dict[str, i
                     whole += 1
             out[host] = (whole, sliced)
     return out
+
+
+def live_pool_offers(pools: list[Pool], workdir: Path) -> OfferTable:
+    """The pools as offers with their capacity as the engines report it now (the offers
+    of an OnPremProvider over `pools`, without one)."""
+    from onprem.executors import executor_for
+    from onprem.offers import pools_to_offers
+
+    executors: dict[str, Executor] = {}
+    by_name = {pool.name: pool for pool in pools}
+
+    def executor_of(name: str) -> Executor:
+        if name not in executors:
+            executors[name] = executor_for(by_name[name], workdir)
+        return executors[name]
+
+    try:
+        use = pool_use(pools, executor_of)
+    finally:
+        for executor in executors.values():
+            executor.close()
+    return pools_to_offers(pools, use.gpus, used_slices=use.slices)

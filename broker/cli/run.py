@@ -157,7 +157,9 @@ def demo(
     ready, refused = prepare(loaded.manifests, state, ())
     if refused:
         fail("; ".join(refused))
-    with runtime(state, None, examples / "pools.yaml", None, examples / "policy.yaml") as rt:
+    # The demo's pools all use the local executor: no Slurm, no SSH node needed.
+    pools = examples / "demo" / "pools.yaml"
+    with runtime(state, None, pools, None, examples / "policy.yaml") as rt:
         submit_manifests(rt.store, ready)
         print(f"demo: {len(loaded.manifests)} jobs submitted to {state}", file=sys.stderr)
         drive(rt, poll=0.2, limit_s=90, after_pass=ReclaimOnce(DEMO_RECLAIMED, crunch=True))

@@ -1,0 +1,140 @@
+"""On-prem benchmark (issue 17): launches per second through OnPremProvider.launch on the
+3-node Slurm cluster of .ci/services, against raw `sbatch` in a loop on the same cluster.
+Prints one JSON document of figures; asserts nothing.
+
+    sudo python bench/onprem.py [--jobs 1000]
+
+Needs root and the Debian packages slurm-wlm and munge (as .ci/run installs them). The
+cluster is started in a fresh folder and stopped at the end. While measuring, partition
+`low` is DOWN: it still takes jobs but starts none, so the figures are submission
+throughput (slurmctld's and ours), not two CPUs running a thousand jobs.
+
+- raw_sbatch: `sbatch --parsable --gres=gpu:a100:1 -o /dev/null --wrap true`, one
+  process per job from Python (the same process cost the executor pays);
+- broker_launch: OnPremProvider.launch of one-GPU attempts on a Slurm pool: the
+  attempt directory and batch script, sbatch (the provider's one lookup of the pool's
+  jobs is made before the clock starts, as a running controller has made it);
+- the two alternate in `--rounds` rounds, so that other load on the machine hits both;
+- list_instances: one reconcile listing by a new provider with all of them queued.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+SERVICES = REPO / ".ci" / "services"
+
+
+def service(script: str, env: dict[str, str]) -> None:
+    subprocess.run(["bash", str(SERVICES / script)], env=env, check=True, capture_output=True)
+
+
+def raw_sbatch(jobs: int, env: dict[str, str]) -> float:
+    argv = ["sbatch", "--parsable", "--gres=gpu:a100:1", "-o", "/dev/null", "--wrap", "true"]
+    start = time.perf_counter()
+    for _ in range(jobs):
+        subprocess.run(argv, env=env, check=True, capture_output=True)
+    return time.perf_counter() - start
+
+
+def make_provider(conf: Path, workdir: Path):
+    from broker.clock import SystemClock
+    from onprem.executors.options import SlurmOptions
+    from onprem.inventory import Executor, Pool, PoolNode
+    from onprem.provider import OnPremProvider
+    from providers.base import LaunchRequest
+
+    options = SlurmOptions(partition="low", gres="a100", slurm_conf=str(conf))
+    nodes = tuple(PoolNode(n, "bench", 8, switch="leaf1") for n in ("n1", "n2"))
+    pool = Pool(
+        "bench", "onprem-bench", "US", "A100-80GB", 8, 16, 62.0, 8, "infiniband", 1.1, nodes,
+        Executor("slurm", options),
+    )  # fmt: skip
+
+    def provider() -> OnPremProvider:
+        return OnPremProvider([pool], clock=SystemClock(), workdir=workdir)
+
+    def request(i: int) -> LaunchRequest:
+        return LaunchRequest(
+            attempt_id=f"a-{i:05d}",
+            job_id=f"j-{i:05d}",
+            cloud="onprem",
+            region=pool.region,
+            zone="bench",
+            instance_type="bench-node",
+            accelerator_count=1.0,
+            command="true",
+        )
+
+    return provider, request
+
+
+def broker_launch(provider, requests) -> float:
+    start = time.perf_counter()
+    for request in requests:
+        provider.launch(request)
+    return time.perf_counter() - start
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--jobs", type=int, default=1000)
+    parser.add_argument("--rounds", type=int, default=5, help="alternate raw and broker")
+    args = parser.parse_args()
+    if os.geteuid() != 0 or shutil.which("slurmctld") is None:
+        sys.exit("needs root and slurm-wlm + munge (apt-get install slurm-wlm munge)")
+    folder = Path(tempfile.mkdtemp(prefix="svc-bench-", dir="/tmp"))
+    folder.chmod(0o755)
+    conf = folder / "slurm" / "etc" / "slurm.conf"
+    env = {
+        **os.environ,
+        "SVC_DIR": str(folder),
+        "SLURM_PORT_BASE": "17400",
+        "SLURM_CONF": str(conf),
+    }
+    try:
+        service("slurm-up.sh", env)
+        down = ["scontrol", "update", "PartitionName=low", "State=DOWN"]
+        subprocess.run(down, env=env, check=True)
+        os.environ["SLURM_CONF"] = str(conf)
+        new_provider, request = make_provider(conf, folder / "work")
+        provider = new_provider()
+        provider.list_instances()  # its one lookup of the pool's jobs, before the clock
+        per_round = args.jobs // args.rounds
+        raw = launched = 0.0
+        for r in range(args.rounds):  # alternate, so that load on the machine hits both
+            raw += raw_sbatch(per_round, env)
+            batch = [request(r * per_round + i) for i in range(per_round)]
+            launched += broker_launch(provider, batch)
+        start = time.perf_counter()
+        listed = len(new_provider().list_instances())
+        listing = time.perf_counter() - start
+        subprocess.run(["scancel", "--user=root"], env=env, check=True)
+    finally:
+        service("slurm-down.sh", env)
+        shutil.rmtree(folder, ignore_errors=True)
+    jobs = per_round * args.rounds
+    figures = {
+        "jobs": jobs,
+        "rounds": args.rounds,
+        "cluster": "3 slurmd on localhost (Slurm 22.05), partition low DOWN while measuring",
+        "raw_sbatch": {"seconds": round(raw, 3), "per_second": round(jobs / raw, 1)},
+        "broker_launch": {"seconds": round(launched, 3), "per_second": round(jobs / launched, 1)},
+        "broker_vs_raw": round(raw / launched, 3),
+        "list_instances": {"seconds": round(listing, 3), "instances": listed},
+    }
+    print(json.dumps(figures, indent=2))
+
+
+if __name__ == "__main__":
+    main()

@@ -10,6 +10,7 @@ from dataclasses import replace
 import pytest
 
 from broker.clock import SystemClock
+from broker.offers import load_offers
 from onprem.inventory import Executor
 from onprem.provider import OnPremProvider
 from providers.errors import InvalidRequest
@@ -155,9 +156,11 @@ def test_a_preempted_requeue_job_checkpoints_and_resumes(make, slurm_cluster):
 
 
 def test_sigterm_arrives_before_the_time_limit(make, slurm_cluster):
-    """--signal=B:TERM@30 with a one-minute limit: the job hears it and ends cleanly."""
+    """--signal=B:TERM@55 with a one-minute limit: the job hears it and ends cleanly
+    before the limit (slurmctld looks every 30 s, so a grace that long makes its first
+    look send it; a missed signal would end the job TIMEOUT, "failed")."""
     pool = slurm_pool(slurm_cluster, f"a100-{_id()}")
-    provider = make(pool, grace=30)
+    provider = make(pool, grace=55)
     command = "trap 'echo got SIGTERM; exit 0' TERM; sleep 300 & wait"
     instance = provider.launch(request(pool, _id(), command=command), time_limit_seconds=60)
     done = _ended(provider, instance, timeout=75)
@@ -165,7 +168,7 @@ def test_sigterm_arrives_before_the_time_limit(make, slurm_cluster):
     assert done.state == "succeeded" and (done.ended_at - done.launched_at).total_seconds() < 60
 
 
-def test_offers_and_free_nodes_come_from_sinfo(make, slurm_cluster):
+def test_offers_and_free_nodes_come_from_sinfo(make, slurm_cluster, tmp_path):
     pool, mig = slurm_pool(slurm_cluster, f"a100-{_id()}"), mig_pool(slurm_cluster, f"mig-{_id()}")
     provider = make(pool, mig)
     whole = provider.launch(request(pool, _id(), accelerator_count=8, command="sleep 60"))
@@ -185,6 +188,20 @@ def test_offers_and_free_nodes_come_from_sinfo(make, slurm_cluster):
     assert rows[f"{pool.name}-node"]["capacity"] == 1.0  # 8 of 16 GPUs busy
     assert rows[f"{mig.name}-1g.10gbx1"]["capacity"] == 4.0  # 3 of 7 slices busy
     assert provider.free_nodes()[("onprem", pool.region)] == 1 + 1
+    # The same figures for any command loading the offers in force with live pools.
+    path = tmp_path / "pools.yaml"
+    path.write_text(
+        f"pools:\n  - name: {pool.name}\n    location: {{region: {pool.region}, country: US}}\n"
+        "    gpu: A100-80GB\n    gpus_per_node: 8\n    vcpus_per_node: 16\n"
+        "    memory_gib_per_node: 62\n    cost_per_gpu_hour: 1.1\n    nodes: [n1, n2]\n"
+        "    executor: {kind: slurm, partition: low, gres: a100, "
+        f"slurm_conf: {slurm_cluster.conf}}}\n"
+    )
+    live = load_offers(pools_path=path, live_pools=tmp_path).index.offers.to_frame()
+    row = live[live["instance_type"] == f"{pool.name}-node"].iloc[0]
+    assert row["capacity"] == 1.0
+    still = load_offers(pools_path=path).index.offers.to_frame()
+    assert still[still["instance_type"] == f"{pool.name}-node"].iloc[0]["capacity"] == 2.0
 
 
 def test_a_gres_the_cluster_lacks_is_an_invalid_request(make, slurm_cluster):

@@ -274,6 +274,7 @@ class OnPremProvider(Capacity, Billing):
                 gpus_per_node=shape.slices or shape.gpus_per_node,
                 gpu_type=gres_type(shape, options.gres),
                 cpus_per_node=max(1, int(pool.vcpus_per_node * shape.share)),
+                memory_mib_per_node=max(1, int(pool.memory_gib_per_node * 1024 * shape.share)),
                 requeue=options.requeue,
                 switch_wait_seconds=options.switch_wait if pool.fabric == "infiniband" else 0,
             )

@@ -70,10 +70,10 @@ if [ "${1:-}" != clean ]; then  # again, with only the kept variables
   exec env -i {kept} sh "$0" clean
 fi
 cd "$(dirname "$0")" || exit 1
+trap : TERM INT HUP  # before the pid is known: a cancel never finds the wrapper untrapped
 printf '%s %s %s\n' "$$" "$(sed 's/^.*) //' /proc/$$/stat | cut -d' ' -f20)" \
   "$(cat /proc/sys/kernel/random/boot_id)" > pid.tmp && mv -f pid.tmp pid
 {exports}
-trap : TERM INT HUP
 (cd work && exec sh ../startup.sh) >> log.txt 2>&1 </dev/null &
 job=$!
 while :; do wait "$job"; rc=$?; kill -0 "$job" 2>/dev/null || break; done

@@ -143,13 +143,21 @@ def batch_script(
     end = f"BROKER_{uuid.uuid4().hex}"
     lines += [f"export {k}={shlex.quote(v)}" for k, v in request.env]
     lines += [
+        # SIGTERM (--signal, scancel, a preemption) goes to the job's whole session; the
+        # trap is set first, so one that arrives while the job starts is passed on too.
+        "broker_job=",
+        "broker_term=",
+        "broker_pass() {",
+        '  kill -TERM "-$broker_job" 2>/dev/null || kill -TERM "$broker_job" 2>/dev/null',
+        "}",
+        "trap 'broker_term=1; [ -z \"$broker_job\" ] || broker_pass' TERM INT",
         f"broker_script=$(cat <<'{end}'",
         request.script.rstrip("\n"),
         end,
         ")",
         'setsid /bin/sh -c "$broker_script" &',
         "broker_job=$!",
-        "trap 'kill -TERM \"-$broker_job\" 2>/dev/null' TERM INT",
+        '[ -z "$broker_term" ] || broker_pass',  # SIGTERM came while the job was starting
         'while :; do wait "$broker_job"; broker_rc=$?',
         '  kill -0 "$broker_job" 2>/dev/null || break',
         "done",

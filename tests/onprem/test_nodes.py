@@ -9,12 +9,10 @@ from dataclasses import replace
 
 import pytest
 
-from broker.clock import SystemClock
 from onprem.executors.base import AttemptRequest, NodeUnreachable
 from onprem.executors.nodes import LocalExecutor, SshExecutor
 from onprem.executors.options import LocalOptions
 from onprem.inventory import Executor, PoolNode
-from onprem.provider import OnPremProvider
 from providers.errors import CredentialsError, InsufficientCapacity
 from tests.conftest import _free_ports
 from tests.onprem.harness import local_pool, request, ssh_pool
@@ -23,27 +21,6 @@ from tests.waiting import wait_until
 
 def _id() -> str:
     return uuid.uuid4().hex[:10]
-
-
-@pytest.fixture
-def make(tmp_path):
-    made = []
-
-    def provider(*pools, grace: float = 5.0) -> OnPremProvider:
-        built = OnPremProvider(pools, clock=SystemClock(), workdir=tmp_path, terminate_grace=grace)
-        made.append(built)
-        return built
-
-    yield provider
-    for built in made:
-        try:
-            for instance in built.list_instances():
-                if instance.active:
-                    built.terminate(instance.id)
-        except NodeUnreachable:
-            pass  # a pool made unreachable on purpose; the others end its jobs
-        finally:
-            built.close()
 
 
 def _rack(ssh_nodes, **changes):

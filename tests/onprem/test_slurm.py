@@ -9,10 +9,8 @@ from dataclasses import replace
 
 import pytest
 
-from broker.clock import SystemClock
 from broker.offers import load_offers
 from onprem.inventory import Executor
-from onprem.provider import OnPremProvider
 from providers.errors import InvalidRequest
 from tests.onprem.harness import mig_pool, request, slurm_pool
 from tests.waiting import wait_until
@@ -20,24 +18,6 @@ from tests.waiting import wait_until
 
 def _id() -> str:
     return uuid.uuid4().hex[:10]
-
-
-@pytest.fixture
-def make(tmp_path, slurm_cluster):
-    """provider(pool) -> an OnPremProvider on the cluster, closed (and its jobs ended) after."""
-    made = []
-
-    def provider(*pools, grace: float = 5.0) -> OnPremProvider:
-        built = OnPremProvider(pools, clock=SystemClock(), workdir=tmp_path, terminate_grace=grace)
-        made.append(built)
-        return built
-
-    yield provider
-    for built in made:
-        for instance in built.list_instances():
-            if instance.active:
-                built.terminate(instance.id)
-        built.close()
 
 
 def _ended(provider, instance, timeout=60):

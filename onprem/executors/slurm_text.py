@@ -143,14 +143,20 @@ def batch_script(
     end = f"BROKER_{uuid.uuid4().hex}"
     lines += [f"export {k}={shlex.quote(v)}" for k, v in request.env]
     lines += [
-        # SIGTERM (--signal, scancel, a preemption) goes to the job's whole session; the
-        # trap is set first, so one that arrives while the job starts is passed on too.
+        # SIGTERM (--signal, scancel) goes to the job's whole session, once: the trap is
+        # set first, so one that arrives while the job starts is passed on too.
         "broker_job=",
         "broker_term=",
+        "broker_timer=",
         "broker_pass() {",
         '  kill -TERM "-$broker_job" 2>/dev/null || kill -TERM "$broker_job" 2>/dev/null',
         "}",
-        "trap 'broker_term=1; [ -z \"$broker_job\" ] || broker_pass' TERM INT",
+        "broker_on_term() {",
+        '  [ -z "$broker_term" ] || return 0',
+        "  broker_term=1",
+        '  [ -z "$broker_job" ] || broker_pass',
+        "}",
+        "trap broker_on_term TERM INT",
         f"broker_script=$(cat <<'{end}'",
         request.script.rstrip("\n"),
         end,
@@ -161,8 +167,16 @@ def batch_script(
         'while :; do wait "$broker_job"; broker_rc=$?',
         '  kill -0 "$broker_job" 2>/dev/null || break',
         "done",
+        '[ -z "$broker_timer" ] || kill "$broker_timer" 2>/dev/null',
         'exit "$broker_rc"',
     ]
+    if request.time_limit_seconds:
+        # slurmctld sends --signal from a check every 30 s, and loses it when that check
+        # comes before the batch shell exists; this timer sends it all the same.
+        warn = max(1, request.time_limit_seconds - max(1, request.grace_seconds))
+        at = lines.index('[ -z "$broker_term" ] || broker_pass')
+        timer = f"trap 'kill $s 2>/dev/null; exit 0' TERM; sleep {warn} & s=$!; wait $s"
+        lines[at:at] = [f"( {timer} && kill -TERM $$ ) &", "broker_timer=$!"]
     return "\n".join(lines) + "\n"
 
 

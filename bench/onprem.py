@@ -2,7 +2,7 @@
 3-node Slurm cluster of .ci/services, against raw `sbatch` in a loop on the same cluster.
 Prints one JSON document of figures; asserts nothing.
 
-    sudo python bench/onprem.py [--jobs 1000]
+    sudo python bench/onprem.py [--jobs 1000] [--rounds 0]
 
 Needs root and the Debian packages slurm-wlm and munge (as .ci/run installs them). The
 cluster is started in a fresh folder and stopped at the end. While measuring, partition
@@ -14,7 +14,8 @@ throughput (slurmctld's and ours), not two CPUs running a thousand jobs.
 - broker_launch: OnPremProvider.launch of one-GPU attempts on a Slurm pool: the
   attempt directory and batch script, sbatch (the provider's one lookup of the pool's
   jobs is made before the clock starts, as a running controller has made it);
-- the two alternate in `--rounds` rounds, so that other load on the machine hits both;
+- the two alternate, one job each by default (`--rounds`), so that other load on the
+  machine hits both alike;
 - list_instances: one reconcile listing by a new provider with all of them queued.
 """
 
@@ -89,7 +90,7 @@ def broker_launch(provider, requests) -> float:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--jobs", type=int, default=1000)
-    parser.add_argument("--rounds", type=int, default=5, help="alternate raw and broker")
+    parser.add_argument("--rounds", type=int, default=0, help="alternations (0: one per job)")
     args = parser.parse_args()
     if os.geteuid() != 0 or shutil.which("slurmctld") is None:
         sys.exit("needs root and slurm-wlm + munge (apt-get install slurm-wlm munge)")
@@ -110,9 +111,10 @@ def main() -> None:
         new_provider, request = make_provider(conf, folder / "work")
         provider = new_provider()
         provider.list_instances()  # its one lookup of the pool's jobs, before the clock
-        per_round = args.jobs // args.rounds
+        rounds = args.rounds or args.jobs
+        per_round = args.jobs // rounds
         raw = launched = 0.0
-        for r in range(args.rounds):  # alternate, so that load on the machine hits both
+        for r in range(rounds):  # alternate, so that load on the machine hits both
             raw += raw_sbatch(per_round, env)
             batch = [request(r * per_round + i) for i in range(per_round)]
             launched += broker_launch(provider, batch)
@@ -123,10 +125,10 @@ def main() -> None:
     finally:
         service("slurm-down.sh", env)
         shutil.rmtree(folder, ignore_errors=True)
-    jobs = per_round * args.rounds
+    jobs = per_round * rounds
     figures = {
         "jobs": jobs,
-        "rounds": args.rounds,
+        "rounds": rounds,
         "cluster": "3 slurmd on localhost (Slurm 22.05), partition low DOWN while measuring",
         "raw_sbatch": {"seconds": round(raw, 3), "per_second": round(jobs / raw, 1)},
         "broker_launch": {"seconds": round(launched, 3), "per_second": round(jobs / launched, 1)},

@@ -16,6 +16,7 @@ elapsed time (start to end of the job, not its time in the queue).
 
 from __future__ import annotations
 
+import shutil
 import threading
 from collections.abc import Iterable, Mapping
 from pathlib import Path
@@ -109,8 +110,15 @@ class OnPremProvider(Capacity, Billing):
                         NAME, f"attempt {request.attempt_id} was launched with another request"
                     )
                 return self._instance(pool, found)
-            attempt = self._attempt(shape, request, digest, executor, time_limit_seconds, nvlink)
-            return self._instance(pool, executor.submit(attempt))
+            staged = self._deliver(request)
+            try:
+                attempt = self._attempt(
+                    shape, request, digest, executor, time_limit_seconds, nvlink, staged
+                )
+                return self._instance(pool, executor.submit(attempt))
+            finally:
+                if staged is not None:
+                    shutil.rmtree(staged, ignore_errors=True)  # the executor has its copy
 
     def describe(self, instance_id: str) -> Instance:
         pool, attempt = self._locate(instance_id)
@@ -238,6 +246,20 @@ class OnPremProvider(Capacity, Billing):
             raise NotFound(NAME, f"no instance {instance_id}")
         return pool, attempt
 
+    def _deliver(self, request: LaunchRequest) -> Path | None:
+        """The request's packed workdir unpacked here, for the executor to stage into the
+        attempt's folder (on the node, or the cluster's shared storage)."""
+        if not request.workdir_uri:
+            return None
+        from providers.workdir import WorkdirError, deliver_workdir
+
+        target = self.workdir / "staging" / request.attempt_id
+        try:
+            return deliver_workdir(request.workdir_uri, target)
+        except WorkdirError as exc:
+            shutil.rmtree(target, ignore_errors=True)
+            raise InvalidRequest(NAME, str(exc)) from exc
+
     def _attempt(
         self,
         shape: Shape,
@@ -246,6 +268,7 @@ class OnPremProvider(Capacity, Billing):
         executor: Executor,
         time_limit: int,
         nvlink: bool,
+        staged: Path | None,
     ) -> AttemptRequest:
         from onprem.executors.options import LocalOptions, SlurmOptions
 
@@ -257,7 +280,8 @@ class OnPremProvider(Capacity, Billing):
             (TAG_MARKET, request.market),
             (TAG_TYPE, request.instance_type),
         )
-        script = startup_script(request, watch_notices=False)
+        # A staged workdir is the attempt's work folder, where the job starts: ".".
+        script = startup_script(request, watch_notices=False, workdir="." if staged else None)
         common = dict(
             attempt_id=request.attempt_id,
             job_id=request.job_id,
@@ -267,6 +291,7 @@ class OnPremProvider(Capacity, Billing):
             time_limit_seconds=time_limit,
             grace_seconds=max(1, round(self.terminate_grace)),
             script=script,
+            workdir=str(staged) if staged is not None else None,
         )
         if isinstance(options, SlurmOptions):
             return AttemptRequest(

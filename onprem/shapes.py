@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from onprem.allocation import Allocation, allocate, allocate_slices, node_states
 from onprem.executors.base import AttemptStatus
 from onprem.inventory import Pool
-from pricing.suggest import hint
+from pricing.userio.suggest import hint
 from providers.base import LaunchRequest
 from providers.errors import InvalidRequest
 

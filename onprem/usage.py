@@ -1,6 +1,7 @@
 """What runs on the pools now, in the units of the offers table: GPUs and MIG slices in
-use per pool, read from the engines (Slurm's `sinfo` for Slurm pools, the broker's own
-attempts on the nodes for SSH and local pools).
+use per pool, read from the engines (Slurm's `sinfo` for Slurm pools, plus what the
+pool's pending jobs ask for; the broker's own attempts on the nodes for SSH and local
+pools).
 
 A pool whose engine cannot be asked counts as full: nothing should be placed where
 the broker cannot see.
@@ -38,15 +39,17 @@ def pool_use(pools: Iterable[Pool], executor_of: Callable[[str], Executor]) -> P
     use = PoolUse()
     for pool in pools:
         executor = executor_of(pool.name)
+        waiting: dict[str, int] = {}  # Slurm: what the pool's pending jobs ask, per profile
         try:
             if isinstance(executor, SlurmExecutor):
                 per_node = _slurm_use(pool, executor)
+                waiting = _slurm_waiting(pool, executor)
             else:
                 per_node = _own_use(pool, executor)
         except ProviderError:
             per_node = {n.name: (n.gpus if not n.mig else 0, dict(n.slices)) for n in pool.nodes}
-        gpus = 0
-        slices: dict[str, int] = {}
+        gpus = waiting.pop("", 0)
+        slices: dict[str, int] = dict(waiting)
         free_sliced = 0
         for node in pool.nodes:
             whole, sliced = per_node.get(node.name, (0, {}))
@@ -79,6 +82,21 @@ def _slurm_use(pool: Pool, executor) -> dict[str, tuple[int, dict[str, int]]]:
             for profile in node.slices
         }
         out[node.name] = (whole, sliced)
+    return out
+
+
+def _slurm_waiting(pool: Pool, executor) -> dict[str, int]:
+    """Profile ("" for whole GPUs) -> GPUs or slices the pool's pending jobs ask for."""
+    from onprem.shapes import Shape, gres_type
+
+    gres = executor.options.gres
+    profiles = {p for node in pool.nodes for p in node.slices}
+    kind_of = {gres_type(Shape(pool, profile=p, slices=1), gres): p for p in profiles}
+    kind_of[gres] = ""
+    out: dict[str, int] = {}
+    for kind, count in executor.pending_gres().items():
+        if kind in kind_of:
+            out[kind_of[kind]] = out.get(kind_of[kind], 0) + count
     return out
 
 

@@ -88,9 +88,9 @@ def import_pools(
     if output is None:
         sys.stdout.write(text)
         return
-    from pricing.catalog import atomic_write
+    from pricing.userio.atomic import atomic_write_text
 
-    atomic_write(output, lambda handle: handle.write(text))
+    atomic_write_text(output, text)
     print(f"wrote {len(pools)} pool(s) to {output}", file=sys.stderr)
 
 
@@ -99,7 +99,7 @@ def _check(text: str, region: str, country: str) -> None:
     import tempfile
 
     from onprem.inventory import load_pools
-    from pricing.yamlfile import UserInputError
+    from pricing.userio.errors import UserInputError
 
     with tempfile.TemporaryDirectory() as folder:
         path = Path(folder) / "pools.yaml"

@@ -302,14 +302,22 @@ def parse_gres(text: str) -> list[tuple[str, int]]:
 
 def _gres_count(text: str) -> int:
     """GPUs per node in squeue's tres-per-node ("gres:gpu:a100:2", "gres/gpu=2")."""
-    total = 0
+    return sum(count for _, count in tres_gpus(text))
+
+
+def tres_gpus(text: str) -> list[tuple[str, int]]:
+    """(type, GPUs per node) of squeue's tres-per-node: "gres:gpu:a100:2" gives
+    [("a100", 2)], "gres/gpu=2" and "gres:gpu:2" give [("", 2)]."""
+    out = []
     for item in text.split(","):
         item = item.removeprefix("gres:").removeprefix("gres/")
         if not item.startswith("gpu"):
             continue
-        count = re.split(r"[:=]", item)[-1]
-        total += int(count) if count.isdigit() else 1
-    return total
+        parts = re.split(r"[:=]", item)
+        count = int(parts[-1]) if parts[-1].isdigit() else 1
+        kind = parts[1] if len(parts) == 3 else ""
+        out.append((kind, count))
+    return out
 
 
 def _tags(text: str, broker_id: str, job_id: str, attempt_id: str) -> tuple[tuple[str, str], ...]:

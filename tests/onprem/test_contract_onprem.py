@@ -16,7 +16,7 @@ from tests.onprem.harness import (
     slurm_pool,
     ssh_pool,
 )
-from tests.providers.contract import ProviderContract
+from tests.providers.contract import BillingContract, CapacityContract, ProviderContract
 
 
 def _unique(name: str) -> str:
@@ -68,25 +68,25 @@ def slurm_login_harness(tmp_path, slurm_cluster, ssh_nodes) -> Iterator[OnPremHa
     harness.close()
 
 
-class TestLocalContract(ProviderContract):
+class TestLocalContract(ProviderContract, CapacityContract, BillingContract):
     @pytest.fixture
     def harness(self, local_harness):
         return local_harness
 
 
-class TestSshContract(ProviderContract):
+class TestSshContract(ProviderContract, CapacityContract, BillingContract):
     @pytest.fixture
     def harness(self, ssh_harness):
         return ssh_harness
 
 
-class TestSlurmContract(ProviderContract):
+class TestSlurmContract(ProviderContract, CapacityContract, BillingContract):
     @pytest.fixture
     def harness(self, slurm_harness):
         return slurm_harness
 
 
-class TestSlurmOverSshContract(ProviderContract):
+class TestSlurmOverSshContract(ProviderContract, CapacityContract, BillingContract):
     @pytest.fixture
     def harness(self, slurm_login_harness):
         return slurm_login_harness

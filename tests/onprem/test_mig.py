@@ -21,7 +21,7 @@ from pricing.gpus import (
     parse_gpu_request,
     slice_of,
 )
-from pricing.yamlfile import UserInputError
+from pricing.userio.errors import UserInputError
 from tests.cli.runner import run_cli
 from tests.fakes.offers import write_catalog
 

@@ -171,3 +171,28 @@ def test_local_executor_records_before_it_runs(tmp_path):
     folder = tmp_path / "attempts" / "ws" / "rec-1"
     assert {p.name for p in folder.iterdir()} >= {"attempt.json", "log.txt", "exit_code", "pid"}
     assert executor.cancel("rec-1", 1.0) is False and executor.status("nope") is None
+
+
+def test_a_packed_workdir_and_setup_reach_an_ssh_node(make, ssh_nodes, tmp_path):
+    from providers.workdir import pack_workdir
+
+    project = tmp_path / "project"
+    project.mkdir()
+    (project / "data.txt").write_text("from the broker's machine\n")
+    packed = pack_workdir(project, tmp_path / "packs", limit=1 << 20)
+    pool = _rack(ssh_nodes)
+    provider = make(pool)
+    instance = provider.launch(
+        request(
+            pool,
+            _id(),
+            workdir_uri=packed.uri,
+            setup="echo set up > setup.txt",
+            command="cat data.txt setup.txt; hostname",
+        )
+    )
+    done = _ended(provider, instance)
+    log = provider.log(instance.id)
+    assert done.state == "succeeded", log
+    assert "from the broker's machine" in log and "set up" in log
+    assert not (tmp_path / "staging" / instance.id.rsplit(":", 1)[1]).exists()  # not kept here

@@ -202,3 +202,22 @@ def test_over_ssh_the_jobs_run_as_the_login_user(make, slurm_cluster, ssh_nodes)
     done = _ended(provider, instance)
     assert done.state == "succeeded" and "user=brokerci" in provider.log(instance.id)
     assert done.log_path.startswith("/home/brokerci/")
+
+
+def test_a_packed_workdir_reaches_the_cluster_through_the_login(
+    make, slurm_cluster, ssh_nodes, tmp_path
+):
+    from providers.workdir import pack_workdir
+
+    project = tmp_path / "project"
+    project.mkdir()
+    (project / "train.py").write_text("print('trained on', open('data.txt').read().strip())\n")
+    (project / "data.txt").write_text("42 samples\n")
+    packed = pack_workdir(project, tmp_path / "packs", limit=1 << 20)
+    pool = slurm_pool(slurm_cluster, f"login-{_id()}", ssh=ssh_nodes)
+    provider = make(pool)
+    instance = provider.launch(
+        request(pool, _id(), workdir_uri=packed.uri, command="python3 train.py")
+    )
+    done = _ended(provider, instance)
+    assert done.state == "succeeded" and "trained on 42 samples" in provider.log(instance.id)

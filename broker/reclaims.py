@@ -13,7 +13,6 @@ import random
 import sys
 
 from providers.capabilities import Billing, CheckpointStores, PlayedReclaims
-from providers.sandbox import SandboxProvider
 
 
 class ReclaimOnce:
@@ -48,7 +47,7 @@ class ReclaimOnce:
                 f"demo: spot reclaim of {self.job_name} on {instance.provider_id} ({place.where})",
                 file=sys.stderr,
             )
-        if self.crunch and isinstance(provider, SandboxProvider):
+        if self.crunch:
             provider.crunch_spot(place.cloud)
             print(
                 f"demo: spot capacity crunch on {place.cloud} (played): no {place.cloud} "

@@ -8,7 +8,7 @@ next to the state file, so one `--state` path is one self-contained broker.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -31,9 +31,12 @@ class BrokerSession:
     provider: Provider
     controller: Controller
     workdir: Path
+    closers: tuple[Callable[[], None], ...] = ()  # what else to close (SSH connections)
 
     def close(self) -> None:
         self.store.close()
+        for close in self.closers:
+            close()
 
 
 def sandbox_workdir(state_path: Path) -> Path:
@@ -50,12 +53,13 @@ def open_runtime(
     policy: Policy | None = None,
     clouds: Sequence[str] = (),
 ) -> BrokerSession:
-    """Open the store at `state_path` and a sandbox provider over the offers in force.
+    """Open the store at `state_path` and the providers over the offers in force.
 
-    On-prem pools get as many sandbox slots as they have nodes; every cloud region
-    gets `capacity` nodes. `time_scale` 3600 bills a wall second as an hour.
-    `clouds` are launched for real through their adapters (a Fleet routes by cloud);
-    the sandbox keeps serving on-prem pools and every other cloud.
+    The sandbox serves every cloud region (`capacity` nodes each; `time_scale` 3600
+    bills a wall second as an hour); `clouds` are launched for real through their
+    adapters; the on-prem pools of the offers' pools file run through their executors
+    (local, SSH, Slurm: `onprem.provider.OnPremProvider`, its local pools billed at
+    the same `time_scale`). A Fleet routes each request by cloud.
     """
     from broker.controller import Controller
     from broker.scheduling import pool_gpus_of
@@ -65,13 +69,21 @@ def open_runtime(
 
     clock = clock or SystemClock()
     table = view.index.offers
-    slots = _onprem_slots(table)  # on-prem regions: as many slots as their pools' nodes
     workdir = sandbox_workdir(state_path)
-    provider = SandboxProvider(
-        table, workdir, clock, capacity={**_clouds(table, capacity), **slots}, time_scale=time_scale
+    sandbox = SandboxProvider(
+        table, workdir, clock, capacity=_clouds(table, capacity), time_scale=time_scale
     )
-    if clouds:
-        provider = _fleet(clouds, provider, table, clock)
+    routes = _cloud_routes(clouds, table, clock)
+    closers = []
+    onprem = _onprem(view, clock, workdir / "onprem", time_scale)
+    if onprem is not None:
+        routes["onprem"] = onprem
+        closers.append(onprem.close)
+    provider: Provider = sandbox
+    if routes:
+        from providers.fleet import Fleet
+
+        provider = Fleet(routes, default=sandbox)
     store = StateStore.open(state_path, clock)
     countries = view.index.extra_countries
 
@@ -79,37 +91,28 @@ def open_runtime(
         return OfferIndex(live.offers(), extra_countries=countries)
 
     controller = Controller(store, provider, clock, index_of, policy, pool_gpus_of(view.index))
-    return BrokerSession(store, provider, controller, workdir)
+    return BrokerSession(store, provider, controller, workdir, tuple(closers))
 
 
-def _fleet(clouds: Sequence[str], sandbox: Provider, table, clock: Clock) -> Provider:
-    """The sandbox plus a real adapter for each of `clouds` (built lazily: no cloud call
-    happens until the controller needs one)."""
-    from providers.fleet import Fleet
+def _cloud_routes(clouds: Sequence[str], table, clock: Clock) -> dict[str, Provider]:
+    """A real adapter for each of `clouds` (built lazily: no cloud call happens until the
+    controller needs one)."""
     from providers.registry import load_provider
 
-    routes = {cloud: load_provider(cloud, catalog=table, clock=clock) for cloud in clouds}
-    return Fleet(routes, default=sandbox)
+    return {cloud: load_provider(cloud, catalog=table, clock=clock) for cloud in clouds}
 
 
-def _onprem_slots(table) -> dict[tuple[str, str], int]:
-    """Sandbox slots per on-prem region: the free nodes of its pools (one per row
-    without a known capacity)."""
-    import numpy as np
+def _onprem(view: OffersInForce, clock: Clock, workdir: Path, time_scale: float):
+    """The provider of the offers' on-prem pools, or None without a pools file."""
+    if view.pools_path is None:
+        return None
+    from onprem.inventory import load_pools
+    from onprem.provider import OnPremProvider
 
-    names, codes, numbers = table.categories, table.codes, table.numbers
-    onprem = np.flatnonzero(names["cloud"] == "onprem")
-    rows = np.flatnonzero(np.isin(codes["cloud"], onprem))
-    slots: dict[tuple[str, str], int] = {}
-    for region, free in zip(
-        names["region"][codes["region"][rows]].tolist(),
-        numbers["capacity"][rows].tolist(),
-        strict=True,
-    ):
-        slots[("onprem", region)] = slots.get(("onprem", region), 0) + (
-            int(free) if free == free else 1
-        )
-    return slots
+    pools = load_pools(view.pools_path)
+    if not pools:
+        return None
+    return OnPremProvider(pools, clock=clock, workdir=workdir, local_time_scale=time_scale)
 
 
 def _clouds(table, capacity: int) -> dict[tuple[str, str], int]:

@@ -55,7 +55,9 @@ class OnPremProvider(Capacity, Billing):
     (a Slurm pool's `base_dir` must be on storage every node sees; this default is
     right for a one-machine cluster). `terminate_grace`: seconds between SIGTERM and
     SIGKILL. `executors` replaces the executors built from the pools (tests, or one
-    Slurm cluster shared with another object).
+    Slurm cluster shared with another object). `local_time_scale`: billed seconds per
+    wall second for pools run by the local executor (a workstation standing in for a
+    cluster, as in `broker demo`); Slurm and SSH pools are billed as their engines report.
     """
 
     name = NAME
@@ -68,7 +70,11 @@ class OnPremProvider(Capacity, Billing):
         workdir: Path,
         terminate_grace: float = 30.0,
         executors: Mapping[str, Executor] | None = None,
+        local_time_scale: float = 1.0,
     ) -> None:
+        if local_time_scale <= 0:
+            raise ValueError(f"local_time_scale must be positive, not {local_time_scale}")
+        self.local_time_scale = local_time_scale
         self.pools = {pool.name: pool for pool in pools}
         self.clock = clock
         self.workdir = Path(workdir).resolve()
@@ -93,11 +99,9 @@ class OnPremProvider(Capacity, Billing):
             today=self.clock.now().date(),
         )
 
-    def launch(
-        self, request: LaunchRequest, *, time_limit_seconds: int = 0, nvlink: bool = False
-    ) -> Instance:
-        """The contract's launch; `time_limit_seconds` (from the job's estimate and
-        deadline) becomes Slurm's --time, and `nvlink` makes one NVLink domain a must."""
+    def launch(self, request: LaunchRequest) -> Instance:
+        """The contract's launch; the request's `time_limit_seconds` becomes Slurm's
+        --time, and `interconnect: nvlink` makes one NVLink domain a must."""
         shape = shape_of(self.pools, request, NAME)
         pool = shape.pool
         executor = self.executor(pool.name)
@@ -112,9 +116,7 @@ class OnPremProvider(Capacity, Billing):
                 return self._instance(pool, found)
             staged = self._deliver(request)
             try:
-                attempt = self._attempt(
-                    shape, request, digest, executor, time_limit_seconds, nvlink, staged
-                )
+                attempt = self._attempt(shape, request, digest, executor, staged)
                 return self._instance(pool, executor.submit(attempt))
             finally:
                 if staged is not None:
@@ -234,7 +236,9 @@ class OnPremProvider(Capacity, Billing):
         if instance.launched_at is None:
             return 0.0
         end = instance.ended_at or self.clock.now()
-        return max(0.0, (end - instance.launched_at).total_seconds()) / 3600
+        hours = max(0.0, (end - instance.launched_at).total_seconds()) / 3600
+        pool, _ = self._locate(instance.id)
+        return hours * self.local_time_scale if pool.executor.kind == "local" else hours
 
     # --- helpers ------------------------------------------------------------------------------
 
@@ -266,8 +270,6 @@ class OnPremProvider(Capacity, Billing):
         request: LaunchRequest,
         digest: str,
         executor: Executor,
-        time_limit: int,
-        nvlink: bool,
         staged: Path | None,
     ) -> AttemptRequest:
         from onprem.executors.options import LocalOptions, SlurmOptions
@@ -288,7 +290,7 @@ class OnPremProvider(Capacity, Billing):
             broker_id=request.broker_id,
             tags=tags,
             nodes=request.nodes,
-            time_limit_seconds=time_limit,
+            time_limit_seconds=request.time_limit_seconds,
             grace_seconds=max(1, round(self.terminate_grace)),
             script=script,
             workdir=str(staged) if staged is not None else None,
@@ -303,6 +305,7 @@ class OnPremProvider(Capacity, Billing):
                 requeue=options.requeue,
                 switch_wait_seconds=options.switch_wait if pool.fabric == "infiniband" else 0,
             )
+        nvlink = request.interconnect == "nvlink"
         allocation = place(shape, request.nodes, executor.list_attempts(), nvlink=nvlink)
         if allocation is None:
             raise InsufficientCapacity(

@@ -65,6 +65,10 @@ class LaunchRequest:
     runs once before it. `workdir_uri` is the job's packed workdir
     (`providers.workdir`, `<sha256>.tar.gz`), delivered before setup: a `file://` URI
     where the broker runs, which a provider running jobs elsewhere uploads first.
+    `time_limit_seconds` is how long the attempt may run before its engine stops it (0:
+    no limit; a batch scheduler's `--time`); `interconnect` the fabric the placement
+    asked for ("nvlink": one NVLink domain per node is a must); `pool` the on-prem pool
+    it runs in ("" on a cloud).
     """
 
     attempt_id: str
@@ -92,6 +96,9 @@ class LaunchRequest:
     # hash of a request without them is what it always was.
     setup: str = field(default="", repr=False)
     workdir_uri: str = field(default="", repr=False)
+    time_limit_seconds: int = field(default=0, repr=False)
+    interconnect: str = field(default="", repr=False)
+    pool: str = field(default="", repr=False)
 
     def __post_init__(self) -> None:
         if isinstance(self.env, Mapping):
@@ -103,6 +110,8 @@ class LaunchRequest:
                 raise ValueError(f"{label} {value!r}: use 1-63 letters, digits, '_', '.', '-'")
         if self.market not in MARKETS:
             raise ValueError(f"market {self.market!r}: expected one of {', '.join(MARKETS)}")
+        if self.time_limit_seconds < 0:
+            raise ValueError(f"time_limit_seconds cannot be negative: {self.time_limit_seconds}")
         if self.nodes < 1:
             raise ValueError(f"nodes must be at least 1, not {self.nodes}")
         if not self.command.strip() and not container_image(self):
@@ -125,7 +134,13 @@ class LaunchRequest:
 
 def request_text(request: LaunchRequest) -> str:
     """The request as one text to hash: its repr, then each later field that is set."""
-    later = (("setup", request.setup), ("workdir_uri", request.workdir_uri))
+    later = (
+        ("setup", request.setup),
+        ("workdir_uri", request.workdir_uri),
+        ("time_limit_seconds", request.time_limit_seconds),
+        ("interconnect", request.interconnect),
+        ("pool", request.pool),
+    )
     return repr(request) + "".join(f"; {name}={value!r}" for name, value in later if value)
 
 

@@ -9,10 +9,10 @@ method's docstring is a contract, checked by the capability suites in
 | protocol | who has it | what the broker does with it |
 |---|---|---|
 | `Capacity` | sandbox, simulator, on-prem pools | skips full places within one pass |
-| `Billing` | sandbox, simulator | bills its own hours (a time scale) |
-| `CheckpointStores` | sandbox, simulator, on-prem pools | copies a checkpoint between places |
+| `Billing` | sandbox, simulator, on-prem pools | bills its own hours (a time scale, the engine's) |
+| `CheckpointStores` | sandbox, simulator | copies a checkpoint between places |
 | `Restrictions` | AWS, GCP, Azure | says why an offer is not for sale (`offers --live`) |
-| `PlayedReclaims` | sandbox | plays a spot reclaim (`broker sandbox interrupt`, the demo) |
+| `PlayedReclaims` | sandbox | plays a spot reclaim or crunch (the demo, `sandbox interrupt`) |
 | `SpotMarket` | simulator | tells the spot policy whether spot is on sale at all now |
 
 Without `Billing`, an instance is billed from its launch to its end; without
@@ -84,12 +84,19 @@ class Restrictions(Protocol):
 
 @runtime_checkable
 class PlayedReclaims(Protocol):
-    """A provider on which the broker itself can play a cloud's spot reclaim."""
+    """A provider on which the broker itself can play a cloud's spot market: a reclaim
+    of one instance, or a capacity crunch (the demo, `broker sandbox interrupt`)."""
 
     def interrupt(self, instance_id: str, kind: str = "spot-reclaim") -> InterruptionNotice | None:
         """Reclaim a running instance as its cloud would: record a notice, send the job
         SIGTERM, and end it as "interrupted" (killed at the notice's deadline if it is
         still running). None when the instance had already ended; NotFound when unknown."""
+        ...
+
+    def crunch_spot(self, cloud: str) -> None:
+        """From now on sell no spot on `cloud` (offers without a spot price, spot launches
+        InsufficientCapacity), as when a cloud runs out of spot GPUs everywhere; for this
+        object only. InvalidRequest when this provider cannot play it for that cloud."""
         ...
 
 

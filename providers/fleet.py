@@ -168,6 +168,16 @@ class Fleet(Capacity, Billing, CheckpointStores, PlayedReclaims):
             return float(member.billed_hours(dataclasses.replace(instance, id=own_id)))
         return launch_to_end_hours(instance)
 
+    def crunch_spot(self, cloud: str) -> None:
+        """A played spot crunch on the member serving `cloud`; InvalidRequest when that
+        member is a real cloud."""
+        member = self.member_for(cloud)
+        if not isinstance(member, PlayedReclaims):
+            from providers.errors import InvalidRequest
+
+            raise InvalidRequest(self.name, f"{member.name} cannot play a spot crunch")
+        member.crunch_spot(cloud)
+
     def interrupt(self, instance_id: str, kind: str = "spot-reclaim") -> InterruptionNotice | None:
         """A played reclaim on the member that owns the instance; InvalidRequest when that
         member is a real cloud (it reclaims by itself)."""

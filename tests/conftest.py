@@ -46,7 +46,8 @@ def isolated_user_dirs(tmp_path_factory, monkeypatch):
 
 # ---- real services: a 3-node Slurm cluster and key-only sshd nodes on 127.0.0.1 ----------
 # Started once per session by .ci/services/*.sh and stopped by PID. In CI (`.ci/run` sets
-# ONPREM_SERVICES=required) a missing package is an error; elsewhere those tests skip.
+# TEST_SERVICES=required, tests/services.py) a missing package is an error; elsewhere
+# those tests skip.
 
 SERVICES = REPO / ".ci" / "services"
 
@@ -79,7 +80,9 @@ class SshNodes:
 
 def _need_services(*programs: str) -> None:
     """Skip (outside CI) or fail (in CI) when these services cannot run here."""
-    required = os.environ.get("ONPREM_SERVICES") == "required"
+    from tests.services import required as in_ci
+
+    required = in_ci()
     missing = [p for p in programs if shutil.which(p) is None and not Path(p).exists()]
     why = ""
     if os.geteuid() != 0:

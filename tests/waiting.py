@@ -35,3 +35,9 @@ def running_program(attempt_id: str, program: str) -> bool:
         except OSError:  # gone meanwhile, or not ours to read
             continue
     return False
+
+
+def wait_ended(provider, instance_id: str, timeout: float = 30.0) -> bool:
+    """True once the provider reports the instance ended (any provider: it polls
+    `describe`); False after `timeout` seconds."""
+    return wait_until(lambda: not provider.describe(instance_id).active, timeout)

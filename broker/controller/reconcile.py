@@ -195,8 +195,9 @@ class Controller(Launching):
             # A copy that can never succeed: start there from what its store holds.
         here = attempt.placed_on
         store = self.checkpoints.location(job.id, here.cloud, here.region)
+        submitted = self.store.version(job.id, attempt.version).submitted_at
         try:
-            request = launch_request(job, attempt, spec, store)
+            request = launch_request(job, attempt, spec, store, spec.runtime.deadline_at(submitted))
         except ValueError as exc:  # the job cannot run on this provider (e.g. no command)
             self._close(attempt, "failed", None, f"cannot launch: {exc}", 0.0, None)
             return None

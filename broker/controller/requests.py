@@ -7,6 +7,8 @@ the first launch was tagged with (`providers.base.request_hash`).
 
 from __future__ import annotations
 
+import math
+from datetime import datetime
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
@@ -15,10 +17,13 @@ if TYPE_CHECKING:
     from providers.base import LaunchRequest
 
 
-def launch_request(job: Job, attempt: Attempt, spec: JobSpec, store: str | None) -> LaunchRequest:
+def launch_request(
+    job: Job, attempt: Attempt, spec: JobSpec, store: str | None, deadline_at: datetime | None
+) -> LaunchRequest:
     """The request for `attempt` of `job`. `store`: the job's checkpoint store at the
     attempt's place when the provider keeps one (a resumed attempt resumes from it),
-    else the manifest's checkpoint URI is resumed from. ValueError when the job cannot
+    else the manifest's checkpoint URI is resumed from. `deadline_at`: when the job's
+    version must be done (its time limit: `time_limit`). ValueError when the job cannot
     be launched as it is (e.g. nothing to run)."""
     from providers.base import LaunchRequest
 
@@ -47,4 +52,22 @@ def launch_request(job: Job, attempt: Attempt, spec: JobSpec, store: str | None)
         checkpoint_uri=spec.checkpoint.uri if spec.checkpoint else "",
         resume_from=str(resume),
         max_price_per_hour=spec.requirements.max_price_per_hour,
+        time_limit_seconds=time_limit(spec, attempt, deadline_at),
+        interconnect=spec.requirements.interconnect or "",
+        pool=placed.pool,
     )
+
+
+def time_limit(spec: JobSpec, attempt: Attempt, deadline_at: datetime | None) -> int:
+    """Seconds the attempt may run before its engine stops it (a batch scheduler's
+    `--time`, with its SIGTERM grace before): until the job's deadline, but never less
+    than its own estimate and a restart, so a late attempt still gets its run; 0 (no
+    limit) without a deadline. Counted from the attempt's recorded start, so the same
+    attempt always asks the same (a relaunch after a crash is the same request)."""
+    if deadline_at is None:
+        return 0
+    from broker.planner.cost import RESTART_HOURS
+
+    until_deadline = (deadline_at - attempt.started_at).total_seconds()
+    own = (spec.runtime.estimate_hours + RESTART_HOURS) * 3600
+    return max(1, math.ceil(max(until_deadline, own)))

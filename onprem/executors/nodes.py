@@ -288,7 +288,12 @@ def _parse(host: str, line: str) -> _Seen:
 
 
 def _epoch(text: str) -> datetime | None:
-    return datetime.fromtimestamp(int(text), UTC) if text.strip().isdigit() else None
+    """A node's `stat -c %.6Y` / `date +%s.%N` time (sub-second, so a time-scaled local
+    pool bills a short job its real share); None when absent or not a time."""
+    try:
+        return datetime.fromtimestamp(float(text), UTC)
+    except (ValueError, OverflowError, OSError):  # empty, "nan", out of range
+        return None
 
 
 def _merge(attempt_id: str, items: list[_Seen]) -> AttemptStatus:

@@ -92,12 +92,14 @@ for id in "$@"; do
   [ -f "$d/attempt.json" ] || continue
   if alive "$d"; then live=1; else live=0; fi
   code=""; ended=""; started=""; marker=""
-  if [ -f "$d/exit_code" ]; then code=$(cat "$d/exit_code"); ended=$(stat -c %Y "$d/exit_code"); fi
-  [ -f "$d/pid" ] && started=$(stat -c %Y "$d/pid")
+  if [ -f "$d/exit_code" ]; then
+    code=$(cat "$d/exit_code"); ended=$(stat -c %.6Y "$d/exit_code")
+  fi
+  [ -f "$d/pid" ] && started=$(stat -c %.6Y "$d/pid")
   [ -f "$d/interrupted" ] && marker=interrupted
   [ -f "$d/cancelled" ] && marker=cancelled
   if [ "$live" = 0 ] && [ -z "$ended" ] && [ -f "$d/pid" ]; then  # died without a status
-    [ -s "$d/lost" ] || date +%s > "$d/lost"
+    [ -s "$d/lost" ] || date +%s.%N > "$d/lost"
     ended=$(cat "$d/lost")
   fi
   printf '%s%s%s%s%s%s%s%s%s%s%s%s%s\n' "$id" "$us" "$live" "$us" "$code" "$us" "$started" \

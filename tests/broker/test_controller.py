@@ -13,6 +13,7 @@ from broker.runtime import open_runtime
 from broker.state import AttemptState, JobState
 from broker.state.placed import PlacedOn
 from broker.submit import submit_manifests
+from tests.waiting import wait_ended
 
 REPO = Path(__file__).resolve().parents[2]
 DEMO = REPO / "examples" / "demo"
@@ -20,7 +21,7 @@ DEMO = REPO / "examples" / "demo"
 
 @pytest.fixture
 def rt(tmp_path):
-    view = load_offers(pools_path=REPO / "examples" / "pools.yaml")
+    view = load_offers(pools_path=REPO / "examples" / "demo" / "pools.yaml")
     runtime = open_runtime(tmp_path / "state.db", view, clock=SystemClock())
     (runtime.workdir / "train.py").write_text((REPO / "examples" / "train.py").read_text())
     yield runtime
@@ -43,7 +44,7 @@ def finish(rt, job_id: str) -> None:
         if job.state in (JobState.SUCCEEDED, JobState.FAILED, JobState.CANCELLED):
             return
         for known in rt.store.instances(state="running"):
-            rt.provider.wait(known.provider_id, timeout=10)
+            wait_ended(rt.provider, known.provider_id, timeout=10)
     raise AssertionError(f"job {job_id} did not finish: {rt.store.job(job_id).state}")
 
 
@@ -109,7 +110,7 @@ def test_cancel_terminates_and_bills_up_to_now(rt):
 
 
 def test_two_controllers_on_one_state_file_launch_each_attempt_once(rt, tmp_path):
-    view = load_offers(pools_path=REPO / "examples" / "pools.yaml")
+    view = load_offers(pools_path=REPO / "examples" / "demo" / "pools.yaml")
     other = open_runtime(tmp_path / "state.db", view, clock=SystemClock())
     try:
         job_id = submit(rt, "eval-eu.yaml")
@@ -124,7 +125,7 @@ def test_two_controllers_on_one_state_file_launch_each_attempt_once(rt, tmp_path
 def test_policy_budget_and_quota_hold_jobs_back(tmp_path):
     from broker.queue import Policy, TeamPolicy
 
-    view = load_offers(pools_path=REPO / "examples" / "pools.yaml")
+    view = load_offers(pools_path=REPO / "examples" / "demo" / "pools.yaml")
     policy = Policy(teams={"nlp": TeamPolicy(monthly_budget=1.0), "vision": TeamPolicy(max_gpus=4)})
     rt = open_runtime(tmp_path / "state.db", view, clock=SystemClock(), policy=policy)
     try:
@@ -168,7 +169,7 @@ checkpoint:
 def test_a_higher_priority_job_preempts_checkpointed_work_on_a_full_pool(tmp_path):
     from broker.queue import Policy
 
-    view = load_offers(pools_path=REPO / "examples" / "pools.yaml")
+    view = load_offers(pools_path=REPO / "examples" / "demo" / "pools.yaml")
     rt = open_runtime(
         tmp_path / "state.db",
         view,
@@ -233,10 +234,11 @@ def test_an_attempt_that_ends_without_an_exit_code_is_retried(rt, tmp_path):
     (attempt,) = rt.store.attempts(job_id)
     record = json.loads((rt.workdir / attempt.id / "instance.json").read_text())
     os.killpg(record["pid"], signal.SIGKILL)  # killed from outside: no exit code written
-    view = load_offers(pools_path=REPO / "examples" / "pools.yaml")
+    view = load_offers(pools_path=REPO / "examples" / "demo" / "pools.yaml")
     restarted = open_runtime(tmp_path / "state.db", view, clock=SystemClock())
     try:
-        restarted.provider.wait(rt.store.instances(attempt_id=attempt.id)[0].provider_id, 10)
+        (known,) = rt.store.instances(attempt_id=attempt.id)
+        wait_ended(restarted.provider, known.provider_id, 10)
         finish(restarted, job_id)
     finally:
         restarted.close()

@@ -30,7 +30,7 @@ from pricing.regions import Place
 from tests.fakes.billing import ledger as fixed
 from tests.fakes.offers import write_catalog
 from tests.fakes.specs import job_spec, placed
-from tests.waiting import wait_until
+from tests.waiting import wait_ended, wait_until
 
 REPO = Path(__file__).resolve().parents[2]
 BILLING = REPO / "tests" / "fakes" / "billing"
@@ -201,7 +201,7 @@ def test_the_ledger_adds_up_after_a_run_with_an_interruption(tmp_path):
     from broker.runtime import open_runtime
     from broker.submit import submit_manifests
 
-    view = load_offers(pools_path=REPO / "examples" / "pools.yaml")
+    view = load_offers(pools_path=REPO / "examples" / "demo" / "pools.yaml")
     rt = open_runtime(tmp_path / "state.db", view, clock=SystemClock())
     (tmp_path / "spot.yaml").write_text(SPOT_JOB.format(examples=REPO / "examples"))
     paths = [tmp_path / "spot.yaml", REPO / "examples" / "demo" / "onprem.yaml"]
@@ -218,7 +218,7 @@ def test_the_ledger_adds_up_after_a_run_with_an_interruption(tmp_path):
                 break
             rt.controller.run_pass()
             for known in rt.store.instances(state="running"):
-                rt.provider.wait(known.provider_id, timeout=10)
+                wait_ended(rt.provider, known.provider_id, timeout=10)
         assert rt.store.job(spot).state is JobState.SUCCEEDED
         attempts = rt.store.attempts(spot) + rt.store.attempts(onprem)
         assert [a.state for a in rt.store.attempts(spot)] == ["interrupted", "succeeded"]

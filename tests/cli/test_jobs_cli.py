@@ -35,7 +35,7 @@ def test_submit_is_idempotent_and_bad_input_changes_nothing(capsys, tmp_path):
     )
     broken = run_cli(capsys, "submit", str(bad), "--state", state)
     assert broken.code == 2 and "L44" in broken.stderr
-    pools = str(REPO / "examples" / "pools.yaml")
+    pools = str(REPO / "examples" / "demo" / "pools.yaml")
     listed = run_cli(capsys, "queue", "--state", state, "--pools", pools, "-o", "json")
     queue = json.loads(listed.stdout)["queue"]
     assert "other" not in {row["name"] for row in queue}

@@ -65,9 +65,9 @@ def _rootfs(root: Path) -> None:
 
 @pytest.fixture(scope="session")
 def podman_image() -> Iterator[Podman]:
-    missing = [tool for tool in ("podman", "runc", "ldd") if shutil.which(tool) is None]
-    if missing:
-        pytest.skip(f"{', '.join(missing)} not installed (apt-get install podman runc)")
+    from tests.services import need_programs
+
+    need_programs("podman", "runc", "ldd", install="apt-get install podman runc")
     home = Path(tempfile.mkdtemp(prefix="broker-podman-", dir="/tmp"))
     (home / "tmp").mkdir()
     conf = home / "containers.conf"

@@ -143,7 +143,7 @@ def test_sigterm_arrives_before_the_time_limit(make, slurm_cluster):
     pool = slurm_pool(slurm_cluster, f"a100-{_id()}")
     provider = make(pool, grace=30)
     command = "trap 'echo got SIGTERM; exit 0' TERM; sleep 300 & wait"
-    instance = provider.launch(request(pool, _id(), command=command), time_limit_seconds=60)
+    instance = provider.launch(request(pool, _id(), command=command, time_limit_seconds=60))
     done = _ended(provider, instance, timeout=75)
     assert provider.log(instance.id).count("got SIGTERM") == 1
     assert done.state == "succeeded" and (done.ended_at - done.launched_at).total_seconds() < 60

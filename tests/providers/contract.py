@@ -240,6 +240,18 @@ class PlayedReclaimsContract:
         with pytest.raises(NotFound):
             provider.interrupt(harness.unknown_id())
 
+    def test_a_played_crunch_stops_selling_spot_there(self, harness: Harness) -> None:
+        provider = harness.provider
+        assert isinstance(provider, PlayedReclaims)
+        request = harness.request("crunch-1")
+        provider.crunch_spot(request.cloud)
+        rows = [r for r in provider.offers().records() if r["cloud"] == request.cloud]
+        assert rows and all(r["price_spot"] != r["price_spot"] for r in rows)  # NaN: not sold
+        with pytest.raises(InsufficientCapacity):
+            provider.launch(request)
+        on_demand = provider.launch(harness.request("crunch-2", market="on-demand"))
+        assert on_demand.market == "on-demand"
+
 
 class RestrictionsContract:
     """`Restrictions.unavailable`: every refusal names its place, market and reason."""

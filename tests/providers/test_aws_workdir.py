@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import hashlib
 import os
-import shutil
 import subprocess
 from pathlib import Path
 
@@ -92,9 +91,9 @@ def test_the_archive_lands_in_s3_and_the_user_data_fetches_it(aws_env, tmp_path,
 def test_the_user_data_runs_the_job_in_the_fetched_workdir(aws_env, tmp_path, staged):
     """The user data, run by /bin/sh as cloud-init would, with the AWS CLI fetching from
     moto on the credentials the instance role would give."""
-    cli = shutil.which("aws")
-    if cli is None:
-        pytest.skip("the AWS CLI (what the AMI runs to fetch the workdir) is not installed")
+    from tests.services import need_programs
+
+    need_programs("aws", install="apt-get install awscli: what the AMI runs to fetch it")
     _, _, user_data = launch(aws_env, tmp_path, staged)
     script = tmp_path / "user-data.sh"
     script.write_text(user_data)

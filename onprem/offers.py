@@ -1,25 +1,25 @@
 """On-prem pools as rows of the offers table, so the planner weighs them beside the clouds.
 
-One row per pool for its whole GPUs (left out when every node is sliced with MIG);
-the unit sold is one whole node of the pool:
+Rows for a pool's whole GPUs (left out when every node is sliced with MIG): one for
+a whole node, and one for each smaller count of its GPUs, which the allocator packs
+onto a node (`onprem.allocation`), so a 2-GPU job fits an 8-GPU pool:
 
 | column | value |
 |---|---|
 | cloud, region, zone | "onprem", the pool's `location.region`, the pool name |
 | instance_type | "<pool>-node" |
-| accelerator, accelerator_count | canonical GPU name, `gpus_per_node` |
+| accelerator, accelerator_count | canonical GPU name, g = `gpus_per_node`, then g-1 .. 1 |
 | accelerator_memory_gib | memory per GPU from `pricing.gpus` |
-| vcpus, memory_gib | per node |
-| interconnect | "nvlink" if `nvlink_domain` > 1, "infiniband" if `fabric` is; "+"-joined |
-| price_on_demand | `cost_per_gpu_hour` x `gpus_per_node` (the amortised price of a node-hour) |
+| vcpus, memory_gib | per node, times count / g |
+| interconnect | "nvlink" if the count fits in an NVLink domain (> 1), "infiniband" if `fabric` is; "+"-joined |
+| price_on_demand | `cost_per_gpu_hour` x count (the amortised price of those GPUs for an hour) |
 | price_spot, spot_interruption_rate | NaN: pools have no spot market |
-| capacity | free GPUs / `gpus_per_node` (see below) |
+| capacity | free GPUs / count (see below) |
 | source, as_of | "onprem:<path>", the file's modification date |
 
-Capacity follows the offers schema: it counts instances, here nodes, and for a
-pool it is the pool's free GPUs divided by the GPUs per node, a float (12 free
-GPUs on 8-GPU nodes give 1.5), so that a partly used pool still shows what it
-can hold. Every GPU is free until the broker runs work there: pass the GPUs in
+Capacity follows the offers schema: it counts instances, here units of `count` GPUs,
+the pool's free GPUs divided by the count, a float (12 free GPUs on 8-GPU nodes give
+1.5 whole nodes), so that a partly used pool still shows what it can hold. Every GPU is free until the broker runs work there: pass the GPUs in
 use per pool as `used_gpus`; `free_gpus` gives the count in GPUs.
 
 A pool whose nodes are sliced with MIG (`mig:` in pools.yaml) also sells slices:
@@ -151,26 +151,29 @@ def pools_to_offers(
             rows.extend(slices)
             continue
         model = find_gpu(pool.gpu)
-        rows.append(
-            {
-                "cloud": "onprem",
-                "region": pool.region,
-                "zone": pool.name,
-                "instance_type": f"{pool.name}-node",
-                "accelerator": model.name if model else pool.gpu,
-                "accelerator_count": float(pool.gpus_per_node),
-                "accelerator_memory_gib": model.memory_gib if model else float("nan"),
-                "vcpus": float(pool.vcpus_per_node),
-                "memory_gib": float(pool.memory_gib_per_node),
-                "interconnect": interconnect(pool.nvlink_domain, pool.fabric),
-                "price_on_demand": pool.price_per_node_hour,
-                "price_spot": float("nan"),
-                "spot_interruption_rate": float("nan"),
-                "capacity": free[pool.name] / pool.gpus_per_node,  # of the unsliced nodes
-                "source": pool.source,
-                "as_of": as_of,
-            }
-        )
+        for count in range(pool.gpus_per_node, 0, -1):  # the whole node first
+            share = count / pool.gpus_per_node
+            domain = pool.nvlink_domain if count <= pool.nvlink_domain else 0
+            rows.append(
+                {
+                    "cloud": "onprem",
+                    "region": pool.region,
+                    "zone": pool.name,
+                    "instance_type": f"{pool.name}-node",
+                    "accelerator": model.name if model else pool.gpu,
+                    "accelerator_count": float(count),
+                    "accelerator_memory_gib": model.memory_gib if model else float("nan"),
+                    "vcpus": float(pool.vcpus_per_node) * share,
+                    "memory_gib": float(pool.memory_gib_per_node) * share,
+                    "interconnect": interconnect(domain, pool.fabric),
+                    "price_on_demand": pool.cost_per_gpu_hour * count,
+                    "price_spot": float("nan"),
+                    "spot_interruption_rate": float("nan"),
+                    "capacity": free[pool.name] / count,  # of the unsliced nodes
+                    "source": pool.source,
+                    "as_of": as_of,
+                }
+            )
         rows.extend(slices)
     return OfferTable.from_columns({name: [row[name] for row in rows] for name in COLUMN_NAMES})
 

@@ -282,8 +282,19 @@ class Provider(Protocol):
         ...
 
 
+def local_path(location: str) -> str:
+    """A `file://` location as the path it names (what a job on that machine opens);
+    any other location as it is."""
+    if not location.startswith("file://"):
+        return location
+    from urllib.parse import unquote, urlsplit
+
+    return unquote(urlsplit(location).path)
+
+
 def job_environment(request: LaunchRequest) -> tuple[tuple[str, str], ...]:
-    """The BROKER_* variables every job gets, on every provider (the job contract)."""
+    """The BROKER_* variables every job gets, on every provider (the job contract). A
+    `file://` checkpoint location is given as its path: the job opens it as a folder."""
     return (
         ("BROKER_JOB", request.job_id),
         ("BROKER_JOB_NAME", request.job_name),
@@ -295,9 +306,9 @@ def job_environment(request: LaunchRequest) -> tuple[tuple[str, str], ...]:
         ("BROKER_INSTANCE_TYPE", request.instance_type),
         ("BROKER_MARKET", request.market),
         ("BROKER_NODES", str(request.nodes)),
-        ("BROKER_CHECKPOINT_DIR", request.checkpoint_dir or request.checkpoint_uri),
+        ("BROKER_CHECKPOINT_DIR", local_path(request.checkpoint_dir or request.checkpoint_uri)),
         ("BROKER_CHECKPOINT_URI", request.checkpoint_uri),
-        ("BROKER_RESUME_FROM", request.resume_from),
+        ("BROKER_RESUME_FROM", local_path(request.resume_from)),
     )
 
 

@@ -261,7 +261,14 @@ def test_pools_to_offers_rows(tmp_path):
     assert a100["capacity"] == (16 - 4) / 8  # in nodes: 12 free GPUs on 8-GPU nodes
     assert a100["source"] == f"onprem:{path.resolve()}"
     assert a100["as_of"] == date.fromtimestamp(path.stat().st_mtime).isoformat()
-    t4 = offers.iloc[1]
+    # then each smaller share of a node, priced per GPU, as many as the free GPUs hold
+    shares = offers[offers["zone"] == "lab-a100"].iloc[1:]
+    assert list(shares["accelerator_count"]) == [7, 6, 5, 4, 3, 2, 1]
+    two = shares[shares["accelerator_count"] == 2].iloc[0]
+    assert (two["price_on_demand"], two["capacity"]) == (1.10 * 2, 12 / 2)
+    assert (two["vcpus"], two["memory_gib"]) == (32, 256)  # the node's, pro rata
+    assert two["interconnect"] == "nvlink+infiniband"  # inside one NVLink domain of 8
+    t4 = offers[offers["zone"] != "lab-a100"].iloc[0]
     assert (t4["interconnect"], t4["capacity"], t4["accelerator"]) == ("", 3.0, "T4")
     conform(offers)  # still valid
 

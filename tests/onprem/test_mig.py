@@ -119,7 +119,8 @@ def test_slice_rows_are_priced_at_their_share(tmp_path):
     path.write_text(SLICED)
     pools = load_pools(path)
     rows = pools_to_offers(pools, used_slices={"mig-lab": {"1g.10gb": 5}}).to_frame()
-    by_type = {row["instance_type"]: row for row in rows.to_dict("records")}
+    records = sorted(rows.to_dict("records"), key=lambda row: row["accelerator_count"])
+    by_type = {row["instance_type"]: row for row in records}  # a node's row: its whole GPUs
     assert set(by_type) == {
         "mig-lab-node",
         *(f"mig-lab-1g.10gbx{c}" for c in range(1, 15)),

@@ -5,15 +5,16 @@ from __future__ import annotations
 import typer
 
 from broker.cli.exits import BAD_INPUT, FAILED, fail
+from broker.cli.formats import Fixed, flag
 from broker.cli.options import OutputOption, split_list
 from broker.cli.render import Column, Output, render
 
 COLUMNS = (
-    Column("cloud", "CLOUD"),
-    Column("usable", "USABLE", lambda v: "yes" if v else "no"),
-    Column("reason", "REASON"),
+    Column("cloud", "CLOUD", keep=3),
+    Column("usable", "USABLE", flag, keep=3),
+    Column("reason", "REASON", keep=2),
     Column("detail", "DETAIL"),
-    Column("seconds", "SECONDS", lambda v: f"{v:.2f}", numeric=True),
+    Column("seconds", "SECONDS", Fixed(2), keep=0),
 )
 
 

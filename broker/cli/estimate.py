@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING
 import typer
 
 from broker.cli.exits import BAD_INPUT, NO_PLACEMENT, fail
+from broker.cli.formats import flag
 from broker.cli.options import (
     CatalogOption,
     OutputOption,
@@ -27,22 +28,18 @@ if TYPE_CHECKING:
 _BY_KEY = {c.key: c for c in PLACEMENT_COLUMNS}  # the headers and formats of `broker plan`
 
 
-def _hours(value: object) -> str:
-    return "-" if value is None else f"{value:.2f}"
-
-
 TABLE_COLUMNS = (
     Column("job", "job"),
     Column("team", "team"),
     Column("file", "file"),
     *(_BY_KEY[k] for k in ("cloud", "region", "instance_type", "market")),
-    Column("runtime_hours", "runtime est. h", number, numeric=True),
-    Column("expected_hours", _BY_KEY["expected_hours"].header, _hours, numeric=True),
+    Column("runtime_hours", "runtime est. h", number),
+    _BY_KEY["expected_hours"],
     *(_BY_KEY[k] for k in ("interruption_overhead", "egress", "expected_cost")),
 )
 DATA_COLUMNS = (
     *TABLE_COLUMNS,
-    Column("feasible", "feasible"),
+    Column("feasible", "feasible", flag),
     _BY_KEY["gpus"],
     _BY_KEY["nodes"],
     _BY_KEY["price_per_hour"],

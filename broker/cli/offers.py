@@ -8,6 +8,7 @@ from pathlib import Path
 import typer
 
 from broker.cli.exits import BAD_INPUT, fail
+from broker.cli.formats import flag
 from broker.cli.options import (
     CatalogOption,
     OutputOption,
@@ -19,27 +20,28 @@ from broker.cli.options import (
 )
 from broker.cli.render import Column, Output, number, render, usd
 
+# `keep`: what a narrow terminal keeps longest (0: left out first); --wide shows all.
 OFFER_COLUMNS = (
-    Column("cloud", "cloud"),
-    Column("region", "region"),
+    Column("cloud", "cloud", keep=3),
+    Column("region", "region", keep=2),
     Column("country", "country"),
-    Column("zone", "zone"),
-    Column("instance_type", "instance type"),
-    Column("accelerator", "GPU"),
-    Column("accelerator_count", "#", number, numeric=True),
-    Column("accelerator_memory_gib", "GiB/GPU", number, numeric=True),
-    Column("vcpus", "vCPU", number, numeric=True),
-    Column("memory_gib", "mem GiB", number, numeric=True),
-    Column("interconnect", "interconnect"),
-    Column("price_on_demand", "on-demand $/h", usd, numeric=True),
-    Column("price_spot", "spot $/h", usd, numeric=True),
-    Column("market", "market"),
-    Column("price", "price $/h", usd, numeric=True),
-    Column("price_per_gpu", "$/GPU-h", usd, numeric=True),
-    Column("capacity", "capacity", number, numeric=True),
-    Column("spot_interruption_rate", "reclaims/h", number, numeric=True),
-    Column("as_of", "as of"),
-    Column("stale", "stale"),
+    Column("zone", "zone", keep=0),
+    Column("instance_type", "instance type", keep=2),
+    Column("accelerator", "GPU", keep=3),
+    Column("accelerator_count", "#", number, keep=3),
+    Column("accelerator_memory_gib", "GiB/GPU", number, keep=0),
+    Column("vcpus", "vCPU", number, keep=0),
+    Column("memory_gib", "mem GiB", number, keep=0),
+    Column("interconnect", "interconnect", keep=0),
+    Column("price_on_demand", "on-demand $/h", usd),
+    Column("price_spot", "spot $/h", usd),
+    Column("market", "market", keep=2),
+    Column("price", "price $/h", usd, keep=3),
+    Column("price_per_gpu", "$/GPU-h", usd, keep=2),
+    Column("capacity", "capacity", number, keep=0),
+    Column("spot_interruption_rate", "reclaims/h", number, keep=0),
+    Column("as_of", "as of", keep=0),
+    Column("stale", "stale", flag),
     Column("source", "source"),
 )
 TABLE_HIDDEN = {
@@ -160,7 +162,7 @@ def offers(
 def _go_live(view, asked: tuple[str, ...]):
     """(the view as the account can buy it, the reasons), for the enabled clouds."""
     from broker.cli.exits import PROVIDER
-    from broker.cli.jobs import enabled_clouds
+    from broker.cli.session import enabled_clouds
     from broker.live import live_offers
     from providers.checks import CLOUDS
     from providers.errors import ProviderError

@@ -4,16 +4,17 @@ and how the ledger compares with the clouds' own bills. Reference: docs/reports.
 from __future__ import annotations
 
 import sys
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import typer
 
 from broker.cli.exits import BAD_INPUT, FAILED, fail
-from broker.cli.jobs import StateOption, state_path
-from broker.cli.options import CatalogOption, OutputOption, OverlaysOption, split_list
+from broker.cli.formats import hours, percent
+from broker.cli.options import CatalogOption, OutputOption, OverlaysOption, split_list, time_flag
 from broker.cli.render import Column, Output, number, render, usd
+from broker.cli.session import StateOption, state_path
 
 if TYPE_CHECKING:
     from broker.reports.actual import Reconciliation
@@ -31,22 +32,14 @@ NOTES = (
 )
 
 
-def _hours(value: Any) -> str:
-    return "-" if value in (None, "") else f"{float(value):,.2f}"
-
-
-def _share(value: Any) -> str:
-    return "-" if value in (None, "") else f"{float(value) * 100:.1f}%"
-
-
 FIGURE_COLUMNS = (
     Column("total_usd", "total $", usd, True),
     Column("compute_usd", "compute $", usd, True),
     Column("onprem_usd", "on-prem $", usd, True),
     Column("egress_usd", "egress $", usd, True),
-    Column("gpu_hours", "GPU-h", _hours, True),
-    Column("spot_share", "spot", _share, True),
-    Column("lost_gpu_hours", "lost GPU-h", _hours, True),
+    Column("gpu_hours", "GPU-h", hours),
+    Column("spot_share", "spot", percent),
+    Column("lost_gpu_hours", "lost GPU-h", hours),
     Column("lost_usd", "lost $", usd, True),
     Column("on_demand_usd", "on-demand $", usd, True),
     Column("savings_usd", "savings $", usd, True),
@@ -129,7 +122,7 @@ def cost_report(
         groups = parse_by(split_list(by) or (DEFAULT_BY,))
     except UnknownGrouping as exc:
         fail(str(exc), BAD_INPUT)
-    start, end = _moment(since, "--since"), _moment(until, "--until", inclusive_day=True)
+    start, end = time_flag(since, "--since"), time_flag(until, "--until", inclusive_day=True)
     if start is not None and end is not None and start >= end:
         fail("--since must be before --until", BAD_INPUT)
     bills = _bills(actual or ())
@@ -142,20 +135,6 @@ def cost_report(
     _emit(report, reconciled, output, chart)
     if html is not None:
         _write_html(html, report, reconciled)
-
-
-def _moment(text: str | None, flag: str, inclusive_day: bool = False) -> datetime | None:
-    """A UTC date (midnight; the next one for an inclusive end day) or a time."""
-    if not text:
-        return None
-    try:
-        if len(text.strip()) == 10:
-            day = datetime.strptime(text.strip(), "%Y-%m-%d").replace(tzinfo=UTC)
-            return day + timedelta(days=1) if inclusive_day else day
-        moment = datetime.fromisoformat(text.strip().replace("Z", "+00:00"))
-    except ValueError:
-        fail(f"{flag}: not a date (YYYY-MM-DD) or time (ISO 8601): {text!r}", BAD_INPUT)
-    return moment if moment.tzinfo else moment.replace(tzinfo=UTC)
 
 
 def _bills(paths):
@@ -358,11 +337,7 @@ def _write_html(path: Path, report: Report, reconciled: Reconciliation | None) -
 def _html_table(title: str, columns, rows, total_row: bool = False) -> HtmlTable:
     from broker.reports.chart import HtmlTable
 
-    def shown(column: Column, value: Any) -> str:
-        if column.fmt is not None:
-            return column.fmt(value)
-        return "-" if value in (None, "") else str(value)
-
-    cells = [[shown(c, row.get(c.key)) for c in columns] for row in rows]
-    numeric = [c.numeric for c in columns]
+    shown = [c.cells([row.get(c.key) for row in rows]) for c in columns]
+    cells = [list(row) for row in zip(*shown, strict=True)] if rows else []
+    numeric = [c.is_numeric for c in columns]
     return HtmlTable(title, [c.header for c in columns], cells, numeric, total_row)

@@ -44,7 +44,7 @@ def open_runtime(
     state_path: Path,
     view: OffersInForce,
     *,
-    time_scale: float = 3600.0,
+    time_scale: float = 1.0,
     capacity: int = 4,
     clock: Clock | None = None,
     policy: Policy | None = None,
@@ -53,7 +53,8 @@ def open_runtime(
     """Open the store at `state_path` and a sandbox provider over the offers in force.
 
     On-prem pools get as many sandbox slots as they have nodes; every cloud region
-    gets `capacity` nodes. `time_scale` 3600 bills a wall second as an hour.
+    gets `capacity` nodes. `time_scale`: billed seconds per wall second on the sandbox
+    (1, as it passes; the demo bills a wall second as an hour: 3600).
     `clouds` are launched for real through their adapters (a Fleet routes by cloud);
     the sandbox keeps serving on-prem pools and every other cloud.
     """

@@ -168,6 +168,11 @@ class Fleet(Capacity, Billing, CheckpointStores, PlayedReclaims):
             return float(member.billed_hours(dataclasses.replace(instance, id=own_id)))
         return launch_to_end_hours(instance)
 
+    def time_scale(self, cloud: str) -> float:
+        """The scale of the member serving `cloud` (1 for a real cloud)."""
+        member = self.routes.get(cloud, self.default)
+        return float(member.time_scale(cloud)) if isinstance(member, Billing) else 1.0
+
     def interrupt(self, instance_id: str, kind: str = "spot-reclaim") -> InterruptionNotice | None:
         """A played reclaim on the member that owns the instance; InvalidRequest when that
         member is a real cloud (it reclaims by itself)."""

@@ -31,7 +31,7 @@ if TYPE_CHECKING:
     from broker.state import Job, StateStore
     from pricing.query import OfferIndex
     from providers.base import Provider
-    from providers.capabilities import Capacity, SpotMarket
+    from providers.capabilities import Billing, Capacity, SpotMarket
 
 _FULL = "capacity: every planned place is full"
 
@@ -70,6 +70,7 @@ class Launching:
     settings: DispatchSettings
     _steered: dict[str, str]
     _capacity: Capacity | None
+    _billing: Billing | None
     _spot_market: SpotMarket | None
 
     def queue_lines(self) -> list[QueueLine]:
@@ -139,7 +140,9 @@ class Launching:
             report.waiting[job.name] = _FULL
             return
         # on demand by the spot policy's call, not the price's: may go back to spot
-        placed = PlacedOn.of(placement, steered=self._steered.get(job.id) == "on-demand")
+        steered = self._steered.get(job.id) == "on-demand"
+        scale = self._billing.time_scale(placement.cloud) if self._billing else 1.0
+        placed = PlacedOn.of(placement, steered=steered, time_scale=scale)
         if not self.store.transition(
             job.id,
             JobState.PLANNED,

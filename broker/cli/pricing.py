@@ -13,9 +13,9 @@ from pathlib import Path
 import typer
 
 from broker.cli.exits import BAD_INPUT, FAILED, PROVIDER, fail
-from broker.cli.jobs import StateOption
 from broker.cli.options import OutputOption, split_list
 from broker.cli.render import Output, render
+from broker.cli.session import StateOption
 
 app = typer.Typer(help="Manage the offers catalog.", no_args_is_help=True)
 

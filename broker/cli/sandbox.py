@@ -7,8 +7,8 @@ from pathlib import Path
 import typer
 
 from broker.cli.exits import BAD_INPUT, fail
-from broker.cli.jobs import StateOption, runtime
 from broker.cli.options import CatalogOption, OverlaysOption, PoolsOption
+from broker.cli.session import StateOption, runtime
 
 app = typer.Typer(
     help="The local sandbox's levers (try spot survival without a cloud).",

@@ -20,6 +20,14 @@ def test_demo_runs_every_example_job_to_success(capsys, tmp_path):
     assert all(j["cost"] > 0 for j in jobs)  # every attempt was billed
     assert {j["team"] for j in jobs} >= {"nlp", "vision"}
     assert any(j["where"].startswith("onprem/") for j in jobs)
+    assert "one wall second is billed as 1 hour(s)" in result.stderr  # the demo's fast clock
+    listed = run_cli(capsys, "jobs", "--state-file", str(tmp_path / "state.db"), "-o", "json")
+    recorded = json.loads(listed.stdout)["jobs"]
+    assert len(recorded) == len(jobs) == 5 and {j["state"] for j in recorded} == {"succeeded"}
+    attempts = run_cli(
+        capsys, "jobs", "--attempts", "--state-file", str(tmp_path / "state.db"), "-o", "json"
+    )
+    assert {a["time_scale"] for a in json.loads(attempts.stdout)["attempts"]} == {3600}
 
 
 def test_submit_is_idempotent_and_bad_input_changes_nothing(capsys, tmp_path):

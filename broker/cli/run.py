@@ -11,7 +11,7 @@ from typing import Any
 
 import typer
 
-from broker.cli.exits import BAD_INPUT, FAILED, fail
+from broker.cli.exits import BAD_INPUT, FAILED, PROVIDER, fail
 from broker.cli.formats import count, hours
 from broker.cli.options import CatalogOption, OverlaysOption, PoolsOption
 from broker.cli.render import Column, Output, render, state_colour, usd
@@ -134,6 +134,8 @@ def _loop(rt, once: bool, poll: float, limit_s: float | None, live, after_pass) 
     started = time.monotonic()
     while True:
         report = rt.controller.run_pass()
+        if report.blocked:  # e.g. credentials: no later pass can do better
+            fail(report.blocked[0], PROVIDER)
         if after_pass is not None:
             after_pass(rt)
         if live is not None:
@@ -183,7 +185,15 @@ def demo(
         fail("; ".join(refused))
     # The demo's pools all use the local executor: no Slurm, no SSH node needed.
     pools = examples / "demo" / "pools.yaml"
-    with runtime(state, None, pools, None, examples / "policy.yaml", DEMO_TIME_SCALE) as rt:
+    with runtime(
+        state,
+        None,
+        pools,
+        None,
+        examples / "policy.yaml",
+        DEMO_TIME_SCALE,
+        sandbox_only=True,  # the demo never launches on a real cloud, whatever is enabled
+    ) as rt:
         submit_manifests(rt.store, ready)
         print(f"demo: {len(loaded.manifests)} jobs submitted to {state}", file=sys.stderr)
         print(f"demo: {sandbox_time(DEMO_TIME_SCALE)}", file=sys.stderr)

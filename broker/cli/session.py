@@ -93,9 +93,11 @@ def runtime(
     overlays,
     policy: Path | None = None,
     time_scale: float = 1.0,
+    sandbox_only: bool = False,
 ) -> Iterator[BrokerSession]:
     """A broker session over the state file and the offers in force (the sandbox billing
-    `time_scale` seconds per wall second); an enabled cloud that cannot be reached
+    `time_scale` seconds per wall second; with `sandbox_only`, no cloud is launched for
+    real whatever the clouds setting says); an enabled cloud that cannot be reached
     (e.g. no credentials) exits 5."""
     from broker.runtime import open_runtime
     from providers.errors import ProviderError
@@ -107,7 +109,7 @@ def runtime(
             state_path(state),
             offers_in_force(catalog, pools, overlays),
             policy=rules,
-            clouds=enabled_clouds(),
+            clouds=() if sandbox_only else enabled_clouds(),
             time_scale=time_scale,
         )
     except (ProviderUnavailable, ProviderError) as exc:  # e.g. an enabled cloud's credentials

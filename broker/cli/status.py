@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any
 
 import typer
 
-from broker.cli.exits import BAD_INPUT, FAILED, fail
+from broker.cli.exits import BAD_INPUT, FAILED, PROVIDER, fail
 from broker.cli.formats import count, hours
 from broker.cli.options import (
     CatalogOption,
@@ -147,6 +147,7 @@ def cancel(
     """Cancel jobs: their instances are terminated, their records kept."""
     from broker.cli.jobref import find_jobs
     from broker.state import TERMINAL, JobState
+    from providers.errors import ProviderError
 
     if every and jobs:
         fail("give jobs, or --team T --all, not both", BAD_INPUT)
@@ -165,7 +166,15 @@ def cancel(
         else:
             chosen = find_jobs(rt.store, jobs)
         for job in chosen:
-            done = rt.controller.cancel(job.id)
+            try:
+                done = rt.controller.cancel(job.id)
+            except ProviderError as exc:
+                fail(
+                    f"{job.team}/{job.name} ({job.id}) is cancelled, but its instance could "
+                    f"not be terminated now: {exc}; `broker run` terminates it once the "
+                    "provider answers",
+                    PROVIDER,
+                )
             said = "cancelled" if done else f"already {rt.store.job(job.id).state}"
             print(f"{job.team}/{job.name} ({job.id}): {said}", file=sys.stderr)
 

@@ -11,7 +11,10 @@ REPO = Path(__file__).resolve().parents[2]
 DEMO = REPO / "examples" / "demo"
 
 
-def test_demo_runs_every_example_job_to_success(capsys, tmp_path):
+def test_demo_runs_every_example_job_to_success(capsys, tmp_path, monkeypatch):
+    monkeypatch.setenv("BROKER_CLOUDS", "aws")  # enabled, and unusable: the demo never asks
+    monkeypatch.setenv("BROKER_AWS_ENDPOINT", "http://127.0.0.1:9")
+    monkeypatch.setenv("AWS_EC2_METADATA_DISABLED", "true")
     result = run_cli(capsys, "demo", "--state", str(tmp_path / "state.db"), "-o", "json")
     assert result.code == 0, result.stderr
     jobs = json.loads(result.stdout)["jobs"]

@@ -15,6 +15,7 @@ from broker.cli.options import (
     OutputOption,
     OverlaysOption,
     PoolsOption,
+    WideOption,
     catalog_banner,
     offers_in_force,
 )
@@ -54,6 +55,7 @@ def estimate_command(
     catalog: Path = CatalogOption,
     pools: Path = PoolsOption,
     overlays: Path = OverlaysOption,
+    wide: bool = WideOption,
 ) -> None:
     """Expected cost of each job (its cheapest compliant placement), the assumptions, the total.
 
@@ -88,7 +90,7 @@ def estimate_command(
         print(prices(view))
         title = f"{len(rows)} job(s), expected total {grand:,.2f} USD"
         rows.append({"job": "total", "expected_cost": grand})
-        render(rows, TABLE_COLUMNS, output, title=title, notes=notes)
+        render(rows, TABLE_COLUMNS, output, title=title, notes=notes, wide=wide)
     if infeasible:
         fail(f"no feasible placement for: {', '.join(infeasible)}", NO_PLACEMENT)
 

@@ -90,15 +90,40 @@ def root(
     version: bool = typer.Option(
         False, "--version", callback=_version, is_eager=True, help="Print the version and exit."
     ),
+    verbose: bool = typer.Option(
+        False,
+        "--verbose",
+        "-v",
+        help="Show the log of broker and of the cloud SDKs on stderr (quiet by default).",
+    ),
 ) -> None:
     """Multi-cloud, cost-aware GPU job broker: one queue over AWS, GCP, Azure and on-prem."""
+    quiet_logs(verbose)
+
+
+def quiet_logs(verbose: bool) -> None:
+    """No library's log or warning reaches the terminal (azure-identity writes a page
+    when it finds no credentials), unless --verbose: then every INFO line, on stderr."""
+    import logging
+
+    logger = logging.getLogger()
+    if verbose:
+        if not any(type(h) is logging.StreamHandler for h in logger.handlers):
+            handler = logging.StreamHandler(sys.stderr)
+            handler.setFormatter(logging.Formatter("%(levelname)s %(name)s: %(message)s"))
+            logger.addHandler(handler)
+        logger.setLevel(logging.INFO)
+        return
+    logging.captureWarnings(True)  # warnings.warn from SDKs: into the quiet log too
+    if not any(isinstance(h, logging.NullHandler) for h in logger.handlers):
+        logger.addHandler(logging.NullHandler())  # no "last resort" printing to stderr
 
 
 def main() -> None:
     """Console-script entry: run the command, and turn whatever ends it into its exit
     code through the one table in `broker.cli.exits` (usage errors and broken settings
     files exit 2, provider errors 5, Ctrl-C 130, a closed stdout quietly 0)."""
-    command = sys.argv[1] if len(sys.argv) > 1 else ""
+    command = next((arg for arg in sys.argv[1:] if not arg.startswith("-")), "")
     app = build_app([command] if command in COMMANDS else COMMANDS)
     try:
         code = _invoke(app, sys.argv[1:])

@@ -14,6 +14,7 @@ from broker.cli.options import (
     OutputOption,
     OverlaysOption,
     PoolsOption,
+    WideOption,
     catalog_banner,
     offers_in_force,
     split_list,
@@ -83,6 +84,7 @@ def offers(
     catalog: Path = CatalogOption,
     pools: Path = PoolsOption,
     overlays: Path = OverlaysOption,
+    wide: bool = WideOption,
 ) -> None:
     """List GPU offers across clouds and on-prem pools, cheapest first."""
     from pricing.gpus import UnknownGpu, parse_gpu_request
@@ -99,7 +101,7 @@ def offers(
     freshness = int(resolve("freshness_days").value)
     banner = catalog_banner(view, today, freshness)
     if summary:
-        return _summary(view, output, banner)
+        return _summary(view, output, banner, wide)
     gpu_name, count = None, None
     if gpu:
         try:
@@ -139,7 +141,7 @@ def offers(
             if all(_blank(row[key]) for row in rows)
         }
         columns = tuple(c for c in OFFER_COLUMNS if c.key not in TABLE_HIDDEN | blank)
-    notes = [] if rows else ["No offer matches; relax a filter (see `broker offers --help`)."]
+    notes = [] if rows else ["Relax a filter (see `broker offers --help`)."]
     if unavailable:
         notes += _unavailable_notes(unavailable)
     render(
@@ -149,6 +151,8 @@ def offers(
         title=banner,
         notes=notes,
         json_key="offers",
+        wide=wide,
+        empty="no offer matches",
         meta={
             "catalog": str(view.catalog.path),
             "origin": view.catalog.origin,
@@ -200,7 +204,7 @@ def _age(as_of: str, today: date) -> int:
         return 10**6  # an undated price is as stale as it gets
 
 
-def _summary(view, output: Output, banner: str) -> None:
+def _summary(view, output: Output, banner: str, wide: bool) -> None:
     from pricing.summary import cheapest_by_gpu
 
     table = cheapest_by_gpu(view.index.offers.to_frame())
@@ -219,4 +223,5 @@ def _summary(view, output: Output, banner: str) -> None:
         title=f"{banner}; USD per GPU-hour",
         json_key="gpus",
         meta={"catalog": str(view.catalog.path), "unit": "USD per GPU-hour"},
+        wide=wide,
     )

@@ -12,7 +12,14 @@ import typer
 
 from broker.cli.exits import BAD_INPUT, FAILED, fail
 from broker.cli.formats import hours, percent
-from broker.cli.options import CatalogOption, OutputOption, OverlaysOption, split_list, time_flag
+from broker.cli.options import (
+    CatalogOption,
+    OutputOption,
+    OverlaysOption,
+    WideOption,
+    split_list,
+    time_flag,
+)
 from broker.cli.render import Column, Output, number, render, usd
 from broker.cli.session import StateOption, state_path
 
@@ -89,6 +96,7 @@ def cost_report(
         metavar="DATE",
     ),
     output: Output = OutputOption,
+    wide: bool = WideOption,
     chart: bool = typer.Option(
         False, "--chart", help="Draw daily spend by group (to stderr with json or csv)."
     ),
@@ -132,9 +140,10 @@ def cost_report(
     with StateStore.open(path, SystemClock()) as store:
         report = _build(store, groups, start, end, catalog, overlays)
         reconciled = _reconcile(store, report, bills) if bills else None
-    _emit(report, reconciled, output, chart)
+        clock = sandbox_clock_notes(store.time_scales(start, end))
+    _emit(report, reconciled, output, chart, wide, clock)
     if html is not None:
-        _write_html(html, report, reconciled)
+        _write_html(html, report, reconciled, clock)
 
 
 def _bills(paths):
@@ -248,8 +257,27 @@ def _chart_label(report: Report) -> str:
     return ", ".join(name for name in report.by if name not in ("day", "month"))
 
 
-def _notes(report: Report, reconciled: Reconciliation | None) -> list[str]:
-    notes = list(NOTES)
+def sandbox_clock_notes(scales: dict[float | None, int]) -> list[str]:
+    """Say which attempts were billed on the sandbox's fast clock (their hours are not
+    wall hours), and which were recorded before the time scale was."""
+    notes = []
+    for scale, n in sorted((s, n) for s, n in scales.items() if s not in (None, 1)):
+        notes.append(
+            f"sandbox time: {n} attempt(s) billed {scale:g} s per wall second "
+            "(--sandbox-time-scale; the demo's fast clock is 3600): not wall hours"
+        )
+    if scales.get(None):
+        notes.append(
+            f"sandbox time: {scales[None]} attempt(s) recorded before the time scale was "
+            "(`broker run` on the sandbox then billed a wall second as an hour)"
+        )
+    return notes
+
+
+def _notes(
+    report: Report, reconciled: Reconciliation | None, clock: list[str] = ()
+) -> list[str]:
+    notes = [*NOTES, *clock]
     if report.totals.unpriced:
         notes.append(
             f"{report.totals.unpriced} GPU ledger line(s) have no on-demand price for their "
@@ -264,10 +292,17 @@ def _notes(report: Report, reconciled: Reconciliation | None) -> list[str]:
     return notes
 
 
-def _emit(report: Report, reconciled: Reconciliation | None, output: Output, chart: bool) -> None:
+def _emit(
+    report: Report,
+    reconciled: Reconciliation | None,
+    output: Output,
+    chart: bool,
+    wide: bool,
+    clock: list[str],
+) -> None:
     keys = tuple(Column(name, name) for name in report.by)
     columns = keys + FIGURE_COLUMNS
-    rows, notes = _group_rows(report), _notes(report, reconciled)
+    rows, notes = _group_rows(report), _notes(report, reconciled, clock)
     if output == Output.json:
         meta: dict[str, Any] = {"by": list(report.by), "since": _iso(report.since)}
         meta |= {"until": _iso(report.until), "totals": _figures(report.totals)}
@@ -282,12 +317,13 @@ def _emit(report: Report, reconciled: Reconciliation | None, output: Output, cha
             render(rows, columns, output, title=_title(report), notes=notes)
     else:
         totals = {report.by[0]: "total"} | _figures(report.totals)
-        render([*rows, totals], columns, output, title=_title(report), notes=notes)
+        title = _title(report)
+        render([*rows, totals], columns, output, title=title, notes=notes, wide=wide)
         if report.egress:
-            render(_egress_rows(report), EGRESS_COLUMNS, output, title="Egress")
+            render(_egress_rows(report), EGRESS_COLUMNS, output, title="Egress", wide=wide)
         if reconciled is not None:
             title = "Planned (ledger) versus billed, per instance"
-            render(_actual_rows(reconciled), ACTUAL_COLUMNS, output, title=title)
+            render(_actual_rows(reconciled), ACTUAL_COLUMNS, output, title=title, wide=wide)
     if chart:
         _print_chart(report, sys.stderr if output in (Output.json, Output.csv) else sys.stdout)
 
@@ -308,7 +344,9 @@ def _print_chart(report: Report, stream) -> None:
     console.print(terminal_chart(report.days, report.series, _chart_label(report)))
 
 
-def _write_html(path: Path, report: Report, reconciled: Reconciliation | None) -> None:
+def _write_html(
+    path: Path, report: Report, reconciled: Reconciliation | None, clock: list[str]
+) -> None:
     from broker.reports.chart import MissingExtra, html_report
 
     keys = tuple(Column(name, name) for name in report.by)
@@ -320,7 +358,7 @@ def _write_html(path: Path, report: Report, reconciled: Reconciliation | None) -
     if reconciled is not None:
         rows = _actual_rows(reconciled)
         tables.append(_html_table("Planned versus billed", ACTUAL_COLUMNS, rows))
-    notes = _notes(report, reconciled)
+    notes = _notes(report, reconciled, clock)
     try:
         text = html_report(
             _title(report), tables, report.days, report.series, notes, _chart_label(report)

@@ -13,7 +13,7 @@ import typer
 
 from broker.cli.exits import BAD_INPUT, FAILED, PROVIDER, fail
 from broker.cli.formats import count, hours
-from broker.cli.options import CatalogOption, OverlaysOption, PoolsOption
+from broker.cli.options import CatalogOption, OverlaysOption, PoolsOption, WideOption
 from broker.cli.render import Column, Output, render, state_colour, usd
 from broker.cli.session import PolicyOption, StateOption, runtime
 
@@ -65,7 +65,12 @@ def run(
         print(sandbox_time(time_scale), file=sys.stderr)
     hook = RandomReclaims(reclaim_rate, seed) if reclaim_rate else None
     with runtime(state, catalog, pools, overlays, policy, time_scale) as rt:
+        started = rt.controller.clock.now()
         drive(rt, once=once, poll=poll, after_pass=hook)
+        from broker.cli.run_summary import run_summary
+
+        still = len(rt.store.queued()) + len(rt.controller.active())
+        print(run_summary(rt.store, started, still), file=sys.stderr)
 
 
 def sandbox_time(scale: float) -> str:
@@ -164,6 +169,7 @@ def demo(
         None, "--state", help="State file [default: a fresh temporary one]", show_default=False
     ),
     output: Output = typer.Option(Output.table, "--output", "-o"),
+    wide: bool = WideOption,
 ) -> None:
     """Submit the example jobs and run them to the end on the local sandbox, on its fast
     clock (one wall second is billed as one hour): the spot fine-tune is reclaimed mid-run
@@ -218,8 +224,9 @@ def demo(
         rows,
         columns,
         output,
-        title="demo: queue history and cost",
+        title=f"demo: queue history and cost; {sandbox_time(DEMO_TIME_SCALE)}",
         json_key="jobs",
+        wide=wide,
         notes=[
             f"total {total:.2f} USD at catalog prices; the same GPU hours on demand in each "
             f"job's cheapest region: {baseline:.2f} USD",

@@ -10,6 +10,7 @@ import typer
 
 from broker.cli.exits import BAD_INPUT, fail
 from broker.cli.formats import count, hours, percent
+from broker.cli.options import WideOption
 from broker.cli.render import Column, Output, render, usd
 
 COLUMNS = (
@@ -56,6 +57,7 @@ def simulate(
     ),
     output: Output = typer.Option(Output.table, "--output", "-o", help="Output format."),
     plot: Path = typer.Option(None, "--plot", help="Draw cumulative cost per policy to this PNG."),
+    wide: bool = WideOption,
 ) -> None:
     """Compare policies on a trace-driven simulation (virtual time, the real controller)."""
     from broker.sim import policies as named
@@ -80,6 +82,7 @@ def simulate(
         title=f"simulation: {len(scenario.jobs)} jobs",
         json_key="policies",
         meta=meta,
+        wide=wide,
     )
     if plot is not None:
         _plot(results, plot)

@@ -205,6 +205,23 @@ class StateReads:
         (count,) = self._conn.execute(f"SELECT COUNT(*) FROM jobs j{where}", values).fetchone()
         return int(count)
 
+    def time_scales(
+        self, since: datetime | None = None, until: datetime | None = None
+    ) -> dict[float | None, int]:
+        """How many attempts billed in [since, until) ran at each recorded time scale
+        (billed seconds per wall second; None: recorded before the scale was)."""
+        where, params = "", []
+        for op, moment in ((">=", since), ("<", until)):
+            if moment is not None:
+                where += f"{' AND' if where else ' WHERE'} l.period_end {op} ?"
+                params.append(ts_text(moment))
+        sql = (
+            "SELECT json_extract(a.placement_json, '$.time_scale') AS scale,"
+            " COUNT(DISTINCT a.id) AS n FROM attempts a JOIN ledger l ON l.attempt_id = a.id"
+            f"{where} GROUP BY scale"
+        )
+        return {row["scale"]: row["n"] for row in self._conn.execute(sql, params)}
+
     def checkpoints(self) -> dict[str, datetime]:
         """The time of each attempt's last recorded checkpoint (attempts without one: absent)."""
         sql = "SELECT attempt_id, data_json FROM events WHERE kind = 'checkpoint'"

@@ -31,6 +31,9 @@ def test_demo_runs_every_example_job_to_success(capsys, tmp_path, monkeypatch):
         capsys, "jobs", "--attempts", "--state-file", str(tmp_path / "state.db"), "-o", "json"
     )
     assert {a["time_scale"] for a in json.loads(attempts.stdout)["attempts"]} == {3600}
+    report = run_cli(capsys, "cost-report", "--state", str(tmp_path / "state.db"))
+    said = f"sandbox time: {len(json.loads(attempts.stdout)['attempts'])} attempt(s) billed 3600"
+    assert said in report.stdout and "not wall hours" in report.stdout
 
 
 def test_submit_is_idempotent_and_bad_input_changes_nothing(capsys, tmp_path):

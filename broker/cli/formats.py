@@ -32,13 +32,15 @@ def _floats(values: Iterable[Any]) -> list[float]:
     return found
 
 
-def _shown(value: Any, formatted: Callable[[float], str]) -> str:
-    if missing(value):
+def _shown(value: Any, spec: str) -> str:
+    """`value` as a number in format `spec`; "-" when missing; a label as written."""
+    if value is None or value == "":
         return "-"
     try:
-        return formatted(float(value))
+        number = float(value)
     except (TypeError, ValueError):
         return str(value)
+    return "-" if number != number else format(number, spec)  # NaN is not equal to itself
 
 
 class ColumnFormat:
@@ -59,8 +61,8 @@ class Money(ColumnFormat):
 
     def for_values(self, values: Iterable[Any]) -> Callable[[Any], str]:
         amounts = [abs(x) for x in _floats(values) if x]
-        places = 4 if amounts and max(amounts) < 1 else 2
-        return lambda value: _shown(value, lambda x: f"{x:,.{places}f}")
+        spec = ",.4f" if amounts and max(amounts) < 1 else ",.2f"
+        return lambda value: _shown(value, spec)
 
 
 class Figure(ColumnFormat):
@@ -68,8 +70,8 @@ class Figure(ColumnFormat):
     the whole column (`0.5` and `8.0`, never `0.5` and `8`)."""
 
     def for_values(self, values: Iterable[Any]) -> Callable[[Any], str]:
-        places = max((_places(x) for x in _floats(values)), default=0)
-        return lambda value: _shown(value, lambda x: f"{x:.{places}f}")
+        spec = f".{max((_places(x) for x in _floats(values)), default=0)}f"
+        return lambda value: _shown(value, spec)
 
 
 def _places(value: float) -> int:
@@ -84,7 +86,7 @@ class Count(ColumnFormat):
     """Whole numbers (jobs, attempts, GPUs): `8`, never `8.0`."""
 
     def for_values(self, values: Iterable[Any]) -> Callable[[Any], str]:
-        return lambda value: _shown(value, lambda x: f"{x:.0f}")
+        return lambda value: _shown(value, ".0f")
 
 
 class Fixed(ColumnFormat):
@@ -94,14 +96,15 @@ class Fixed(ColumnFormat):
         self.places = places
 
     def for_values(self, values: Iterable[Any]) -> Callable[[Any], str]:
-        return lambda value: _shown(value, lambda x: f"{x:,.{self.places}f}")
+        spec = f",.{self.places}f"
+        return lambda value: _shown(value, spec)
 
 
 class Percent(ColumnFormat):
     """A share in [0, 1] as a percentage with one decimal: `61.4%`."""
 
     def for_values(self, values: Iterable[Any]) -> Callable[[Any], str]:
-        return lambda value: _shown(value, lambda x: f"{x:.1%}")
+        return lambda value: _shown(value, ".1%")
 
 
 class Flag(ColumnFormat):

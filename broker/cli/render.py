@@ -104,17 +104,46 @@ def plain(value: Any) -> Any:
 
 
 def _json_ready(value: Any) -> Any:
-    if isinstance(value, dict):
+    """`value` with `plain` applied all the way down (the common types first: a plan of
+    10,000 jobs holds a million values)."""
+    kind = type(value)
+    if kind is str or kind is int or kind is bool or value is None:
+        return value
+    if kind is dict:
         return {key: _json_ready(item) for key, item in value.items()}
-    if isinstance(value, list | tuple):
+    if kind is float:
+        if value != value:  # NaN
+            return None
+        return int(value) if value.is_integer() and math.isfinite(value) else value
+    if kind is list or kind is tuple:
         return [_json_ready(item) for item in value]
     return plain(value)
 
 
+LONG_LIST = 200  # a list longer than this is written one compact item per line
+
+
 def write_json(document: Any, stream: TextIO | None = None) -> None:
-    """Every JSON document the CLI prints: indented, exact, counts as integers."""
+    """Every JSON document the CLI prints: exact, counts as integers; indented, but a
+    long list of rows (`plan` of a folder, `jobs --limit 0`) one compact row per line:
+    still readable, and written by the C encoder (ten times faster)."""
     stream = stream or sys.stdout
-    json.dump(_json_ready(document), stream, indent=2, default=str)
+    ready = _json_ready(document)
+    if isinstance(ready, dict) and any(
+        isinstance(v, list) and len(v) > LONG_LIST for v in ready.values()
+    ):
+        compact = json.JSONEncoder(default=str, ensure_ascii=True).encode
+        parts = []
+        for key, value in ready.items():
+            if isinstance(value, list) and len(value) > LONG_LIST:
+                items = ",\n    ".join(compact(item) for item in value)
+                parts.append(f"  {compact(key)}: [\n    {items}\n  ]")
+            else:
+                text = json.dumps(value, indent=2, default=str).replace("\n", "\n  ")
+                parts.append(f"  {compact(key)}: {text}")
+        stream.write("{\n" + ",\n".join(parts) + "\n}\n")
+        return
+    json.dump(ready, stream, indent=2, default=str)
     stream.write("\n")
 
 

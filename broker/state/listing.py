@@ -79,7 +79,7 @@ class Listing:
 # attempt) with the sums of its attempts and ledger. The placement is the attempt's
 # `PlacedOn` row (its keys are the same in every format); money is summed in Python.
 _PICKED = """WITH picked AS (
-    SELECT j.*, COUNT(*) OVER () AS matched,
+    SELECT j.*, (SELECT COUNT(*) FROM jobs j{where}) AS matched,
         CASE WHEN j.state IN ({terminal}) THEN j.updated_at END AS finished_at
     FROM jobs j{where}
     ORDER BY j.created_at DESC, j.run DESC, j.id DESC{limit}

@@ -185,24 +185,21 @@ class StateReads:
                 f" (j.state NOT IN ({terminal}) OR j.updated_at >= ?)"
             )
             params += [*map(str, TERMINAL), ts_text(since)]
-        page = ""
-        if limit is not None:
-            page = " LIMIT ?"
-            params.append(limit)
+        page = [] if limit is None else [limit]
         marks = ",".join("?" * len(TERMINAL))
         template = ATTEMPT_LISTING if attempts else JOB_LISTING
-        sql = template.format(terminal=marks, where=where, limit=page)
-        rows = self._conn.execute(sql, [*map(str, TERMINAL), *params]).fetchall()
+        sql = template.format(terminal=marks, where=where, limit=" LIMIT ?" if page else "")
+        values = [*params, *map(str, TERMINAL), *params, *page]  # the count, then the page
+        rows = self._conn.execute(sql, values).fetchall()
         if attempts:
             found = [attempt_listing(r) for r in rows]
-            matched = rows[0]["matched"] if rows else self._matching(where, params, page)
+            matched = rows[0]["matched"] if rows else self._matching(where, params)
             return Listing([], found, matched)
         return Listing([job_listing(r) for r in rows], [], rows[0]["matched"] if rows else 0)
 
-    def _matching(self, where: str, params: list[Any], page: str) -> int:
+    def _matching(self, where: str, params: list[Any]) -> int:
         """How many runs match (when the page's runs have no attempt to carry the count)."""
-        values = params[:-1] if page else params
-        (count,) = self._conn.execute(f"SELECT COUNT(*) FROM jobs j{where}", values).fetchone()
+        (count,) = self._conn.execute(f"SELECT COUNT(*) FROM jobs j{where}", params).fetchone()
         return int(count)
 
     def time_scales(

@@ -180,7 +180,7 @@ RUNS = Migration(
         "CREATE INDEX jobs_by_queue ON jobs (state, queue, priority, queued_at)",
         "CREATE INDEX jobs_by_team ON jobs (team, state)",
         "CREATE UNIQUE INDEX jobs_by_name ON jobs (team, name, run)",
-        "CREATE INDEX jobs_by_created ON jobs (created_at, id)",  # `broker jobs`, newest first
+        "CREATE INDEX jobs_by_created ON jobs (created_at, run, id)",  # `broker jobs`
     ),
     rebuilds=True,
 )

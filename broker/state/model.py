@@ -24,10 +24,8 @@ from decimal import (
 from enum import StrEnum
 from typing import TYPE_CHECKING, Any, Literal
 
-from broker.spec import JobSpec
-from broker.spec_codec import decode
-
 if TYPE_CHECKING:
+    from broker.spec import JobSpec
     from broker.state.placed import PlacedOn
 
 
@@ -372,6 +370,8 @@ def job_of(row: Any) -> Job:
 
 
 def version_of(row: Any) -> JobVersion:
+    from broker.spec_codec import decode  # here: listing jobs needs no spec types
+
     return JobVersion(
         job_id=row["job_id"], version=row["version"], digest=row["digest"],
         manifest_text=row["manifest_text"], spec=decode(json.loads(row["spec_json"])),

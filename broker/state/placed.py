@@ -14,11 +14,10 @@ from dataclasses import dataclass, fields
 from decimal import Decimal
 from typing import TYPE_CHECKING, Any
 
-from broker.planner.decision import CostEstimate
 from broker.state.model import decimal_text, to_decimal
 
 if TYPE_CHECKING:
-    from broker.planner.decision import Placement
+    from broker.planner.decision import CostEstimate, Placement
 
 # The `format` key of a row; rows without one are the first layout (plan JSON). Format 2
 # adds `time_scale`; format 1 rows read it as None (not recorded).
@@ -127,6 +126,8 @@ class PlacedOn:
 
 
 def _cost(data: Mapping[str, Any]) -> CostEstimate:
+    from broker.planner.decision import CostEstimate
+
     values = dict(data)
     values["assumptions"] = tuple(values.get("assumptions", ()))
     return CostEstimate(**values)

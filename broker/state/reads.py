@@ -154,10 +154,7 @@ class StateReads:
     ) -> list[LedgerEntry]:
         """Ledger entries whose period ended in [since, until), oldest first."""
         where, params = _filters(("j.team", team), ("l.job_id", job_id))
-        for op, moment in ((">=", since), ("<", until)):
-            if moment is not None:
-                where += f"{' AND' if where else ' WHERE'} l.period_end {op} ?"
-                params.append(ts_text(moment))
+        where = _period_ended(where, params, since, until)
         sql = f"{LEDGER_SELECT}{where} ORDER BY l.period_end, l.id"
         return [ledger_of(r) for r in self._conn.execute(sql, params)]
 
@@ -207,11 +204,8 @@ class StateReads:
     ) -> dict[float | None, int]:
         """How many attempts billed in [since, until) ran at each recorded time scale
         (billed seconds per wall second; None: recorded before the scale was)."""
-        where, params = "", []
-        for op, moment in ((">=", since), ("<", until)):
-            if moment is not None:
-                where += f"{' AND' if where else ' WHERE'} l.period_end {op} ?"
-                params.append(ts_text(moment))
+        params: list[Any] = []
+        where = _period_ended("", params, since, until)
         sql = (
             "SELECT json_extract(a.placement_json, '$.time_scale') AS scale,"
             " COUNT(DISTINCT a.id) AS n FROM attempts a JOIN ledger l ON l.attempt_id = a.id"
@@ -228,6 +222,18 @@ class StateReads:
             if row["attempt_id"] is not None and at > last.get(row["attempt_id"], ""):
                 last[row["attempt_id"]] = at
         return {attempt: datetime.fromisoformat(at) for attempt, at in last.items()}
+
+
+def _period_ended(
+    where: str, params: list[Any], since: datetime | None, until: datetime | None
+) -> str:
+    """`where` narrowed to ledger lines whose period ended in [since, until) (params
+    appended)."""
+    for op, moment in ((">=", since), ("<", until)):
+        if moment is not None:
+            where += f"{' AND' if where else ' WHERE'} l.period_end {op} ?"
+            params.append(ts_text(moment))
+    return where
 
 
 def _filters(*pairs: tuple[str, Any]) -> tuple[str, list[Any]]:

@@ -49,9 +49,7 @@ def timed(command: list[str], runs: int, env: dict | None = None, cold: bool = F
         subprocess.run(command, check=True, stdout=subprocess.DEVNULL, env=env)
         walls.append(time.perf_counter() - start)
         after = resource.getrusage(resource.RUSAGE_CHILDREN)
-        cpus.append(
-            (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
-        )
+        cpus.append((after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime))
     return {
         "wall_s": round(statistics.median(walls), 3),
         "cpu_s": round(statistics.median(cpus), 3),

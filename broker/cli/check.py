@@ -40,8 +40,6 @@ def check(
     rows = [vars(result) for result in results]
     usable = [r.cloud for r in results if r.usable]
     note = f"usable: {', '.join(usable)}" if usable else "no cloud is usable from here"
-    render(
-        rows, COLUMNS, output, title="Cloud access", notes=[note], json_key="clouds", wide=wide
-    )
+    render(rows, COLUMNS, output, title="Cloud access", notes=[note], json_key="clouds", wide=wide)
     if not usable:
         raise typer.Exit(FAILED)

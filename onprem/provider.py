@@ -236,6 +236,10 @@ class OnPremProvider(Capacity, Billing):
         end = instance.ended_at or self.clock.now()
         return max(0.0, (end - instance.launched_at).total_seconds()) / 3600
 
+    def time_scale(self, cloud: str) -> float:
+        """A pool's engine runs on the wall clock: billed as time passes."""
+        return 1.0
+
     # --- helpers ------------------------------------------------------------------------------
 
     def _locate(self, instance_id: str) -> tuple[Pool, str]:

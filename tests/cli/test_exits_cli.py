@@ -68,6 +68,7 @@ def walk(tmp_path: Path, job: str) -> dict[str, tuple[tuple[str, ...], int]]:
         "check": (("check", "--cloud", "aws", "--timeout", "5"), FAILED),  # none usable
         "pricing": (("pricing", "status"), OK),
         "sandbox": (("sandbox", "interrupt", "t4-smoke", *state, *catalog), BAD_INPUT),  # aws
+        "pools": (("pools", "import", "--help"), OK),  # Slurm's, not a cloud's
         "simulate": (("simulate", "--help"), OK),
     }
 

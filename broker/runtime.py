@@ -47,7 +47,7 @@ def open_runtime(
     state_path: Path,
     view: OffersInForce,
     *,
-    time_scale: float = 3600.0,
+    time_scale: float = 1.0,
     capacity: int = 4,
     clock: Clock | None = None,
     policy: Policy | None = None,
@@ -55,11 +55,12 @@ def open_runtime(
 ) -> BrokerSession:
     """Open the store at `state_path` and the providers over the offers in force.
 
-    The sandbox serves every cloud region (`capacity` nodes each; `time_scale` 3600
-    bills a wall second as an hour); `clouds` are launched for real through their
-    adapters; the on-prem pools of the offers' pools file run through their executors
-    (local, SSH, Slurm: `onprem.provider.OnPremProvider`, its local pools billed at
-    the same `time_scale`). A Fleet routes each request by cloud.
+    The sandbox serves every cloud region (`capacity` nodes each; `time_scale`: billed
+    seconds per wall second, 1 as it passes; the demo bills a wall second as an hour:
+    3600); `clouds` are launched for real through their adapters; the on-prem pools of
+    the offers' pools file run through their executors (local, SSH, Slurm:
+    `onprem.provider.OnPremProvider`, its local pools billed at the same `time_scale`).
+    A Fleet routes each request by cloud.
     """
     from broker.controller import Controller
     from broker.scheduling import pool_gpus_of

@@ -63,7 +63,7 @@ def decode(data: dict[str, Any]) -> JobSpec:
     """The exact inverse of `encode`."""
     r = data["requirements"]
     requirements = Requirements(
-        accelerators=tuple(GpuAsk(a["gpu"], a["count"]) for a in r["accelerators"]),
+        accelerators=tuple([GpuAsk(a["gpu"], a["count"]) for a in r["accelerators"]]),
         cpus=_amount(r["cpus"]),
         memory_gib=_amount(r["memory_gib"]),
         nodes=r["nodes"],
@@ -87,7 +87,7 @@ def decode(data: dict[str, Any]) -> JobSpec:
         run=RunSpec(
             run["command"],
             run["image"],
-            tuple((k, v) for k, v in run["env"]),
+            tuple([(k, v) for k, v in run["env"]]),
             workdir=run.get("workdir"),  # absent in specs encoded before it existed
             setup=run.get("setup", ""),
             workdir_archive=run.get("workdir_archive", ""),
@@ -98,7 +98,9 @@ def decode(data: dict[str, Any]) -> JobSpec:
         else Checkpoint(
             ckpt["uri"], ckpt["interval_minutes"], ckpt["size_gb"], _place(ckpt["location"])
         ),
-        data=tuple(DataInput(d["uri"], d["size_gb"], _place(d["location"])) for d in data["data"]),
+        data=tuple(
+            [DataInput(d["uri"], d["size_gb"], _place(d["location"])) for d in data["data"]]
+        ),
         budget=Budget(data["budget"]["max_cost"]),
         max_restarts_on_error=data["max_restarts_on_error"],
         recover_on_exit_codes=tuple(data["recover_on_exit_codes"]),

@@ -11,7 +11,7 @@ onto a node (`onprem.allocation`), so a 2-GPU job fits an 8-GPU pool:
 | accelerator, accelerator_count | canonical GPU name, g = `gpus_per_node`, then g-1 .. 1 |
 | accelerator_memory_gib | memory per GPU from `pricing.gpus` |
 | vcpus, memory_gib | per node, times count / g |
-| interconnect | "nvlink" if the count fits in an NVLink domain (> 1), "infiniband" if `fabric` is; "+"-joined |
+| interconnect | "nvlink" if the count fits one NVLink domain (> 1), "infiniband" if `fabric` is |
 | price_on_demand | `cost_per_gpu_hour` x count (the amortised price of those GPUs for an hour) |
 | price_spot, spot_interruption_rate | NaN: pools have no spot market |
 | capacity | free GPUs / count (see below) |
@@ -19,8 +19,9 @@ onto a node (`onprem.allocation`), so a 2-GPU job fits an 8-GPU pool:
 
 Capacity follows the offers schema: it counts instances, here units of `count` GPUs,
 the pool's free GPUs divided by the count, a float (12 free GPUs on 8-GPU nodes give
-1.5 whole nodes), so that a partly used pool still shows what it can hold. Every GPU is free until the broker runs work there: pass the GPUs in
-use per pool as `used_gpus`; `free_gpus` gives the count in GPUs.
+1.5 whole nodes), so that a partly used pool still shows what it can hold. Every GPU
+is free until the broker runs work there: pass the GPUs in use per pool as
+`used_gpus`; `free_gpus` gives the count in GPUs.
 
 A pool whose nodes are sliced with MIG (`mig:` in pools.yaml) also sells slices:
 one row per MIG profile and slice count c from 1 to the slices of that profile on

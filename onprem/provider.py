@@ -238,7 +238,13 @@ class OnPremProvider(Capacity, Billing):
         end = instance.ended_at or self.clock.now()
         hours = max(0.0, (end - instance.launched_at).total_seconds()) / 3600
         pool, _ = self._locate(instance.id)
-        return hours * self.local_time_scale if pool.executor.kind == "local" else hours
+        return hours * self.time_scale("onprem", pool.name)
+
+    def time_scale(self, cloud: str, pool: str = "") -> float:
+        """Slurm and SSH pools are billed as their engines' times pass; local pools at
+        `local_time_scale` (a workstation playing a cluster, as in the demo)."""
+        known = self.pools.get(pool)
+        return self.local_time_scale if known and known.executor.kind == "local" else 1.0
 
     # --- helpers ------------------------------------------------------------------------------
 

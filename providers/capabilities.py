@@ -52,6 +52,13 @@ class Billing(Protocol):
         runs; never negative, and 0 for an instance that never started."""
         ...
 
+    def time_scale(self, cloud: str, pool: str = "") -> float:
+        """Billed seconds per second of this provider's clock for an instance launched
+        on `cloud` (in on-prem pool `pool`) now (1 where time is billed as it passes;
+        the sandbox's fast clock bills more); always positive. Recorded with each
+        attempt, so that reports say which hours were not wall hours."""
+        ...
+
 
 @runtime_checkable
 class CheckpointStores(Protocol):

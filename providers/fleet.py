@@ -178,6 +178,11 @@ class Fleet(Capacity, Billing, CheckpointStores, PlayedReclaims):
             raise InvalidRequest(self.name, f"{member.name} cannot play a spot crunch")
         member.crunch_spot(cloud)
 
+    def time_scale(self, cloud: str, pool: str = "") -> float:
+        """The scale of the member serving `cloud` (1 for a real cloud)."""
+        member = self.routes.get(cloud, self.default)
+        return float(member.time_scale(cloud, pool)) if isinstance(member, Billing) else 1.0
+
     def interrupt(self, instance_id: str, kind: str = "spot-reclaim") -> InterruptionNotice | None:
         """A played reclaim on the member that owns the instance; InvalidRequest when that
         member is a real cloud (it reclaims by itself)."""

@@ -5,15 +5,16 @@ from __future__ import annotations
 import typer
 
 from broker.cli.exits import BAD_INPUT, FAILED, fail
-from broker.cli.options import OutputOption, split_list
+from broker.cli.formats import Fixed, flag
+from broker.cli.options import OutputOption, WideOption, split_list
 from broker.cli.render import Column, Output, render
 
 COLUMNS = (
-    Column("cloud", "CLOUD"),
-    Column("usable", "USABLE", lambda v: "yes" if v else "no"),
-    Column("reason", "REASON"),
+    Column("cloud", "CLOUD", keep=3),
+    Column("usable", "USABLE", flag, keep=3),
+    Column("reason", "REASON", keep=2),
     Column("detail", "DETAIL"),
-    Column("seconds", "SECONDS", lambda v: f"{v:.2f}", numeric=True),
+    Column("seconds", "SECONDS", Fixed(2), keep=0),
 )
 
 
@@ -23,6 +24,7 @@ def check(
     ),
     timeout: float = typer.Option(5.0, "--timeout", help="Seconds each check may take."),
     output: Output = OutputOption,
+    wide: bool = WideOption,
 ) -> None:
     """Check credentials and reachability of AWS, GCP and Azure, in parallel.
 
@@ -38,6 +40,6 @@ def check(
     rows = [vars(result) for result in results]
     usable = [r.cloud for r in results if r.usable]
     note = f"usable: {', '.join(usable)}" if usable else "no cloud is usable from here"
-    render(rows, COLUMNS, output, title="Cloud access", notes=[note], json_key="clouds")
+    render(rows, COLUMNS, output, title="Cloud access", notes=[note], json_key="clouds", wide=wide)
     if not usable:
         raise typer.Exit(FAILED)

@@ -17,7 +17,6 @@ from typing import TYPE_CHECKING
 import typer
 
 from broker.cli.exits import BAD_INPUT, FAILED, NO_PLACEMENT, OVER_BUDGET, fail
-from broker.cli.jobs import PolicyOption, load_policy_option
 from broker.cli.options import (
     CatalogOption,
     OverlaysOption,
@@ -26,6 +25,7 @@ from broker.cli.options import (
     split_list,
 )
 from broker.cli.render import Output, render
+from broker.cli.session import PolicyOption, load_policy_option
 
 if TYPE_CHECKING:
     from broker.ci.changes import Changeset

@@ -9,11 +9,13 @@ from typing import TYPE_CHECKING
 import typer
 
 from broker.cli.exits import BAD_INPUT, NO_PLACEMENT, fail
+from broker.cli.formats import flag
 from broker.cli.options import (
     CatalogOption,
     OutputOption,
     OverlaysOption,
     PoolsOption,
+    WideOption,
     catalog_banner,
     offers_in_force,
 )
@@ -27,22 +29,18 @@ if TYPE_CHECKING:
 _BY_KEY = {c.key: c for c in PLACEMENT_COLUMNS}  # the headers and formats of `broker plan`
 
 
-def _hours(value: object) -> str:
-    return "-" if value is None else f"{value:.2f}"
-
-
 TABLE_COLUMNS = (
     Column("job", "job"),
     Column("team", "team"),
     Column("file", "file"),
     *(_BY_KEY[k] for k in ("cloud", "region", "instance_type", "market")),
-    Column("runtime_hours", "runtime est. h", number, numeric=True),
-    Column("expected_hours", _BY_KEY["expected_hours"].header, _hours, numeric=True),
+    Column("runtime_hours", "runtime est. h", number),
+    _BY_KEY["expected_hours"],
     *(_BY_KEY[k] for k in ("interruption_overhead", "egress", "expected_cost")),
 )
 DATA_COLUMNS = (
     *TABLE_COLUMNS,
-    Column("feasible", "feasible"),
+    Column("feasible", "feasible", flag),
     _BY_KEY["gpus"],
     _BY_KEY["nodes"],
     _BY_KEY["price_per_hour"],
@@ -57,6 +55,7 @@ def estimate_command(
     catalog: Path = CatalogOption,
     pools: Path = PoolsOption,
     overlays: Path = OverlaysOption,
+    wide: bool = WideOption,
 ) -> None:
     """Expected cost of each job (its cheapest compliant placement), the assumptions, the total.
 
@@ -91,7 +90,7 @@ def estimate_command(
         print(prices(view))
         title = f"{len(rows)} job(s), expected total {grand:,.2f} USD"
         rows.append({"job": "total", "expected_cost": grand})
-        render(rows, TABLE_COLUMNS, output, title=title, notes=notes)
+        render(rows, TABLE_COLUMNS, output, title=title, notes=notes, wide=wide)
     if infeasible:
         fail(f"no feasible placement for: {', '.join(infeasible)}", NO_PLACEMENT)
 

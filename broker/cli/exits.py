@@ -1,7 +1,17 @@
-"""Exit codes (DESIGN.md) and the one way a command fails."""
+"""Exit codes (DESIGN.md), the one way a command fails, and the one table from what
+escaped a command to its exit code and its one line on stderr.
+
+    0 ok; 1 operation failed; 2 bad input; 3 no feasible placement; 4 over budget or
+    policy; 5 provider or credentials; 130 interrupted.
+
+Nothing here imports the classes it maps: an exception can only be an instance of a
+class whose module is loaded already, so the table looks in `sys.modules` and keeps
+`broker --help` as light as it was.
+"""
 
 from __future__ import annotations
 
+import os
 import sys
 from typing import NoReturn
 
@@ -31,3 +41,77 @@ def report(exc: CliExit) -> int:
     """Print a CliExit's message the one way, and return its code."""
     print(f"broker: error: {exc}", file=sys.stderr)
     return exc.code
+
+
+# What may escape a command, most specific first: "module:Class" and its exit code.
+EXIT_CODES: tuple[tuple[str, int], ...] = (
+    ("pricing.userio.settings:ConfigError", BAD_INPUT),  # broker.toml, config.toml
+    ("pricing.userio.errors:UserInputError", BAD_INPUT),
+    ("broker.state.model:UnknownJob", BAD_INPUT),
+    ("providers.errors:ProviderError", PROVIDER),  # credentials, capacity, quota, ...
+    ("providers.registry:ProviderUnavailable", PROVIDER),  # an SDK extra not installed
+    ("broker.state.schema:SchemaTooNew", FAILED),
+)
+
+
+def _mapped(exc: BaseException) -> int | None:
+    for target, code in EXIT_CODES:
+        module, _, name = target.partition(":")
+        loaded = sys.modules.get(module)
+        if loaded is not None and isinstance(exc, getattr(loaded, name)):
+            return code
+    return None
+
+
+def exit_code(exc: BaseException) -> int:
+    """Say what ended the command (one line on stderr, or nothing) and return its exit
+    code. A closed stdout (`broker jobs | head`) ends quietly with 0; an exception the
+    table does not know is a bug, and is raised again with its traceback."""
+    import typer
+
+    if isinstance(exc, CliExit):
+        return report(exc)
+    if isinstance(exc, typer.Exit):
+        return exc.exit_code
+    if isinstance(exc, SystemExit):
+        return exc.code if isinstance(exc.code, int) else (0 if exc.code is None else FAILED)
+    if isinstance(exc, KeyboardInterrupt | typer.Abort):
+        said = str(exc) if isinstance(exc, KeyboardInterrupt) else ""
+        print("broker: interrupted" + (f": {said}" if said else ""), file=sys.stderr)
+        return INTERRUPTED
+    usage = _click_exception()
+    if isinstance(exc, usage):  # usage errors: click's own words, exit 2
+        exc.show()
+        return exc.exit_code
+    if isinstance(exc, BrokenPipeError):
+        silence_stdout()
+        return OK
+    code = _mapped(exc)
+    if code is None:
+        raise exc
+    return report(CliExit(_one_line(exc), code))
+
+
+def _click_exception() -> type[Exception]:
+    """Click's error shown to users (usage errors): typer 0.28 carries its own click."""
+    try:
+        from typer._click.exceptions import ClickException
+    except ImportError:  # typer before 0.28 runs on click itself
+        from click.exceptions import ClickException
+    return ClickException
+
+
+def _one_line(exc: BaseException) -> str:
+    text = " ".join(str(exc).split())
+    return text or type(exc).__name__
+
+
+def silence_stdout() -> None:
+    """Point stdout at /dev/null: the reader is gone, and Python's last flush at exit
+    must not complain about it."""
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        os.close(devnull)
+    except (OSError, ValueError):
+        pass  # stdout is not a file (a test's capture): nothing will flush to a pipe

@@ -1,166 +1,233 @@
-"""`broker submit / queue / status / cancel / logs`: the queue as a team sees it."""
+"""`broker jobs` and `broker queue`: every job the broker knows (finished ones too,
+newest first; with --attempts, one row per attempt, as `sacct` shows), and the queue as
+it stands now (planned placement, expected cost, why each job waits)."""
 
 from __future__ import annotations
 
-import sys
-from contextlib import contextmanager
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 import typer
 
-from broker.cli.exits import BAD_INPUT, PROVIDER, fail
+from broker.cli.exits import BAD_INPUT, fail
+from broker.cli.formats import count, hours, when
 from broker.cli.options import (
     CatalogOption,
-    FormatOption,
-    InputFormat,
     OutputOption,
     OverlaysOption,
     PoolsOption,
-    TeamOption,
-    load_jobs,
-    offers_in_force,
+    WideOption,
     split_list,
 )
-from broker.cli.render import Column, Output, number, render, usd
-
-StateOption = typer.Option(
-    None,
-    "--state",
-    help="State file [env: BROKER_STATE; default: ~/.local/state/broker/state.db].",
-    show_default=False,
+from broker.cli.render import Column, Output, number, render, state_colour, usd
+from broker.cli.session import (
+    PolicyOption,
+    StateFileOption,
+    StateOption,
+    reading_store,
+    runtime,
 )
 
+if TYPE_CHECKING:
+    from broker.state.listing import AttemptListing, JobListing
 
-PolicyOption = typer.Option(
-    None,
-    "--policy",
-    help="Queue policy YAML: quotas, budgets, shares [env: BROKER_POLICY; "
-    "default: ~/.config/broker/policy.yaml when present].",
-    show_default=False,
+DEFAULT_LIMIT = 50
+JOB_COLUMNS = (
+    Column("job", "id", keep=2, cut=False),
+    Column("job_name", "team/name", keep=3),
+    Column("run", "run", count, keep=0),
+    Column("state", "state", keep=3, colour=state_colour),
+    Column("where", "where", keep=2),
+    Column("market", "market"),
+    Column("attempts", "attempts", count, keep=0),
+    Column("gpu_hours", "GPU-h", hours),
+    Column("cost_usd", "cost $", usd, keep=3),
+    Column("submitted", "submitted", when, keep=2),
+    Column("ended", "ended", when),
 )
+ATTEMPT_COLUMNS = (
+    Column("attempt", "attempt", keep=2, cut=False),
+    Column("job", "job id", keep=0, cut=False),
+    Column("job_name", "team/name", keep=3),
+    Column("run", "run", count, keep=0),
+    Column("number", "#", count, keep=3),
+    Column("state", "state", keep=3, colour=state_colour),
+    Column("where", "where", keep=2),
+    Column("market", "market"),
+    Column("started", "started", when, keep=2),
+    Column("ended", "ended", when),
+    Column("billed_hours", "billed h", hours),
+    Column("gpu_hours", "GPU-h", hours, keep=0),
+    Column("cost_usd", "cost $", usd, keep=3),
+    Column("exit_code", "exit", count, keep=0),
+    Column("time_scale", "time scale", number, keep=0),
+    Column("reason", "reason", keep=0),
+)
+# JSON and CSV carry team and name apart, and the run's version and queue.
+_APART = (Column("team", "team"), Column("name", "name"))
+JOB_DATA = (
+    JOB_COLUMNS[0],
+    *_APART,
+    *JOB_COLUMNS[2:4],
+    Column("version", "version"),
+    Column("queue", "queue"),
+    *JOB_COLUMNS[4:],
+)
+ATTEMPT_DATA = (*ATTEMPT_COLUMNS[:2], *_APART, *ATTEMPT_COLUMNS[3:])
 
 
-def load_policy_option(flag: Path | None):
-    """The policy in force; a broken file exits 2 naming file, line and field."""
-    from broker.queue import load_policy
-    from pricing.userio.errors import UserInputError
-    from pricing.userio.settings import resolve_path
-
-    path = resolve_path("policy", flag, default_file="policy.yaml")
-    try:
-        return load_policy(path)
-    except UserInputError as exc:
-        fail(str(exc), BAD_INPUT)
-
-
-def state_path(flag: Path | None) -> Path:
-    from broker.state import default_state_path
-    from pricing.userio.settings import resolve_path
-
-    return resolve_path("state", flag) or default_state_path()
-
-
-def enabled_clouds() -> tuple[str, ...]:
-    """Clouds launched for real: BROKER_CLOUDS ("aws,gcp") or `clouds = [...]` in
-    broker.toml; none by default (everything runs in the sandbox)."""
-    from pricing.userio.settings import resolve
-    from providers.checks import CLOUDS
-
-    value = resolve("clouds").value
-    clouds = split_list([value] if isinstance(value, str) else list(value or ()))
-    unknown = [cloud for cloud in clouds if cloud not in CLOUDS]
-    if unknown:
-        fail(f"clouds setting: unknown cloud {unknown[0]!r}; known: {', '.join(CLOUDS)}", BAD_INPUT)
-    return clouds
-
-
-@contextmanager
-def runtime(state: Path | None, catalog, pools, overlays, policy: Path | None = None):
-    from broker.runtime import open_runtime
-    from providers.errors import ProviderError
-    from providers.registry import ProviderUnavailable
-
-    rules = load_policy_option(policy)
-    try:
-        opened = open_runtime(
-            state_path(state),
-            offers_in_force(catalog, pools, overlays),
-            policy=rules,
-            clouds=enabled_clouds(),
-        )
-    except (ProviderUnavailable, ProviderError) as exc:  # e.g. an enabled cloud's credentials
-        fail(str(exc), PROVIDER)
-    try:
-        yield opened
-    finally:
-        opened.close()
-
-
-def submit(
-    paths: list[Path] = typer.Argument(..., help="Manifest files or directories (recursive)."),
-    dry_run: bool = typer.Option(False, "--dry-run", help="Plan without enqueueing."),
+def jobs(
+    team: str = typer.Option(None, "--team", help="Only this team's jobs."),
+    states: list[str] = typer.Option(
+        None,
+        "--state",
+        "-s",
+        help="Only jobs in these states (repeat or comma): queued, running, succeeded, "
+        "failed, cancelled, ... (`active`: not finished; `finished`).",
+        show_default=False,
+    ),
+    since: str = typer.Option(
+        None, "--since", help="Jobs queued or running at or after this UTC date or time."
+    ),
+    until: str = typer.Option(
+        None, "--until", help="Jobs submitted before the end of this UTC date (a time: before it)."
+    ),
+    limit: int = typer.Option(DEFAULT_LIMIT, "--limit", help="Newest jobs to show (0: every one)."),
+    attempts: bool = typer.Option(
+        False, "--attempts", help="One row per attempt of those jobs (the sacct view)."
+    ),
     output: Output = OutputOption,
-    state: Path = StateOption,
-    catalog: Path = CatalogOption,
-    pools: Path = PoolsOption,
-    overlays: Path = OverlaysOption,
-    input_format: InputFormat = FormatOption,
-    team: str = TeamOption,
+    state: Path = StateFileOption,
+    wide: bool = WideOption,
 ) -> None:
-    """Validate manifests and enqueue them; prints job ids. Unchanged ones are a no-op."""
-    loaded = load_jobs(paths, input_format, team)
-    if loaded.errors:
-        for error in loaded.errors:
-            print(str(error), file=sys.stderr)
-        fail(f"{len(loaded.errors)} error(s) in manifests; nothing submitted", BAD_INPUT)
-    if dry_run:
-        from broker.cli.plan import plan_manifests
+    """Every job the broker knows, newest first, finished ones included: where it ran,
+    its attempts, GPU-hours and cost so far. Each run of a job is a row of its own."""
+    from broker.cli.options import time_flag
 
-        plan_manifests(loaded.manifests, 1, False, output, catalog, pools, overlays)
+    if limit < 0:
+        fail("--limit must be 0 (every job) or more", BAD_INPUT)
+    start, end = time_flag(since, "--since"), time_flag(until, "--until", inclusive_day=True)
+    if start is not None and end is not None and start >= end:
+        fail("--since must be before --until", BAD_INPUT)
+    wanted = _states(split_list(states))
+    with reading_store(state) as store:
+        found = store.listing(
+            team=team, states=wanted, since=start, until=end, limit=limit or None,
+            attempts=attempts,
+        )  # fmt: skip
+    notes = []
+    shown = len({a.job_id for a in found.attempts}) if attempts else len(found.jobs)
+    if limit and found.matched > shown:
+        notes.append(f"the newest {shown} of {found.matched} jobs; --limit 0 shows every one")
+    if attempts:
+        rows = [_attempt_row(a) for a in found.attempts]
+        columns = ATTEMPT_DATA if _data(output) else ATTEMPT_COLUMNS
+        render(
+            rows, columns, output, json_key="attempts", notes=notes, wide=wide,
+            empty="no attempt recorded" + _filtered(team, wanted, start, end),
+            meta={"matched_jobs": found.matched},
+        )  # fmt: skip
         return
-    from broker.clock import SystemClock
-    from broker.state import StateStore
-    from broker.submit import prepare, submit_manifests
+    rows = [_job_row(j) for j in found.jobs]
+    columns = JOB_DATA if _data(output) else JOB_COLUMNS
+    render(
+        rows, columns, output, json_key="jobs", notes=notes, wide=wide,
+        empty="no jobs recorded" + _filtered(team, wanted, start, end),
+        meta={"matched": found.matched},
+    )  # fmt: skip
 
-    ready, refused = prepare(loaded.manifests, state_path(state), enabled_clouds())
-    if refused:
-        for error in refused:
-            print(error, file=sys.stderr)
-        fail(f"{len(refused)} job(s) cannot be submitted; nothing submitted", BAD_INPUT)
-    with StateStore.open(state_path(state), SystemClock()) as store:
-        results = submit_manifests(store, ready)
-    rows = [
-        {
-            "job": r.job_id,
-            "name": m.spec.name,
-            "team": m.spec.team,
-            "version": r.version,
-            "result": "new" if r.created else ("new version" if r.changed else "unchanged"),
-        }
-        for m, r in zip(loaded.manifests, results, strict=True)
-    ]
-    columns = (
-        Column("job", "job id"),
-        Column("team", "team"),
-        Column("name", "name"),
-        Column("version", "version", number, True),
-        Column("result", "submitted"),
-    )
-    render(rows, columns, output, json_key="jobs")
+
+def _data(output: Output) -> bool:
+    return output in (Output.json, Output.csv)
+
+
+def _states(names: tuple[str, ...]) -> list | None:
+    """The states asked for (`active` and `finished` stand for their groups)."""
+    from broker.state import TERMINAL, JobState
+    from pricing.userio.suggest import hint
+
+    if not names:
+        return None
+    chosen: list[JobState] = []
+    known = [s.value for s in JobState]
+    for name in names:
+        if name == "active":
+            chosen += [s for s in JobState if s not in TERMINAL]
+        elif name == "finished":
+            chosen += sorted(TERMINAL)
+        elif name in known:
+            chosen.append(JobState(name))
+        else:
+            choices = [*known, "active", "finished"]
+            file = " (the state file is --state-file here)" if "/" in name or "." in name else ""
+            fail(f"--state: unknown job state {name!r}{hint(name, choices)}{file}", BAD_INPUT)
+    return chosen
+
+
+def _filtered(team, states, since, until) -> str:
+    said = [f"team {team}"] if team else []
+    said += ["state " + ",".join(map(str, states))] if states else []
+    said += [f"since {since:%Y-%m-%d %H:%M}"] if since else []
+    said += [f"until {until:%Y-%m-%d %H:%M}"] if until else []
+    return f" ({'; '.join(said)})" if said else ""
+
+
+def _job_row(job: JobListing) -> dict[str, Any]:
+    return {
+        "job": job.id,
+        "team": job.team,
+        "name": job.name,
+        "job_name": f"{job.team}/{job.name}",
+        "run": job.run,
+        "state": str(job.state),
+        "version": job.version,
+        "queue": job.queue,
+        "where": job.where,
+        "market": job.market,
+        "attempts": job.attempts,
+        "gpu_hours": round(job.gpu_hours, 6),
+        "cost_usd": job.cost_usd,
+        "submitted": job.created_at,
+        "ended": job.ended_at,
+    }
+
+
+def _attempt_row(attempt: AttemptListing) -> dict[str, Any]:
+    where = f"{attempt.cloud}/{attempt.region}/{attempt.instance_type}"
+    return {
+        "attempt": attempt.id,
+        "job": attempt.job_id,
+        "team": attempt.team,
+        "name": attempt.name,
+        "job_name": f"{attempt.team}/{attempt.name}",
+        "run": attempt.run,
+        "number": attempt.number,
+        "state": str(attempt.state),
+        "where": where,
+        "market": attempt.market,
+        "started": attempt.started_at,
+        "ended": attempt.ended_at,
+        "billed_hours": attempt.billed_hours,
+        "gpu_hours": round(attempt.gpu_hours, 6),
+        "cost_usd": attempt.cost_usd,
+        "exit_code": attempt.exit_code,
+        "time_scale": attempt.time_scale,
+        "reason": attempt.reason,
+    }
 
 
 QUEUE_COLUMNS = (
-    Column("position", "#", number, True),
-    Column("name", "job"),
-    Column("team", "team"),
-    Column("queue", "queue"),
-    Column("priority", "prio", number, True),
-    Column("state", "state"),
-    Column("gpus", "GPUs"),
-    Column("placement", "placement"),
-    Column("expected_cost", "expected $", usd, True),
+    Column("position", "#", count, keep=3),
+    Column("name", "job", keep=3),
+    Column("team", "team", keep=2),
+    Column("queue", "queue", keep=0),
+    Column("priority", "prio", count, keep=0),
+    Column("state", "state", keep=2, colour=state_colour),
+    Column("gpus", "GPUs", keep=2),
+    Column("placement", "placement", keep=2),
+    Column("expected_cost", "expected $", usd, keep=2),
     Column("waiting", "waiting"),
-    Column("why", "why"),
+    Column("why", "why", keep=3),
 )
 
 
@@ -171,146 +238,13 @@ def queue(
     pools: Path = PoolsOption,
     overlays: Path = OverlaysOption,
     policy: Path = PolicyOption,
+    wide: bool = WideOption,
 ) -> None:
     """The queue: position, job, GPUs asked, planned placement and cost, and why it waits
-    (quota, budget, capacity, fair share, lower priority)."""
+    (quota, budget, capacity, fair share, lower priority). Finished jobs: `broker jobs`."""
     with runtime(state, catalog, pools, overlays, policy) as rt:
         from broker.cli.queue_rows import queue_rows
 
         rows = queue_rows(rt.controller.queue_lines(), rt.controller.clock.now())
-    render(rows, QUEUE_COLUMNS, output, json_key="queue")
-
-
-def status(
-    job: str = typer.Argument(..., help="Job id, team/name, or name."),
-    output: Output = OutputOption,
-    state: Path = StateOption,
-) -> None:
-    """A job's timeline of events and its attempts with placement and cost."""
-    from broker.clock import SystemClock
-    from broker.state import StateStore, UnknownJob
-
-    with StateStore.open(state_path(state), SystemClock()) as store:
-        try:
-            found = store.job(job)
-        except UnknownJob as exc:
-            fail(str(exc), BAD_INPUT)
-        events = store.events(found.id)
-        attempts = store.attempts(found.id)
-        charges = store.ledger(job_id=found.id)
-    cost = {}
-    for entry in charges:
-        cost[entry.attempt_id] = cost.get(entry.attempt_id, 0) + entry.amount_usd
-    timeline = [
-        {"time": e.time.isoformat(timespec="seconds"), "kind": e.kind, "message": e.message}
-        for e in events
-    ]
-    tries = [
-        {
-            "attempt": a.id,
-            "number": a.number,
-            "state": str(a.state),
-            "where": a.placed_on.where,
-            "market": a.market,
-            "price_per_hour": str(a.price_per_hour),
-            "billed_hours": str(a.billed_hours or 0),
-            "cost_usd": str(cost.get(a.id, 0)),
-            "exit_code": a.exit_code,
-        }
-        for a in attempts
-    ]
-    if output == Output.json:
-        import json
-
-        json.dump(
-            {
-                "job": found.id,
-                "name": found.name,
-                "team": found.team,
-                "state": str(found.state),
-                "events": timeline,
-                "attempts": tries,
-            },
-            sys.stdout,
-            indent=2,
-        )
-        print()
-        return
-    print(f"{found.team}/{found.name} ({found.id}): {found.state}, version {found.version}")
-    render(
-        timeline,
-        (Column("time", "time"), Column("kind", "event"), Column("message", "what")),
-        output,
-    )
-    render(
-        tries,
-        (
-            Column("number", "#", number, True),
-            Column("attempt", "attempt"),
-            Column("state", "state"),
-            Column("where", "where"),
-            Column("market", "market"),
-            Column("price_per_hour", "$/h"),
-            Column("billed_hours", "hours"),
-            Column("cost_usd", "cost $"),
-            Column("exit_code", "exit"),
-        ),
-        output,
-    )
-
-
-def cancel(
-    job: str = typer.Argument(..., help="Job id, team/name, or name."),
-    state: Path = StateOption,
-    catalog: Path = CatalogOption,
-    pools: Path = PoolsOption,
-    overlays: Path = OverlaysOption,
-) -> None:
-    """Cancel a job: its instance is terminated, its record kept."""
-    from broker.state import UnknownJob
-
-    with runtime(state, catalog, pools, overlays) as rt:
-        try:
-            done = rt.controller.cancel(rt.store.job(job).id)
-        except UnknownJob as exc:
-            fail(str(exc), BAD_INPUT)
-    print(f"{job}: {'cancelled' if done else 'already finished'}", file=sys.stderr)
-
-
-def logs(
-    job: str = typer.Argument(..., help="Job id, team/name, or name."),
-    follow: bool = typer.Option(False, "--follow", "-f", help="Keep printing until it ends."),
-    state: Path = StateOption,
-    catalog: Path = CatalogOption,
-    pools: Path = PoolsOption,
-    overlays: Path = OverlaysOption,
-) -> None:
-    """Print the output of a job's latest attempt."""
-    import time
-
-    from broker.state import UnknownJob
-
-    with runtime(state, catalog, pools, overlays) as rt:
-        try:
-            found = rt.store.job(job)
-        except UnknownJob as exc:
-            fail(str(exc), BAD_INPUT)
-        attempts = rt.store.attempts(found.id)
-        known = rt.store.instances(attempt_id=attempts[-1].id) if attempts else []
-        if not known:
-            fail(f"{job}: no attempt has started yet", 1)
-        instance = rt.provider.describe(known[0].provider_id)
-        path, offset, ended = Path(instance.log_path), 0, False
-        while True:
-            if path.exists():
-                with path.open("rb") as handle:
-                    handle.seek(offset)
-                    chunk = handle.read()
-                    offset += len(chunk)
-                    sys.stdout.write(chunk.decode("utf-8", "replace"))
-                    sys.stdout.flush()
-            if not follow or ended:
-                break
-            ended = rt.provider.describe(instance.id).ended_at is not None  # one last read
-            if not ended:
-                time.sleep(0.5)  # following a log is polling a file; nothing to wait on
+    empty = "no jobs queued or running (`broker jobs` lists finished ones)"
+    render(rows, QUEUE_COLUMNS, output, json_key="queue", empty=empty, wide=wide)

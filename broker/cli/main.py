@@ -20,8 +20,7 @@ from collections.abc import Iterable  # noqa: E402
 import typer  # noqa: E402
 
 from broker import __version__  # noqa: E402
-from broker.cli.exits import BAD_INPUT, INTERRUPTED, CliExit, report  # noqa: E402
-from pricing.userio.settings import ConfigError  # noqa: E402
+from broker.cli.exits import exit_code  # noqa: E402
 
 # Every command, in help order: its module under broker.cli and the function (or the
 # sub-app) in it. A module is imported only when its command runs, or for the whole
@@ -34,11 +33,13 @@ COMMANDS: dict[str, str] = {
     "plan": "plan:plan_command",
     "estimate": "estimate:estimate_command",
     "ci": "ci:ci",
-    "submit": "jobs:submit",
+    "submit": "submit:submit",
+    "rerun": "submit:rerun",
+    "jobs": "jobs:jobs",
     "queue": "jobs:queue",
-    "status": "jobs:status",
-    "cancel": "jobs:cancel",
-    "logs": "jobs:logs",
+    "status": "status:status",
+    "cancel": "status:cancel",
+    "logs": "status:logs",
     "run": "run:run",
     "demo": "run:demo",
     "cost-report": "report:cost_report",
@@ -89,27 +90,56 @@ def root(
     version: bool = typer.Option(
         False, "--version", callback=_version, is_eager=True, help="Print the version and exit."
     ),
+    verbose: bool = typer.Option(
+        False,
+        "--verbose",
+        "-v",
+        help="Show the log of broker and of the cloud SDKs on stderr (quiet by default).",
+    ),
 ) -> None:
     """Multi-cloud, cost-aware GPU job broker: one queue over AWS, GCP, Azure and on-prem."""
+    quiet_logs(verbose)
+
+
+def quiet_logs(verbose: bool) -> None:
+    """No library's log or warning reaches the terminal (azure-identity writes a page
+    when it finds no credentials), unless --verbose: then every INFO line, on stderr."""
+    import logging
+
+    logger = logging.getLogger()
+    if verbose:
+        if not any(type(h) is logging.StreamHandler for h in logger.handlers):
+            handler = logging.StreamHandler(sys.stderr)
+            handler.setFormatter(logging.Formatter("%(levelname)s %(name)s: %(message)s"))
+            logger.addHandler(handler)
+        logger.setLevel(logging.INFO)
+        return
+    logging.captureWarnings(True)  # warnings.warn from SDKs: into the quiet log too
+    if not any(isinstance(h, logging.NullHandler) for h in logger.handlers):
+        logger.addHandler(logging.NullHandler())  # no "last resort" printing to stderr
 
 
 def main() -> None:
-    """Console-script entry: run the app, turning CliExit into its exit code.
-
-    Usage errors exit 2 (click's own handling), and so does a broken settings file
-    (broker.toml, config.toml), wherever a setting is read; Ctrl-C exits 130.
-    """
-    command = sys.argv[1] if len(sys.argv) > 1 else ""
+    """Console-script entry: run the command, and turn whatever ends it into its exit
+    code through the one table in `broker.cli.exits` (usage errors and broken settings
+    files exit 2, provider errors 5, Ctrl-C 130, a closed stdout quietly 0)."""
+    command = next((arg for arg in sys.argv[1:] if not arg.startswith("-")), "")
     app = build_app([command] if command in COMMANDS else COMMANDS)
     try:
-        app()
-    except CliExit as exc:
-        sys.exit(report(exc))
-    except ConfigError as exc:
-        sys.exit(report(CliExit(str(exc), BAD_INPUT)))
-    except KeyboardInterrupt:
-        print("broker: interrupted", file=sys.stderr)
-        sys.exit(INTERRUPTED)
+        code = _invoke(app, sys.argv[1:])
+        sys.stdout.flush()  # a reader that went away shows here, not at exit
+    except BaseException as exc:  # exit_code raises again what it does not know
+        code = exit_code(exc)
+    sys.exit(code)
+
+
+def _invoke(app: typer.Typer, args: list[str]) -> int:
+    """Run the command without click's own handling of errors, Ctrl-C and broken pipes
+    (its standalone mode exits 1 on both), so that `broker.cli.exits` decides them all."""
+    command = typer.main.get_command(app)
+    with command.make_context("broker", args) as context:
+        result = command.invoke(context)
+    return result if isinstance(result, int) and not isinstance(result, bool) else 0
 
 
 if __name__ == "__main__":

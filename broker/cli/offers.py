@@ -8,38 +8,41 @@ from pathlib import Path
 import typer
 
 from broker.cli.exits import BAD_INPUT, fail
+from broker.cli.formats import flag
 from broker.cli.options import (
     CatalogOption,
     OutputOption,
     OverlaysOption,
     PoolsOption,
+    WideOption,
     catalog_banner,
     offers_in_force,
     split_list,
 )
 from broker.cli.render import Column, Output, number, render, usd
 
+# `keep`: what a narrow terminal keeps longest (0: left out first); --wide shows all.
 OFFER_COLUMNS = (
-    Column("cloud", "cloud"),
-    Column("region", "region"),
+    Column("cloud", "cloud", keep=3),
+    Column("region", "region", keep=2),
     Column("country", "country"),
-    Column("zone", "zone"),
-    Column("instance_type", "instance type"),
-    Column("accelerator", "GPU"),
-    Column("accelerator_count", "#", number, numeric=True),
-    Column("accelerator_memory_gib", "GiB/GPU", number, numeric=True),
-    Column("vcpus", "vCPU", number, numeric=True),
-    Column("memory_gib", "mem GiB", number, numeric=True),
-    Column("interconnect", "interconnect"),
-    Column("price_on_demand", "on-demand $/h", usd, numeric=True),
-    Column("price_spot", "spot $/h", usd, numeric=True),
-    Column("market", "market"),
-    Column("price", "price $/h", usd, numeric=True),
-    Column("price_per_gpu", "$/GPU-h", usd, numeric=True),
-    Column("capacity", "capacity", number, numeric=True),
-    Column("spot_interruption_rate", "reclaims/h", number, numeric=True),
-    Column("as_of", "as of"),
-    Column("stale", "stale"),
+    Column("zone", "zone", keep=0),
+    Column("instance_type", "instance type", keep=2),
+    Column("accelerator", "GPU", keep=3),
+    Column("accelerator_count", "#", number, keep=3),
+    Column("accelerator_memory_gib", "GiB/GPU", number, keep=0),
+    Column("vcpus", "vCPU", number, keep=0),
+    Column("memory_gib", "mem GiB", number, keep=0),
+    Column("interconnect", "interconnect", keep=0),
+    Column("price_on_demand", "on-demand $/h", usd),
+    Column("price_spot", "spot $/h", usd),
+    Column("market", "market", keep=2),
+    Column("price", "price $/h", usd, keep=3),
+    Column("price_per_gpu", "$/GPU-h", usd, keep=2),
+    Column("capacity", "capacity", number, keep=0),
+    Column("spot_interruption_rate", "reclaims/h", number, keep=0),
+    Column("as_of", "as of", keep=0),
+    Column("stale", "stale", flag),
     Column("source", "source"),
 )
 TABLE_HIDDEN = {
@@ -81,6 +84,7 @@ def offers(
     catalog: Path = CatalogOption,
     pools: Path = PoolsOption,
     overlays: Path = OverlaysOption,
+    wide: bool = WideOption,
 ) -> None:
     """List GPU offers across clouds and on-prem pools, cheapest first."""
     from pricing.gpus import UnknownGpu, parse_gpu_request
@@ -97,7 +101,7 @@ def offers(
     freshness = int(resolve("freshness_days").value)
     banner = catalog_banner(view, today, freshness)
     if summary:
-        return _summary(view, output, banner)
+        return _summary(view, output, banner, wide)
     gpu_name, count = None, None
     if gpu:
         try:
@@ -137,7 +141,7 @@ def offers(
             if all(_blank(row[key]) for row in rows)
         }
         columns = tuple(c for c in OFFER_COLUMNS if c.key not in TABLE_HIDDEN | blank)
-    notes = [] if rows else ["No offer matches; relax a filter (see `broker offers --help`)."]
+    notes = [] if rows else ["Relax a filter (see `broker offers --help`)."]
     if unavailable:
         notes += _unavailable_notes(unavailable)
     render(
@@ -147,6 +151,8 @@ def offers(
         title=banner,
         notes=notes,
         json_key="offers",
+        wide=wide,
+        empty="no offer matches",
         meta={
             "catalog": str(view.catalog.path),
             "origin": view.catalog.origin,
@@ -160,7 +166,7 @@ def offers(
 def _go_live(view, asked: tuple[str, ...]):
     """(the view as the account can buy it, the reasons), for the enabled clouds."""
     from broker.cli.exits import PROVIDER
-    from broker.cli.jobs import enabled_clouds
+    from broker.cli.session import enabled_clouds
     from broker.live import live_offers
     from providers.checks import CLOUDS
     from providers.errors import ProviderError
@@ -198,7 +204,7 @@ def _age(as_of: str, today: date) -> int:
         return 10**6  # an undated price is as stale as it gets
 
 
-def _summary(view, output: Output, banner: str) -> None:
+def _summary(view, output: Output, banner: str, wide: bool) -> None:
     from pricing.summary import cheapest_by_gpu
 
     table = cheapest_by_gpu(view.index.offers.to_frame())
@@ -217,4 +223,5 @@ def _summary(view, output: Output, banner: str) -> None:
         title=f"{banner}; USD per GPU-hour",
         json_key="gpus",
         meta={"catalog": str(view.catalog.path), "unit": "USD per GPU-hour"},
+        wide=wide,
     )

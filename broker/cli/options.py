@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from datetime import date
+from datetime import UTC, date, datetime, timedelta
 from enum import StrEnum
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -37,6 +37,9 @@ OverlaysOption = typer.Option(
     show_default=False,
 )
 OutputOption = typer.Option(Output.table, "--output", "-o", help="Output format.")
+WideOption = typer.Option(
+    False, "--wide", help="Never cut a table to fit the terminal (long cells, every column)."
+)
 
 
 class InputFormat(StrEnum):
@@ -139,3 +142,17 @@ def catalog_banner(view: OffersInForce, today: date, freshness_days: int) -> str
         if path
     )
     return f"{label} {catalog.path}: {when}{stale}{extras}"
+
+
+def time_flag(text: str | None, flag: str, inclusive_day: bool = False) -> datetime | None:
+    """A UTC date (midnight; the next one for an inclusive end day) or a time."""
+    if not text:
+        return None
+    try:
+        if len(text.strip()) == 10:
+            day = datetime.strptime(text.strip(), "%Y-%m-%d").replace(tzinfo=UTC)
+            return day + timedelta(days=1) if inclusive_day else day
+        moment = datetime.fromisoformat(text.strip().replace("Z", "+00:00"))
+    except ValueError:
+        fail(f"{flag}: not a date (YYYY-MM-DD) or time (ISO 8601): {text!r}", BAD_INPUT)
+    return moment if moment.tzinfo else moment.replace(tzinfo=UTC)

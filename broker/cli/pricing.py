@@ -13,9 +13,9 @@ from pathlib import Path
 import typer
 
 from broker.cli.exits import BAD_INPUT, FAILED, PROVIDER, fail
-from broker.cli.jobs import StateOption
-from broker.cli.options import OutputOption, split_list
+from broker.cli.options import OutputOption, WideOption, split_list
 from broker.cli.render import Output, render
+from broker.cli.session import StateOption
 
 app = typer.Typer(help="Manage the offers catalog.", no_args_is_help=True)
 
@@ -67,8 +67,13 @@ def import_catalog(
             as_of = date.fromisoformat(as_of).isoformat()
         except ValueError:
             fail(f"--as-of must be a date such as 2026-05-20, not {as_of!r}", BAD_INPUT)
+    from broker.cli.progress import bar
+
     try:
-        offers = import_skypilot(directory, clouds=clouds, as_of=as_of)
+        with bar("importing SkyPilot catalogs", len(clouds or ("aws", "gcp", "azure"))) as step:
+            offers = import_skypilot(
+                directory, clouds=clouds, as_of=as_of, on_cloud=lambda cloud: step(1)
+            )
     except CatalogImportError as exc:
         fail(str(exc), BAD_INPUT)
     if offers.empty:
@@ -133,7 +138,9 @@ def refresh_command(
 
 
 @app.command("status")
-def status_command(catalog: Path = CatalogTarget, output: Output = OutputOption) -> None:
+def status_command(
+    catalog: Path = CatalogTarget, output: Output = OutputOption, wide: bool = WideOption
+) -> None:
     """Each price source: last success, age, offers in the catalog, last failure."""
     from broker.cli.pricing_status import STATUS_COLUMNS, status_rows
     from pricing.catalog import load_catalog, status_path
@@ -152,4 +159,5 @@ def status_command(catalog: Path = CatalogTarget, output: Output = OutputOption)
     rows = status_rows(loaded.offers, status_path(loaded.path), now, freshness)
     label = {"bundled": "bundled snapshot", "user": "user catalog", "file": "catalog"}
     title = f"{label[loaded.origin]} {loaded.path}: {len(loaded.offers):,} offers"
-    render(rows, STATUS_COLUMNS, output, title=title, json_key="sources", meta={"title": title})
+    meta = {"title": title}
+    render(rows, STATUS_COLUMNS, output, title=title, json_key="sources", meta=meta, wide=wide)

@@ -13,8 +13,9 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from broker.cli.formats import Fixed, count
 from broker.cli.pricing_status import parse_time
-from broker.cli.render import Column, Output, number, render
+from broker.cli.render import Column, Output, render
 
 if TYPE_CHECKING:
     from pricing.sources.refresh import RefreshResult, Reporter
@@ -26,8 +27,8 @@ OUTCOME_COLUMNS = (
     Column("name", "source"),
     Column("cloud", "cloud"),
     Column("state", "state"),
-    Column("rows", "offers", number, numeric=True),
-    Column("seconds", "s", number, numeric=True),
+    Column("rows", "offers", count),
+    Column("seconds", "s", Fixed(1)),
     Column("reason", "reason"),
     Column("notes", "notes"),
     Column("endpoint", "endpoint"),
@@ -111,7 +112,7 @@ def _outcome_row(outcome: Outcome) -> dict[str, Any]:
 def _observations(state: Path | None) -> list:
     """What the broker saw of its own spot instances (hours, interruptions), for learned
     interruption rates; [] without a state file."""
-    from broker.cli.jobs import state_path
+    from broker.cli.session import state_path
 
     path = state_path(state)
     if not path.is_file():

@@ -7,7 +7,8 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from broker.cli.render import Column, number
+from broker.cli.formats import count
+from broker.cli.render import Column
 
 STATUS_COLUMNS = (
     Column("source", "source"),
@@ -15,7 +16,7 @@ STATUS_COLUMNS = (
     Column("state", "last attempt"),
     Column("last_success", "last success"),
     Column("age", "age"),
-    Column("rows", "offers", number, numeric=True),
+    Column("rows", "offers", count),
     Column("oldest_as_of", "oldest as of"),
     Column("stale", "stale"),
     Column("reason", "reason"),

@@ -1,19 +1,34 @@
 """The one renderer behind every `--output table|json|csv|markdown`.
 
-Commands hand over plain rows (dicts) and column specs; this module is the
-only place that decides how they look. JSON and CSV carry exact values; only
-the table and Markdown views round, for display.
+Commands hand over plain rows (dicts) and column specs; this module is the only place
+that decides how they look:
+- table: fitted to the terminal (`COLUMNS` honoured, else the terminal's width; a pipe
+  is not cut), long text ellipsised, the least important columns left out with a note
+  when cutting is not enough, `wide=True` (the commands' `--wide`) never cuts; numbers
+  right-aligned with one number of decimals per column (`broker.cli.formats`); bold
+  headers and coloured states only on a terminal, never with `NO_COLOR`;
+- JSON and CSV carry exact values: whole floats as integers (`8`, not `8.0`), NaN as
+  null (empty in CSV), booleans as true/false; one CSV stream is one table, its title
+  and notes go to stderr;
+- an empty table says so (`empty`), instead of a bare header.
 """
 
 from __future__ import annotations
 
 import json
 import math
+import os
 import sys
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from datetime import datetime
+from decimal import Decimal
 from enum import StrEnum
 from typing import Any, TextIO
+
+from broker.cli.formats import ColumnFormat, missing, number, usd
+
+__all__ = ["Column", "Output", "number", "render", "usd", "write_json"]
 
 
 class Output(StrEnum):
@@ -27,47 +42,147 @@ class Output(StrEnum):
 
 @dataclass(frozen=True)
 class Column:
-    """One column: the row key, its header, and how to show a value to a human."""
+    """One column: the row key, its header, how a human sees a value (a `ColumnFormat`
+    decides per column; a plain function per value), whether it is a number (default:
+    the format's), how important it is when a narrow table must leave columns out
+    (higher stays longer: 0 goes first, 3 last), an optional colour per shown value,
+    and whether its cells may be cut to fit."""
 
     key: str
     header: str
     fmt: Callable[[Any], str] | None = None
-    numeric: bool = False
+    numeric: bool | None = None
+    keep: int = 1
+    colour: Callable[[str], str] | None = None
+    cut: bool = True  # False: shown whole or not at all (ids); numbers are never cut
+
+    @property
+    def is_numeric(self) -> bool:
+        if self.numeric is not None:
+            return self.numeric
+        return isinstance(self.fmt, ColumnFormat) and self.fmt.numeric
+
+    def cells(self, values: Sequence[Any]) -> list[str]:
+        """The column's values as shown to a human."""
+        if isinstance(self.fmt, ColumnFormat):
+            shown = self.fmt.for_values(values)
+            return [shown(v) for v in values]
+        if self.fmt is not None:
+            return [self.fmt(v) for v in values]
+        return ["-" if missing(v) else str(v) for v in values]
 
 
-def usd(value: Any) -> str:
-    """A price for display: 4 decimals under 1 USD, 2 above; "-" when unknown."""
-    if _missing(value):
-        return "-"
-    value = float(value)
-    return f"{value:,.4f}" if 0 < abs(value) < 1 else f"{value:,.2f}"
+_STATE_COLOURS = {
+    "succeeded": "\x1b[32m",
+    "running": "\x1b[36m",
+    "launching": "\x1b[36m",
+    "failed": "\x1b[31m",
+    "cancelled": "\x1b[2m",
+    "interrupted": "\x1b[33m",
+    "migrating": "\x1b[33m",
+}
 
 
-def number(value: Any) -> str:
-    """A count or size for display, without a trailing .0."""
-    if _missing(value):
-        return "-"
-    value = float(value)
-    return f"{value:g}"
+def state_colour(shown: str) -> str:
+    """The colour of a job or attempt state (green succeeded, red failed, ...)."""
+    return _STATE_COLOURS.get(shown, "")
 
 
-def _missing(value: Any) -> bool:
-    return value is None or value == "" or (isinstance(value, float) and math.isnan(value))
-
-
-def _plain(value: Any) -> Any:
-    """A JSON-safe exact value: NaN becomes null, numpy scalars become Python ones."""
-    if hasattr(value, "item"):
+def plain(value: Any) -> Any:
+    """A JSON-safe exact value: NaN becomes None, numpy scalars Python ones, whole floats
+    integers (a GPU count is `8`, not `8.0`)."""
+    if isinstance(value, datetime):
+        return value.isoformat()
+    if hasattr(value, "item") and not isinstance(value, Decimal):
         value = value.item()
-    if isinstance(value, float) and math.isnan(value):
-        return None
+    if isinstance(value, float):
+        if math.isnan(value):
+            return None
+        if value.is_integer() and math.isfinite(value):
+            return int(value)
     return value
 
 
-def _shown(column: Column, value: Any) -> str:
-    if column.fmt is not None:
-        return column.fmt(value)
-    return "-" if _missing(value) else str(value)
+def _json_ready(value: Any) -> Any:
+    """`value` with `plain` applied all the way down (the common types first: a plan of
+    10,000 jobs holds a million values)."""
+    kind = type(value)
+    if kind is str or kind is int or kind is bool or value is None:
+        return value
+    if kind is dict:
+        return {key: _json_ready(item) for key, item in value.items()}
+    if kind is float:
+        if value != value:  # NaN
+            return None
+        return int(value) if value.is_integer() and math.isfinite(value) else value
+    if kind is list or kind is tuple:
+        return [_json_ready(item) for item in value]
+    return plain(value)
+
+
+LONG_LIST = 200  # a list longer than this is written one compact item per line
+
+
+def write_json(document: Any, stream: TextIO | None = None) -> None:
+    """Every JSON document the CLI prints: exact, counts as integers; indented, but a
+    long list of rows (`plan` of a folder, `jobs --limit 0`) one compact row per line:
+    still readable, and written by the C encoder (ten times faster)."""
+    stream = stream or sys.stdout
+    ready = _json_ready(document)
+    if isinstance(ready, dict) and any(
+        isinstance(v, list) and len(v) > LONG_LIST for v in ready.values()
+    ):
+        compact = json.JSONEncoder(default=str, ensure_ascii=True).encode
+        parts = []
+        for key, value in ready.items():
+            if isinstance(value, list) and len(value) > LONG_LIST:
+                items = ",\n    ".join(compact(item) for item in value)
+                parts.append(f"  {compact(key)}: [\n    {items}\n  ]")
+            else:
+                text = json.dumps(value, indent=2, default=str).replace("\n", "\n  ")
+                parts.append(f"  {compact(key)}: {text}")
+        stream.write("{\n" + ",\n".join(parts) + "\n}\n")
+        return
+    json.dump(ready, stream, indent=2, default=str)
+    stream.write("\n")
+
+
+def _csv_cell(value: Any) -> Any:
+    value = plain(value)
+    if value is None:
+        return ""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    return value
+
+
+def table_width(stream: TextIO, wide: bool) -> int | None:
+    """The width a table must fit: none with --wide, else `COLUMNS`, else the terminal's;
+    a table written to a pipe or a file is not cut."""
+    if wide:
+        return None
+    columns = os.environ.get("COLUMNS", "")
+    if columns.isdigit() and int(columns) > 0:
+        return int(columns)
+    if _is_terminal(stream):
+        import shutil
+
+        return shutil.get_terminal_size().columns
+    return None
+
+
+def use_colour(stream: TextIO) -> bool:
+    """Colour only on a terminal, never with NO_COLOR (https://no-color.org) or TERM=dumb."""
+    if os.environ.get("NO_COLOR") or os.environ.get("TERM") == "dumb":
+        return False
+    return _is_terminal(stream)
+
+
+def _is_terminal(stream: TextIO) -> bool:
+    try:
+        return stream.isatty()
+    except (AttributeError, ValueError):
+        return False
 
 
 def render(
@@ -79,77 +194,80 @@ def render(
     notes: Sequence[str] = (),
     json_key: str = "rows",
     meta: dict[str, Any] | None = None,
+    empty: str = "nothing to show",
+    wide: bool = False,
     stream: TextIO | None = None,
+    width: int | None = None,
 ) -> None:
     """Write `rows` to `stream` (stdout) in `output` format.
 
-    `title` and `notes` frame the human views; in JSON they travel as `meta`,
-    and with CSV they go to stderr so that stdout stays pure data.
+    `title` and `notes` frame the human views; in JSON they travel as `meta`, and with
+    CSV they go to stderr so that stdout stays pure data. `empty` is what the human views
+    say when there are no rows. `width` fits the table to a width other than the
+    stream's (a live view drawn off stdout).
     """
     stream = stream or sys.stdout
     if output == Output.json:
         document = dict(meta or {})
-        document[json_key] = [{c.key: _plain(row.get(c.key)) for c in columns} for row in rows]
-        json.dump(document, stream, indent=2, default=str)
-        stream.write("\n")
+        document[json_key] = [{c.key: row.get(c.key) for c in columns} for row in rows]
+        write_json(document, stream)
     elif output == Output.csv:
         import csv
 
-        for line in (title, *notes):
+        lines = [title, *notes] + ([empty] if not rows else [])
+        for line in lines:
             if line:
                 print(line, file=sys.stderr)
         writer = csv.writer(stream, lineterminator="\n")
         writer.writerow([c.key for c in columns])
         for row in rows:
-            writer.writerow(
-                ["" if _plain(row.get(c.key)) is None else _plain(row.get(c.key)) for c in columns]
-            )
+            writer.writerow([_csv_cell(row.get(c.key)) for c in columns])
     elif output == Output.markdown:
-        if title:
-            stream.write(f"**{title}**\n\n")
-        stream.write("| " + " | ".join(c.header for c in columns) + " |\n")
-        stream.write("|" + "|".join("---:" if c.numeric else "---" for c in columns) + "|\n")
-        for row in rows:
-            cells = (_shown(c, row.get(c.key)).replace("|", "\\|") for c in columns)
-            stream.write("| " + " | ".join(cells) + " |\n")
-        for note in notes:
-            stream.write(f"\n{note}\n")
+        _markdown(rows, columns, title, notes, empty, stream)
     else:
-        _plain_table(rows, columns, title, notes, stream)
+        fit = None if wide else (width or table_width(stream, wide))
+        _table(rows, columns, title, notes, empty, fit, stream)
 
 
-# The box of the table view (rich's HEAVY_HEAD look, which this view replaced: importing
-# rich cost `broker plan` a fifth of its time budget): top, header row, header rule,
-# body row, bottom; each as (left, column rule, separator, right).
-_BOX = (
-    ("┏━", "━", "━┳━", "━┓"),
-    ("┃ ", " ", " ┃ ", " ┃"),
-    ("┡━", "━", "━╇━", "━┩"),
-    ("│ ", " ", " │ ", " │"),
-    ("└─", "─", "─┴─", "─┘"),
-)
+def _shown_columns(rows: Sequence[dict[str, Any]], columns: Sequence[Column]) -> list[list[str]]:
+    return [c.cells([row.get(c.key) for row in rows]) for c in columns]
 
 
-def _plain_table(rows, columns, title, notes, stream) -> None:
-    """A boxed text table, every row whole (no styling, no fitting to the terminal)."""
-    header = [c.header for c in columns]
-    body = [[_shown(c, row.get(c.key)) for c in columns] for row in rows]
-    widths = [max(len(cell) for cell in cells) for cells in zip(header, *body, strict=True)]
+def _markdown(rows, columns, title, notes, empty, stream) -> None:
+    if title:
+        stream.write(f"**{title}**\n\n")
+    if not rows:
+        stream.write(f"_{empty}_\n")
+    else:
+        stream.write("| " + " | ".join(c.header for c in columns) + " |\n")
+        stream.write("|" + "|".join("---:" if c.is_numeric else "---" for c in columns) + "|\n")
+        shown = _shown_columns(rows, columns)
+        for index in range(len(rows)):
+            cells = (cells[index].replace("|", "\\|") for cells in shown)
+            stream.write("| " + " | ".join(cells) + " |\n")
+    for note in notes:
+        stream.write(f"\n{note}\n")
 
-    def line(kind: int, cells: Sequence[str] | None = None) -> str:
-        left, fill, between, right = _BOX[kind]
-        if cells is None:
-            parts = [fill * width for width in widths]
-        else:
-            parts = [
-                cell.rjust(width) if column.numeric else cell.ljust(width)
-                for cell, width, column in zip(cells, widths, columns, strict=True)
-            ]
-        return left + between.join(parts) + right + "\n"
+
+def _table(rows, columns, title, notes, empty, width, stream) -> None:
+    from broker.cli.table import TextColumn, table
 
     out = [title + "\n"] if title else []
-    out += [line(0), line(1, header), line(2)]
-    out += [line(3, cells) for cells in body]
-    out += [line(4)]
+    notes = list(notes)
+    if not rows:
+        out.append(empty + "\n")
+    else:
+        shown = _shown_columns(rows, columns)
+        text_columns = [
+            TextColumn(c.header, cells, c.is_numeric, c.keep, c.cut, c.colour)
+            for c, cells in zip(columns, shown, strict=True)
+        ]
+        fitted = table(text_columns, width, use_colour(stream))
+        out.append(fitted.text)
+        if fitted.hidden:
+            notes.append(
+                f"left out to fit {width} columns: {', '.join(fitted.hidden)} "
+                "(--wide shows every column)"
+            )
     out += [note + "\n" for note in notes]
     stream.write("".join(out))

@@ -4,16 +4,24 @@ and how the ledger compares with the clouds' own bills. Reference: docs/reports.
 from __future__ import annotations
 
 import sys
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import typer
 
 from broker.cli.exits import BAD_INPUT, FAILED, fail
-from broker.cli.jobs import StateOption, state_path
-from broker.cli.options import CatalogOption, OutputOption, OverlaysOption, split_list
+from broker.cli.formats import hours, percent
+from broker.cli.options import (
+    CatalogOption,
+    OutputOption,
+    OverlaysOption,
+    WideOption,
+    split_list,
+    time_flag,
+)
 from broker.cli.render import Column, Output, number, render, usd
+from broker.cli.session import StateOption, state_path
 
 if TYPE_CHECKING:
     from broker.reports.actual import Reconciliation
@@ -31,22 +39,14 @@ NOTES = (
 )
 
 
-def _hours(value: Any) -> str:
-    return "-" if value in (None, "") else f"{float(value):,.2f}"
-
-
-def _share(value: Any) -> str:
-    return "-" if value in (None, "") else f"{float(value) * 100:.1f}%"
-
-
 FIGURE_COLUMNS = (
     Column("total_usd", "total $", usd, True),
     Column("compute_usd", "compute $", usd, True),
     Column("onprem_usd", "on-prem $", usd, True),
     Column("egress_usd", "egress $", usd, True),
-    Column("gpu_hours", "GPU-h", _hours, True),
-    Column("spot_share", "spot", _share, True),
-    Column("lost_gpu_hours", "lost GPU-h", _hours, True),
+    Column("gpu_hours", "GPU-h", hours),
+    Column("spot_share", "spot", percent),
+    Column("lost_gpu_hours", "lost GPU-h", hours),
     Column("lost_usd", "lost $", usd, True),
     Column("on_demand_usd", "on-demand $", usd, True),
     Column("savings_usd", "savings $", usd, True),
@@ -96,6 +96,7 @@ def cost_report(
         metavar="DATE",
     ),
     output: Output = OutputOption,
+    wide: bool = WideOption,
     chart: bool = typer.Option(
         False, "--chart", help="Draw daily spend by group (to stderr with json or csv)."
     ),
@@ -129,7 +130,7 @@ def cost_report(
         groups = parse_by(split_list(by) or (DEFAULT_BY,))
     except UnknownGrouping as exc:
         fail(str(exc), BAD_INPUT)
-    start, end = _moment(since, "--since"), _moment(until, "--until", inclusive_day=True)
+    start, end = time_flag(since, "--since"), time_flag(until, "--until", inclusive_day=True)
     if start is not None and end is not None and start >= end:
         fail("--since must be before --until", BAD_INPUT)
     bills = _bills(actual or ())
@@ -139,23 +140,10 @@ def cost_report(
     with StateStore.open(path, SystemClock()) as store:
         report = _build(store, groups, start, end, catalog, overlays)
         reconciled = _reconcile(store, report, bills) if bills else None
-    _emit(report, reconciled, output, chart)
+        clock = sandbox_clock_notes(store.time_scales(start, end))
+    _emit(report, reconciled, output, chart, wide, clock)
     if html is not None:
-        _write_html(html, report, reconciled)
-
-
-def _moment(text: str | None, flag: str, inclusive_day: bool = False) -> datetime | None:
-    """A UTC date (midnight; the next one for an inclusive end day) or a time."""
-    if not text:
-        return None
-    try:
-        if len(text.strip()) == 10:
-            day = datetime.strptime(text.strip(), "%Y-%m-%d").replace(tzinfo=UTC)
-            return day + timedelta(days=1) if inclusive_day else day
-        moment = datetime.fromisoformat(text.strip().replace("Z", "+00:00"))
-    except ValueError:
-        fail(f"{flag}: not a date (YYYY-MM-DD) or time (ISO 8601): {text!r}", BAD_INPUT)
-    return moment if moment.tzinfo else moment.replace(tzinfo=UTC)
+        _write_html(html, report, reconciled, clock)
 
 
 def _bills(paths):
@@ -269,8 +257,27 @@ def _chart_label(report: Report) -> str:
     return ", ".join(name for name in report.by if name not in ("day", "month"))
 
 
-def _notes(report: Report, reconciled: Reconciliation | None) -> list[str]:
-    notes = list(NOTES)
+def sandbox_clock_notes(scales: dict[float | None, int]) -> list[str]:
+    """Say which attempts were billed on the sandbox's fast clock (their hours are not
+    wall hours), and which were recorded before the time scale was."""
+    notes = []
+    for scale, n in sorted((s, n) for s, n in scales.items() if s not in (None, 1)):
+        notes.append(
+            f"sandbox time: {n} attempt(s) billed {scale:g} s per wall second "
+            "(--sandbox-time-scale; the demo's fast clock is 3600): not wall hours"
+        )
+    if scales.get(None):
+        notes.append(
+            f"sandbox time: {scales[None]} attempt(s) recorded before the time scale was "
+            "(`broker run` on the sandbox then billed a wall second as an hour)"
+        )
+    return notes
+
+
+def _notes(
+    report: Report, reconciled: Reconciliation | None, clock: list[str] = ()
+) -> list[str]:
+    notes = [*NOTES, *clock]
     if report.totals.unpriced:
         notes.append(
             f"{report.totals.unpriced} GPU ledger line(s) have no on-demand price for their "
@@ -285,10 +292,17 @@ def _notes(report: Report, reconciled: Reconciliation | None) -> list[str]:
     return notes
 
 
-def _emit(report: Report, reconciled: Reconciliation | None, output: Output, chart: bool) -> None:
+def _emit(
+    report: Report,
+    reconciled: Reconciliation | None,
+    output: Output,
+    chart: bool,
+    wide: bool,
+    clock: list[str],
+) -> None:
     keys = tuple(Column(name, name) for name in report.by)
     columns = keys + FIGURE_COLUMNS
-    rows, notes = _group_rows(report), _notes(report, reconciled)
+    rows, notes = _group_rows(report), _notes(report, reconciled, clock)
     if output == Output.json:
         meta: dict[str, Any] = {"by": list(report.by), "since": _iso(report.since)}
         meta |= {"until": _iso(report.until), "totals": _figures(report.totals)}
@@ -303,12 +317,13 @@ def _emit(report: Report, reconciled: Reconciliation | None, output: Output, cha
             render(rows, columns, output, title=_title(report), notes=notes)
     else:
         totals = {report.by[0]: "total"} | _figures(report.totals)
-        render([*rows, totals], columns, output, title=_title(report), notes=notes)
+        title = _title(report)
+        render([*rows, totals], columns, output, title=title, notes=notes, wide=wide)
         if report.egress:
-            render(_egress_rows(report), EGRESS_COLUMNS, output, title="Egress")
+            render(_egress_rows(report), EGRESS_COLUMNS, output, title="Egress", wide=wide)
         if reconciled is not None:
             title = "Planned (ledger) versus billed, per instance"
-            render(_actual_rows(reconciled), ACTUAL_COLUMNS, output, title=title)
+            render(_actual_rows(reconciled), ACTUAL_COLUMNS, output, title=title, wide=wide)
     if chart:
         _print_chart(report, sys.stderr if output in (Output.json, Output.csv) else sys.stdout)
 
@@ -329,7 +344,9 @@ def _print_chart(report: Report, stream) -> None:
     console.print(terminal_chart(report.days, report.series, _chart_label(report)))
 
 
-def _write_html(path: Path, report: Report, reconciled: Reconciliation | None) -> None:
+def _write_html(
+    path: Path, report: Report, reconciled: Reconciliation | None, clock: list[str]
+) -> None:
     from broker.reports.chart import MissingExtra, html_report
 
     keys = tuple(Column(name, name) for name in report.by)
@@ -341,7 +358,7 @@ def _write_html(path: Path, report: Report, reconciled: Reconciliation | None) -
     if reconciled is not None:
         rows = _actual_rows(reconciled)
         tables.append(_html_table("Planned versus billed", ACTUAL_COLUMNS, rows))
-    notes = _notes(report, reconciled)
+    notes = _notes(report, reconciled, clock)
     try:
         text = html_report(
             _title(report), tables, report.days, report.series, notes, _chart_label(report)
@@ -358,11 +375,7 @@ def _write_html(path: Path, report: Report, reconciled: Reconciliation | None) -
 def _html_table(title: str, columns, rows, total_row: bool = False) -> HtmlTable:
     from broker.reports.chart import HtmlTable
 
-    def shown(column: Column, value: Any) -> str:
-        if column.fmt is not None:
-            return column.fmt(value)
-        return "-" if value in (None, "") else str(value)
-
-    cells = [[shown(c, row.get(c.key)) for c in columns] for row in rows]
-    numeric = [c.numeric for c in columns]
+    shown = [c.cells([row.get(c.key) for row in rows]) for c in columns]
+    cells = [list(row) for row in zip(*shown, strict=True)] if rows else []
+    numeric = [c.is_numeric for c in columns]
     return HtmlTable(title, [c.header for c in columns], cells, numeric, total_row)

@@ -11,10 +11,11 @@ from typing import Any
 
 import typer
 
-from broker.cli.exits import BAD_INPUT, FAILED, fail
-from broker.cli.jobs import PolicyOption, StateOption, runtime
-from broker.cli.options import CatalogOption, OverlaysOption, PoolsOption
-from broker.cli.render import Column, Output, render, usd
+from broker.cli.exits import BAD_INPUT, FAILED, PROVIDER, fail
+from broker.cli.formats import count, hours
+from broker.cli.options import CatalogOption, OverlaysOption, PoolsOption, WideOption
+from broker.cli.render import Column, Output, render, state_colour, usd
+from broker.cli.session import PolicyOption, StateOption, runtime
 
 PACKAGED_EXAMPLES = "_examples"  # examples/ as the wheel carries it (pyproject's force-include)
 
@@ -45,16 +46,37 @@ def run(
         "hour on average (try spot survival without a cloud).",
     ),
     seed: int = typer.Option(0, "--seed", help="Seed of the sandbox's random reclaims."),
+    time_scale: float = typer.Option(
+        1.0,
+        "--sandbox-time-scale",
+        help="Sandbox only: billed seconds per wall second (1: as time passes; 3600 bills "
+        "a wall second as an hour, as the demo does). Recorded on each attempt.",
+    ),
 ) -> None:
     """The controller: plan queued jobs, launch, watch and finish them, until the queue
-    is drained (Ctrl-C stops it cleanly; running jobs keep running)."""
+    is drained (Ctrl-C stops it cleanly, exit 130; running jobs keep running)."""
     from broker.reclaims import RandomReclaims
 
     if reclaim_rate < 0:
         fail("--sandbox-reclaim-rate must be 0 or more", BAD_INPUT)
+    if not time_scale > 0:
+        fail("--sandbox-time-scale must be more than 0", BAD_INPUT)
+    if time_scale != 1:
+        print(sandbox_time(time_scale), file=sys.stderr)
     hook = RandomReclaims(reclaim_rate, seed) if reclaim_rate else None
-    with runtime(state, catalog, pools, overlays, policy) as rt:
+    with runtime(state, catalog, pools, overlays, policy, time_scale) as rt:
+        started = rt.controller.clock.now()
         drive(rt, once=once, poll=poll, after_pass=hook)
+        from broker.cli.run_summary import run_summary
+
+        still = len(rt.store.queued()) + len(rt.controller.active())
+        print(run_summary(rt.store, started, still), file=sys.stderr)
+
+
+def sandbox_time(scale: float) -> str:
+    """The header line of a run whose sandbox clock is not the wall clock."""
+    billed = f"{scale / 3600:g} hour(s)" if scale >= 3600 else f"{scale:g} seconds"
+    return f"sandbox time: one wall second is billed as {billed} (--sandbox-time-scale {scale:g})"
 
 
 def drive(
@@ -74,10 +96,10 @@ def drive(
                 _loop(rt, once, poll, limit_s, live, after_pass)
         else:
             _loop(rt, once, poll, limit_s, None, after_pass)
-    except KeyboardInterrupt:
-        print(
-            "stopped; running jobs keep running, `broker run` picks them up again", file=sys.stderr
-        )
+    except KeyboardInterrupt as exc:  # exit 130, saying what it leaves behind
+        raise KeyboardInterrupt(
+            "stopped; running jobs keep running, `broker run` picks them up again"
+        ) from exc
 
 
 def _live_view():
@@ -87,29 +109,38 @@ def _live_view():
     return Live(console=Console(stderr=True), refresh_per_second=4, transient=False)
 
 
-def _jobs_table(rows: list[dict]):
-    from rich.table import Table
+LIVE_COLUMNS = (
+    Column("name", "job", keep=3),
+    Column("team", "team", keep=2),
+    Column("state", "state", keep=3, colour=state_colour),
+    Column("where", "on", keep=2),
+    Column("market", "market"),
+    Column("hours", "billed h", hours),
+    Column("cost", "cost $", usd, keep=3),
+)
 
-    table = Table(title="broker run", title_justify="left", header_style="bold")
-    for header in ("job", "team", "state", "on", "market", "billed h", "cost $"):
-        table.add_column(header)
-    for row in rows:
-        table.add_row(
-            row["name"],
-            row["team"],
-            row["state"],
-            row["where"],
-            row["market"],
-            row["hours"],
-            f"{row['cost']:,.2f}",
-        )
-    return table
+
+def _jobs_table(rows: list[dict]):
+    """The live view's table, drawn by the one renderer (fitted to the terminal)."""
+    import io
+    import shutil
+
+    from rich.text import Text
+
+    from broker.cli.render import table_width
+
+    buffer = io.StringIO()
+    width = table_width(sys.stderr, False) or shutil.get_terminal_size().columns
+    render(rows, LIVE_COLUMNS, Output.table, title="broker run", stream=buffer, width=width)
+    return Text(buffer.getvalue())
 
 
 def _loop(rt, once: bool, poll: float, limit_s: float | None, live, after_pass) -> None:
     started = time.monotonic()
     while True:
         report = rt.controller.run_pass()
+        if report.blocked:  # e.g. credentials: no later pass can do better
+            fail(report.blocked[0], PROVIDER)
         if after_pass is not None:
             after_pass(rt)
         if live is not None:
@@ -138,11 +169,12 @@ def demo(
         None, "--state", help="State file [default: a fresh temporary one]", show_default=False
     ),
     output: Output = typer.Option(Output.table, "--output", "-o"),
+    wide: bool = WideOption,
 ) -> None:
-    """Submit the example jobs and run them to the end on the local sandbox (one wall
-    second is billed as one hour): the spot fine-tune is reclaimed mid-run and a spot
-    capacity crunch on its cloud sends it, checkpoint and all, to another cloud. Then
-    show what happened and what it cost."""
+    """Submit the example jobs and run them to the end on the local sandbox, on its fast
+    clock (one wall second is billed as one hour): the spot fine-tune is reclaimed mid-run
+    and a spot capacity crunch on its cloud sends it, checkpoint and all, to another
+    cloud. Then show what happened and what it cost."""
     import tempfile
 
     from broker.manifest.load import load_manifests
@@ -159,9 +191,18 @@ def demo(
         fail("; ".join(refused))
     # The demo's pools all use the local executor: no Slurm, no SSH node needed.
     pools = examples / "demo" / "pools.yaml"
-    with runtime(state, None, pools, None, examples / "policy.yaml") as rt:
+    with runtime(
+        state,
+        None,
+        pools,
+        None,
+        examples / "policy.yaml",
+        DEMO_TIME_SCALE,
+        sandbox_only=True,  # the demo never launches on a real cloud, whatever is enabled
+    ) as rt:
         submit_manifests(rt.store, ready)
         print(f"demo: {len(loaded.manifests)} jobs submitted to {state}", file=sys.stderr)
+        print(f"demo: {sandbox_time(DEMO_TIME_SCALE)}", file=sys.stderr)
         drive(rt, poll=0.2, limit_s=90, after_pass=ReclaimOnce(DEMO_RECLAIMED, crunch=True))
         rows = _summary(rt.store, rt.controller.index_of(rt.provider).offers)
     columns = (
@@ -170,9 +211,9 @@ def demo(
         Column("state", "state"),
         Column("where", "ran on"),
         Column("market", "market"),
-        Column("attempts", "attempts", numeric=True),
-        Column("hours", "billed h"),
-        Column("lost_hours", "lost h"),
+        Column("attempts", "attempts", count),
+        Column("hours", "billed h", hours),
+        Column("lost_hours", "lost h", hours),
         Column("egress", "egress $", usd, True),
         Column("cost", "cost $", usd, True),
         Column("on_demand", "on-demand $", usd, True),
@@ -183,8 +224,9 @@ def demo(
         rows,
         columns,
         output,
-        title="demo: queue history and cost",
+        title=f"demo: queue history and cost; {sandbox_time(DEMO_TIME_SCALE)}",
         json_key="jobs",
+        wide=wide,
         notes=[
             f"total {total:.2f} USD at catalog prices; the same GPU hours on demand in each "
             f"job's cheapest region: {baseline:.2f} USD",
@@ -195,6 +237,7 @@ def demo(
 
 
 DEMO_RECLAIMED = "llama-ft"
+DEMO_TIME_SCALE = 3600.0  # the demo's fast clock: its jobs run seconds and bill hours
 
 
 def _recovery_note(rt_store_path: Path) -> str:
@@ -253,7 +296,7 @@ def _summary(store, offers=None) -> list[dict]:
         attempts = store.attempts(job.id)
         last = attempts[-1] if attempts else None
         cost = sum(float(e.amount_usd) for e in store.ledger(job_id=job.id))
-        hours = sum(float(a.billed_hours or 0) for a in attempts)
+        billed = sum(float(a.billed_hours or 0) for a in attempts)
         seen = figures.get(f"{job.team}/{job.name}")
         where = last.placed_on.where if last else ""
         rows.append(
@@ -263,10 +306,10 @@ def _summary(store, offers=None) -> list[dict]:
                 "state": str(job.state),
                 "where": where,
                 "market": last.market if last else "",
-                "hours": f"{hours:.2f}",
+                "hours": billed,
                 "cost": cost,
                 "attempts": len(attempts),
-                "lost_hours": f"{float(seen.lost_gpu_hours) / _gpus(last):.2f}" if seen else "",
+                "lost_hours": float(seen.lost_gpu_hours) / _gpus(last) if seen else None,
                 "egress": float(seen.egress) if seen else None,
                 "on_demand": _on_demand(seen),
             }

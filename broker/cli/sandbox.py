@@ -7,8 +7,8 @@ from pathlib import Path
 import typer
 
 from broker.cli.exits import BAD_INPUT, fail
-from broker.cli.jobs import StateOption, runtime
 from broker.cli.options import CatalogOption, OverlaysOption, PoolsOption
+from broker.cli.session import StateOption, runtime
 
 app = typer.Typer(
     help="The local sandbox's levers (try spot survival without a cloud).",
@@ -27,15 +27,12 @@ def interrupt(
 ) -> None:
     """Reclaim a running sandbox instance as a cloud would: the job gets SIGTERM (it
     checkpoints and exits), and the next `broker run` pass recovers it elsewhere."""
-    from broker.state import UnknownJob
+    from broker.cli.jobref import find_job
 
     with runtime(state, catalog, pools, overlays) as rt:
         running = {i.provider_id: i for i in rt.store.instances(state="running")}
         if target not in running:
-            try:
-                job = rt.store.job(target)
-            except UnknownJob as exc:
-                fail(str(exc), BAD_INPUT)
+            job = find_job(rt.store, target)
             mine = [i for i in running.values() if rt.store.attempt(i.attempt_id).job_id == job.id]
             if not mine:
                 fail(f"{job.team}/{job.name} has no running instance ({job.state})", BAD_INPUT)

@@ -9,23 +9,23 @@ from pathlib import Path
 import typer
 
 from broker.cli.exits import BAD_INPUT, fail
-from broker.cli.render import Column, Output, render
+from broker.cli.formats import count, hours, percent
+from broker.cli.options import WideOption
+from broker.cli.render import Column, Output, render, usd
 
 COLUMNS = (
-    Column("policy", "policy"),
-    Column("total_cost", "cost USD", lambda v: f"{v:,.2f}", numeric=True),
-    Column("cost_vs_on_demand", "vs on-demand", lambda v: "-" if v is None else f"{v:.1%}"),
-    Column("finished", "finished", numeric=True),
-    Column("deadline_misses", "deadline misses", numeric=True),
-    Column(
-        "mean_completion_hours", "mean completion h", lambda v: "-" if v is None else f"{v:.2f}"
-    ),
-    Column("p95_completion_hours", "p95 completion h", lambda v: "-" if v is None else f"{v:.2f}"),
-    Column("mean_queue_wait_hours", "mean wait h", lambda v: "-" if v is None else f"{v:.2f}"),
-    Column("preemptions", "preemptions", numeric=True),
-    Column("lost_gpu_hours", "lost GPU-h", lambda v: f"{v:.2f}", numeric=True),
-    Column("egress_cost", "egress USD", lambda v: f"{v:.2f}", numeric=True),
-    Column("onprem_utilisation", "on-prem util.", lambda v: "-" if v is None else f"{v:.1%}"),
+    Column("policy", "policy", keep=3),
+    Column("total_cost", "cost USD", usd, keep=3),
+    Column("cost_vs_on_demand", "vs on-demand", percent, keep=2),
+    Column("finished", "finished", count),
+    Column("deadline_misses", "deadline misses", count, keep=2),
+    Column("mean_completion_hours", "mean completion h", hours),
+    Column("p95_completion_hours", "p95 completion h", hours, keep=0),
+    Column("mean_queue_wait_hours", "mean wait h", hours, keep=0),
+    Column("preemptions", "preemptions", count, keep=0),
+    Column("lost_gpu_hours", "lost GPU-h", hours, keep=0),
+    Column("egress_cost", "egress USD", usd, keep=0),
+    Column("onprem_utilisation", "on-prem util.", percent, keep=0),
 )
 
 
@@ -57,6 +57,7 @@ def simulate(
     ),
     output: Output = typer.Option(Output.table, "--output", "-o", help="Output format."),
     plot: Path = typer.Option(None, "--plot", help="Draw cumulative cost per policy to this PNG."),
+    wide: bool = WideOption,
 ) -> None:
     """Compare policies on a trace-driven simulation (virtual time, the real controller)."""
     from broker.sim import policies as named
@@ -81,6 +82,7 @@ def simulate(
         title=f"simulation: {len(scenario.jobs)} jobs",
         json_key="policies",
         meta=meta,
+        wide=wide,
     )
     if plot is not None:
         _plot(results, plot)

@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING
 import typer
 
 from broker.cli.exits import BAD_INPUT, fail
+from broker.cli.formats import count
 from broker.cli.options import OutputOption
 from broker.cli.render import Column, Output, render
 
@@ -22,8 +23,8 @@ if TYPE_CHECKING:
 FILE_COLUMNS = (
     Column("file", "file"),
     Column("status", "status"),
-    Column("jobs", "jobs", numeric=True),
-    Column("errors", "errors", numeric=True),
+    Column("jobs", "jobs", count),
+    Column("errors", "errors", count),
 )
 
 

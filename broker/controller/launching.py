@@ -31,7 +31,7 @@ if TYPE_CHECKING:
     from broker.state import Job, StateStore
     from pricing.query import OfferIndex
     from providers.base import Provider
-    from providers.capabilities import Capacity, SpotMarket
+    from providers.capabilities import Billing, Capacity, SpotMarket
 
 _FULL = "capacity: every planned place is full"
 
@@ -70,6 +70,7 @@ class Launching:
     settings: DispatchSettings
     _steered: dict[str, str]
     _capacity: Capacity | None
+    _billing: Billing | None
     _spot_market: SpotMarket | None
 
     def queue_lines(self) -> list[QueueLine]:
@@ -140,6 +141,9 @@ class Launching:
             return
         # on demand by the spot policy's call, not the price's: may go back to spot
         placed = PlacedOn.of(placement, steered=self._steered.get(job.id) == "on-demand")
+        if self._billing is not None:
+            scale = self._billing.time_scale(placed.cloud, placed.pool)
+            placed = replace(placed, time_scale=scale)
         if not self.store.transition(
             job.id,
             JobState.PLANNED,

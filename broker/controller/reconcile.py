@@ -36,6 +36,7 @@ if TYPE_CHECKING:
     from broker.state import Attempt, Job, StateStore
     from pricing.query import OfferIndex
     from providers.base import Instance, Provider
+    from providers.errors import ProviderError
 
 ACTIVE = (
     JobState.PLANNED,
@@ -55,10 +56,20 @@ class PassReport:
     waiting: dict[str, str] = field(default_factory=dict)  # job name -> reason
     terminated: list[str] = field(default_factory=list)  # instance ids
     unreachable: list[str] = field(default_factory=list)  # "<instance id>: <why>", retried
+    blocked: list[str] = field(default_factory=list)  # what a human must fix (credentials)
 
     @property
     def changed(self) -> bool:
         return bool(self.launched or self.finished or self.terminated)
+
+    def cannot_reach(self, what: str, exc: ProviderError) -> None:
+        """A provider call failed; it is retried on the next pass, but a credentials
+        error blocks every pass until a human acts (`broker run` stops on it, exit 5)."""
+        from providers.errors import CredentialsError
+
+        self.unreachable.append(f"{what}: {exc}")
+        if isinstance(exc, CredentialsError):
+            self.blocked.append(str(exc))
 
 
 @dataclass
@@ -175,7 +186,7 @@ class Controller(Launching):
                 self._close(attempt, "failed", None, "instance vanished", 0.0, JobState.QUEUED)
                 return None
             except ProviderError as exc:
-                report.unreachable.append(f"{known[0].provider_id}: {exc}")
+                report.cannot_reach(known[0].provider_id, exc)
                 return None
         return self._start(job, attempt, report)
 
@@ -189,7 +200,7 @@ class Controller(Launching):
         try:
             self.checkpoints.migrate(spec, job, attempt)
         except ProviderError as exc:
-            report.unreachable.append(f"checkpoint copy for attempt {attempt.id}: {exc}")
+            report.cannot_reach(f"checkpoint copy for attempt {attempt.id}", exc)
             if exc.retryable:
                 return None  # try the copy again on the next pass
             # A copy that can never succeed: start there from what its store holds.
@@ -287,7 +298,7 @@ class Controller(Launching):
         try:
             notices = self.provider.interruptions()
         except ProviderError as exc:
-            report.unreachable.append(f"interruptions: {exc}")
+            report.cannot_reach("interruptions", exc)
             return
         for notice in notices:
             for known in self.store.instances(provider_id=notice.instance_id):
@@ -306,7 +317,7 @@ class Controller(Launching):
         try:
             instances = self.provider.list_instances()
         except ProviderError as exc:  # unreachable now: sweep on a later pass
-            report.unreachable.append(f"list: {exc}")
+            report.cannot_reach("list", exc)
             return
         for instance in instances:
             if not instance.active:
@@ -360,7 +371,7 @@ class Controller(Launching):
         except NotFound:
             pass  # the cloud deleted it itself
         except ProviderError as exc:
-            report.unreachable.append(f"{instance.id}: {exc}")
+            report.cannot_reach(instance.id, exc)
 
     def _spec(self, job: Job) -> JobSpec:
         """The job's spec in the version in force, as the store keeps it (decoded once)."""

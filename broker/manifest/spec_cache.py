@@ -1,13 +1,13 @@
 """Validated manifests, remembered by content: a document validated once is not again.
 
 Validating one manifest costs ~0.25 s of pydantic imports and model building,
-half of the budget of `broker plan job.yaml`. A document is known by the sha256
-of its canonical JSON (`Manifest.digest`); once it has validated, its JobSpec is
-saved as JSON under the user cache directory, in a folder named after the code
-that validated it (the size and modification time of the manifest model, the spec
-types and the GPU and region tables), so a change to any of them starts afresh.
-Only documents that validated are cached: an invalid one always gets pydantic's
-full, located errors.
+half of the budget of `broker plan job.yaml`, and ~0.8 ms a document after that. A
+document is known by the sha256 of its canonical JSON (`Manifest.digest`); once it
+has validated, its JobSpec is saved as JSON in one SQLite file under the user cache
+directory, in a folder named after the code that validated it (the size and
+modification time of the manifest model, the spec types and the GPU and region
+tables), so a change to any of them starts afresh. Only documents that validated are
+cached: an invalid one always gets pydantic's full, located errors.
 
 A manifest file whose every document validated is remembered too, by the sha256 of
 its text: which documents it holds and where (`FileEntry`). Loading it again then
@@ -17,12 +17,12 @@ needs neither the YAML parser nor its import (another ~0.05 s of `broker plan`).
 from __future__ import annotations
 
 import json
+import sqlite3
 from pathlib import Path
 from typing import Any, NamedTuple
 
 from broker.spec import JobSpec
 from broker.spec_codec import decode, encode
-from pricing.userio.atomic import atomic_write_text
 from pricing.userio.dirs import user_cache_dir
 
 _SOURCES = (
@@ -37,7 +37,6 @@ _SOURCES = (
     "pricing/gpus.py",
     "pricing/regions.py",
     "pricing/schema.py",
-    "pricing/userio/atomic.py",  # how the cache is written
     "pricing/userio/dirs.py",  # where it is
     "pricing/userio/errors.py",
     "pricing/userio/locate.py",
@@ -60,9 +59,6 @@ def cache_dir() -> Path:
     return user_cache_dir() / "specs" / key
 
 
-WRITES_PER_LOAD = 50  # enough for the manifests a person edits; bulk loads skip the writes
-
-
 class FileEntry(NamedTuple):
     """One valid document of a manifest file, as `broker.manifest.load` found it."""
 
@@ -73,64 +69,155 @@ class FileEntry(NamedTuple):
     span: tuple[int, int]  # where its text starts and ends in the file (characters)
 
 
+_TABLES = (
+    "CREATE TABLE IF NOT EXISTS specs (digest TEXT PRIMARY KEY, spec TEXT NOT NULL)",
+    "CREATE TABLE IF NOT EXISTS files (digest TEXT PRIMARY KEY, entries TEXT NOT NULL)",
+)
+
+
 class SpecCache:
-    """The cache as one load sees it: reads always; writes for the first
-    WRITES_PER_LOAD documents or files only, since a write costs about as much as a
-    validation once pydantic is loaded: the cache pays where pydantic's import
-    dominates (a few manifests), and a bulk `broker validate` stays as fast."""
+    """The cache as one load sees it: one SQLite file per code version (`specs.db`),
+    read as the load goes and written once, in one transaction, when it ends (`flush`):
+    so a bulk load of 10,000 manifests is remembered as cheaply as one, and the next
+    load of the folder needs neither YAML nor pydantic. A file's row holds its
+    documents' specs too, so a file loaded before costs one lookup. The cache costs
+    speed, never correctness: a cache that cannot be read or written is empty."""
 
     def __init__(self, folder: Path) -> None:
         self.folder = folder
-        self.writes_left = WRITES_PER_LOAD
+        self._conn: sqlite3.Connection | None = None
+        self._opened = False
+        self._known: dict[str, dict[str, Any]] = {}  # digest -> encoded spec, seen this load
+        self._fetched: dict[str, str | None] = {}  # file digest -> its row (prefetched)
+        self._digests: dict[str, str] = {}  # file text -> its digest
+        self._specs: dict[str, str] = {}  # written at flush
+        self._files: dict[str, str] = {}
 
     def get(self, digest: str) -> JobSpec | None:
-        return get(digest, self.folder)
+        data = self._known.get(digest)
+        if data is None:
+            text = self._read("specs", digest)
+            if text is None:
+                return None
+            try:
+                data = json.loads(text)
+            except ValueError:
+                return None
+            self._known[digest] = data
+        try:
+            return decode(data)
+        except (ValueError, KeyError, TypeError):
+            return None  # unreadable: validate again
 
     def put(self, digest: str, spec: JobSpec) -> None:
-        if self._may_write():
-            put(digest, spec, self.folder)
+        data = encode(spec)
+        self._known[digest] = data
+        self._specs[digest] = json.dumps(data)
+
+    def prefetch_files(self, texts: list[str]) -> None:
+        """Look up many files at once (a folder): `get_file` then needs no query."""
+        conn = self._connection()
+        if conn is None or len(texts) < 2:
+            return
+        digests = [self._digest(text) for text in texts]
+        try:
+            for begin in range(0, len(digests), 500):
+                chunk = digests[begin : begin + 500]
+                marks = ",".join("?" * len(chunk))
+                sql = f"SELECT digest, entries FROM files WHERE digest IN ({marks})"
+                self._fetched.update(conn.execute(sql, chunk).fetchall())
+        except sqlite3.Error:
+            pass
+        self._fetched.update((d, None) for d in digests if d not in self._fetched)
 
     def get_file(self, text: str) -> list[FileEntry] | None:
-        """The documents of a manifest file with this text, when it was loaded before."""
+        """The documents of a manifest file with this text, when it was loaded before
+        (their specs are then known to `get` without another lookup)."""
+        digest = self._digest(text)
+        stored = (
+            self._fetched.pop(digest) if digest in self._fetched else self._read("files", digest)
+        )
+        if stored is None:
+            return None
         try:
-            data = json.loads((self.folder / "files" / f"{_text_digest(text)}.json").read_bytes())
-            return [
-                FileEntry(d, i, line, (at[0], at[1]), (span[0], span[1]))
-                for d, i, line, at, span in data
-            ]
-        except (OSError, ValueError, TypeError, IndexError):
-            return None  # absent or unreadable: parse the file
+            entries = []
+            for d, i, line, at, span, spec in json.loads(stored):
+                entries.append(FileEntry(d, i, line, (at[0], at[1]), (span[0], span[1])))
+                if spec is not None:
+                    self._known[d] = spec
+            return entries
+        except (ValueError, TypeError, IndexError):
+            return None  # unreadable: parse the file
 
     def put_file(self, text: str, entries: list[FileEntry]) -> None:
-        if self._may_write():
-            _write(self.folder / "files", _text_digest(text), [list(e) for e in entries])
+        rows = [[*entry, self._known.get(entry.digest)] for entry in entries]
+        self._files[self._digest(text)] = json.dumps(rows)
 
-    def _may_write(self) -> bool:
-        self.writes_left -= 1
-        return self.writes_left >= 0
+    def stored_specs(self) -> list[dict[str, Any]]:
+        """Every spec the cache holds, as encoded (for tests and curious users)."""
+        conn = self._connection()
+        if conn is None:
+            return []
+        return [json.loads(text) for (text,) in conn.execute("SELECT spec FROM specs")]
+
+    def flush(self) -> None:
+        """Write what this load validated, in one transaction; close the file."""
+        conn = self._connection() if self._specs or self._files else self._conn
+        try:
+            if conn is not None and (self._specs or self._files):
+                with conn:
+                    conn.executemany(
+                        "INSERT OR REPLACE INTO specs VALUES (?, ?)", self._specs.items()
+                    )
+                    conn.executemany(
+                        "INSERT OR REPLACE INTO files VALUES (?, ?)", self._files.items()
+                    )
+        except sqlite3.Error:
+            pass  # busy or read-only: the next load validates again
+        finally:
+            self._specs.clear()
+            self._files.clear()
+            self._known.clear()
+            self._fetched.clear()
+            self._digests.clear()
+            if conn is not None:
+                conn.close()
+            self._conn, self._opened = None, False
+
+    def _digest(self, text: str) -> str:
+        digest = self._digests.get(text)
+        if digest is None:
+            digest = self._digests[text] = _text_digest(text)
+        return digest
+
+    def _read(self, table: str, digest: str) -> str | None:
+        conn = self._connection()
+        if conn is None:
+            return None
+        try:
+            row = conn.execute(f"SELECT * FROM {table} WHERE digest = ?", (digest,)).fetchone()
+        except sqlite3.Error:
+            return None
+        return None if row is None else row[1]
+
+    def _connection(self) -> sqlite3.Connection | None:
+        """The cache file, opened (and created) on first use; None when it cannot be."""
+        if not self._opened:
+            self._opened = True
+            try:
+                self.folder.mkdir(parents=True, exist_ok=True)
+                conn = sqlite3.connect(self.folder / "specs.db", timeout=1.0)
+                conn.execute("PRAGMA journal_mode = WAL")
+                conn.execute("PRAGMA synchronous = OFF")  # a cache: a lost write is a miss
+                for sql in _TABLES:
+                    conn.execute(sql)
+                self._conn = conn
+            except (OSError, sqlite3.Error):
+                self._conn = None
+        return self._conn
 
 
 def _text_digest(text: str) -> str:
     import hashlib
 
     return hashlib.sha256(text.encode("utf-8")).hexdigest()
-
-
-def get(digest: str, folder: Path) -> JobSpec | None:
-    try:
-        data = json.loads((folder / f"{digest}.json").read_text(encoding="utf-8"))
-        return decode(data)
-    except (OSError, ValueError, KeyError, TypeError):
-        return None  # absent or unreadable: validate again
-
-
-def put(digest: str, spec: JobSpec, folder: Path) -> None:
-    _write(folder, digest, encode(spec))
-
-
-def _write(folder: Path, name: str, data: Any) -> None:
-    """`folder/name.json`, atomically."""
-    try:
-        atomic_write_text(folder / f"{name}.json", json.dumps(data), durable=False)
-    except OSError:
-        pass  # a read-only cache costs speed, never correctness

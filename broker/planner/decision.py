@@ -4,7 +4,7 @@ tests assert on them."""
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, fields
 from typing import Any, Literal
 
 MarketName = Literal["spot", "on-demand"]
@@ -31,9 +31,13 @@ class CostEstimate:
     assumptions: tuple[str, ...] = ()
 
     def as_dict(self) -> dict[str, Any]:
-        data = asdict(self)
+        """Every field (assumptions as a list); no deep copy, its fields are plain."""
+        data = {name: getattr(self, name) for name in _COST_FIELDS}
         data["assumptions"] = list(self.assumptions)
         return data
+
+
+_COST_FIELDS = tuple(f.name for f in fields(CostEstimate))
 
 
 @dataclass(frozen=True, slots=True)

@@ -304,6 +304,10 @@ class SimulatedProvider(Capacity, Billing, CheckpointStores, SpotMarket):
         end = run.ended if run.ended is not None else self.hours()
         return max(0.0, end - run.launched)
 
+    def time_scale(self, cloud: str, pool: str = "") -> float:
+        """Virtual time is billed as it passes."""
+        return 1.0
+
     def free_nodes(self) -> dict[tuple[str, str], int]:
         """Free nodes of the on-prem pools (clouds are not limited here)."""
         free: dict[tuple[str, str], int] = {}

@@ -27,6 +27,7 @@ from broker.state.model import (
     UnknownJob,
     can_transition,
 )
+from broker.state.runs import RunInFlight
 from broker.state.schema import SchemaTooNew
 from broker.state.store import StateStore, default_state_path
 
@@ -44,6 +45,7 @@ __all__ = [
     "JobState",
     "JobVersion",
     "LedgerEntry",
+    "RunInFlight",
     "SchemaTooNew",
     "StateError",
     "StateStore",

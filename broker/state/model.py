@@ -24,10 +24,8 @@ from decimal import (
 from enum import StrEnum
 from typing import TYPE_CHECKING, Any, Literal
 
-from broker.spec import JobSpec
-from broker.spec_codec import decode
-
 if TYPE_CHECKING:
+    from broker.spec import JobSpec
     from broker.state.placed import PlacedOn
 
 
@@ -110,10 +108,13 @@ TERMINATED = "terminated"  # the instance state that sets `terminated_at`
 
 @dataclass(frozen=True, slots=True)
 class SubmitResult:
-    job_id: str
+    job_id: str  # the run the submission went to (a new one when `created`)
     version: int  # the newest version of the job (in force, or waiting for a live attempt)
-    created: bool
+    created: bool  # a new run (job id) was queued: the first, a re-run, or a new version's
     changed: bool
+    run: int = 1  # which run of its (team, name)
+    waiting: bool = False  # the new version waits for the live attempt to end
+    state: JobState = JobState.QUEUED  # the run's state after the submission
 
 
 @dataclass(frozen=True, slots=True)
@@ -129,7 +130,8 @@ class Job:
     digest: str  # of `version`
     created_at: datetime
     updated_at: datetime
-    queued_at: datetime  # FIFO key within a priority; reset only when a new run starts
+    queued_at: datetime  # FIFO key within a priority (a new run joins the back)
+    run: int = 1  # runs of one (team, name) are numbered 1, 2, ...: each is its own job
 
 
 @dataclass(frozen=True, slots=True)
@@ -363,11 +365,13 @@ def job_of(row: Any) -> Job:
         priority=row["priority"], state=JobState(row["state"]), version=row["version"],
         pending_version=row["pending_version"], digest=row["digest"],
         created_at=_at(row["created_at"]), updated_at=_at(row["updated_at"]),
-        queued_at=_at(row["queued_at"]),
+        queued_at=_at(row["queued_at"]), run=row["run"],
     )  # fmt: skip
 
 
 def version_of(row: Any) -> JobVersion:
+    from broker.spec_codec import decode  # here: listing jobs needs no spec types
+
     return JobVersion(
         job_id=row["job_id"], version=row["version"], digest=row["digest"],
         manifest_text=row["manifest_text"], spec=decode(json.loads(row["spec_json"])),

@@ -14,13 +14,15 @@ from dataclasses import dataclass, fields
 from decimal import Decimal
 from typing import TYPE_CHECKING, Any
 
-from broker.planner.decision import CostEstimate
 from broker.state.model import decimal_text, to_decimal
 
 if TYPE_CHECKING:
-    from broker.planner.decision import Placement
+    from broker.planner.decision import CostEstimate, Placement
 
-FORMAT = 1  # the `format` key of a row; rows without one are the first layout (plan JSON)
+# The `format` key of a row; rows without one are the first layout (plan JSON). Format 2
+# adds `time_scale`; format 1 rows read it as None (not recorded).
+FORMAT = 2
+FORMATS = (1, 2)
 ONPREM = "onprem"
 
 
@@ -44,10 +46,16 @@ class PlacedOn:
     rank: int = 1
     steered: bool = False  # on demand by the spot policy's call, not by price
     cost: CostEstimate | None = None  # the plan's breakdown (None in old rows without it)
+    # Billed seconds per wall second: 1 on a cloud, the sandbox's --sandbox-time-scale
+    # there (3600 in the demo); None in rows written before it was recorded.
+    time_scale: float | None = 1.0
 
     @classmethod
-    def of(cls, placement: Placement, *, steered: bool = False) -> PlacedOn:
-        """The record of a planner placement chosen for an attempt."""
+    def of(
+        cls, placement: Placement, *, steered: bool = False, time_scale: float = 1.0
+    ) -> PlacedOn:
+        """The record of a planner placement chosen for an attempt, billed at
+        `time_scale` billed seconds per wall second."""
         return cls(
             cloud=placement.cloud,
             region=placement.region,
@@ -65,6 +73,7 @@ class PlacedOn:
             rank=placement.rank,
             steered=steered,
             cost=placement.cost,
+            time_scale=time_scale,
         )
 
     @property
@@ -100,11 +109,12 @@ class PlacedOn:
     def from_row(cls, row: Mapping[str, Any]) -> PlacedOn:
         """The record of a stored row, in this layout or the first one (the plan's JSON
         with a `cost_breakdown` and an optional `steered: "on-demand"`)."""
-        if row.get("format") == FORMAT:
+        if row.get("format") in FORMATS:
             cost = row.get("cost")
             values = {f.name: row[f.name] for f in fields(cls) if f.name in row}
             values["price_per_hour"] = Decimal(str(row.get("price_per_hour", "0")))
             values["cost"] = None if cost is None else _cost(cost)
+            values["time_scale"] = row.get("time_scale")  # None: format 1, not recorded
             return cls(**values)
         return _first_layout(row)
 
@@ -116,6 +126,8 @@ class PlacedOn:
 
 
 def _cost(data: Mapping[str, Any]) -> CostEstimate:
+    from broker.planner.decision import CostEstimate
+
     values = dict(data)
     values["assumptions"] = tuple(values.get("assumptions", ()))
     return CostEstimate(**values)
@@ -141,4 +153,5 @@ def _first_layout(row: Mapping[str, Any]) -> PlacedOn:
         rank=int(row.get("rank", 1) or 1),
         steered=row.get("steered") == "on-demand",
         cost=None if breakdown is None else _cost(breakdown),
+        time_scale=None,
     )

@@ -12,7 +12,15 @@ from collections.abc import Callable, Iterable
 from datetime import datetime
 from typing import Any
 
+from broker.state.listing import (
+    ATTEMPT_LISTING,
+    JOB_LISTING,
+    Listing,
+    attempt_listing,
+    job_listing,
+)
 from broker.state.model import (
+    TERMINAL,
     Attempt,
     AttemptState,
     Event,
@@ -48,15 +56,20 @@ class StateReads:
     # --- reads ----------------------------------------------------------------------
 
     def job(self, key: str) -> Job:
-        """A job by id, `team/name`, or a name that only one team uses."""
+        """A job by id; by `team/name`, or a name only one team uses: its newest run."""
         rows = self._conn.execute(f"{JOB_SELECT} WHERE j.id = ?", (key,)).fetchall()
         if not rows and "/" in key:
             team, name = key.split("/", 1)
             rows = self._conn.execute(
-                f"{JOB_SELECT} WHERE j.team = ? AND j.name = ?", (team, name)
+                f"{JOB_SELECT} WHERE j.team = ? AND j.name = ? ORDER BY j.run DESC LIMIT 1",
+                (team, name),
             ).fetchall()
         if not rows:
-            rows = self._conn.execute(f"{JOB_SELECT} WHERE j.name = ?", (key,)).fetchall()
+            newest = (
+                f"{JOB_SELECT} WHERE j.name = ? AND j.run ="
+                " (SELECT MAX(run) FROM jobs r WHERE r.team = j.team AND r.name = j.name)"
+            )
+            rows = self._conn.execute(newest, (key,)).fetchall()
         if len(rows) == 1:
             return job_of(rows[0])
         if not rows:
@@ -70,9 +83,9 @@ class StateReads:
         team: str | None = None,
         queue: str | None = None,
     ) -> list[Job]:
-        """Jobs in creation order, optionally filtered."""
+        """Jobs (every run) in creation order, optionally filtered."""
         where, params = _filters(("j.state", states), ("j.team", team), ("j.queue", queue))
-        sql = f"{JOB_SELECT}{where} ORDER BY j.created_at, j.id"
+        sql = f"{JOB_SELECT}{where} ORDER BY j.created_at, j.run, j.id"
         return [job_of(r) for r in self._conn.execute(sql, params)]
 
     def queued(self, queue: str | None = None) -> list[Job]:
@@ -141,12 +154,64 @@ class StateReads:
     ) -> list[LedgerEntry]:
         """Ledger entries whose period ended in [since, until), oldest first."""
         where, params = _filters(("j.team", team), ("l.job_id", job_id))
-        for op, moment in ((">=", since), ("<", until)):
-            if moment is not None:
-                where += f"{' AND' if where else ' WHERE'} l.period_end {op} ?"
-                params.append(ts_text(moment))
+        where = _period_ended(where, params, since, until)
         sql = f"{LEDGER_SELECT}{where} ORDER BY l.period_end, l.id"
         return [ledger_of(r) for r in self._conn.execute(sql, params)]
+
+    def listing(
+        self,
+        *,
+        team: str | None = None,
+        states: Iterable[JobState] | None = None,
+        since: datetime | None = None,
+        until: datetime | None = None,
+        limit: int | None = None,
+        attempts: bool = False,
+    ) -> Listing:
+        """Every run of every job (finished ones too), newest first, in one query: with
+        `since`/`until`, the runs queued or running at some time in [since, until); at
+        most `limit` runs; with `attempts`, one row per attempt of those runs instead."""
+        where, params = _filters(("j.team", team), ("j.state", states))
+        if until is not None:
+            where += f"{' AND' if where else ' WHERE'} j.created_at < ?"
+            params.append(ts_text(until))
+        if since is not None:
+            terminal = ",".join("?" * len(TERMINAL))
+            where += (
+                f"{' AND' if where else ' WHERE'}"
+                f" (j.state NOT IN ({terminal}) OR j.updated_at >= ?)"
+            )
+            params += [*map(str, TERMINAL), ts_text(since)]
+        page = [] if limit is None else [limit]
+        marks = ",".join("?" * len(TERMINAL))
+        template = ATTEMPT_LISTING if attempts else JOB_LISTING
+        sql = template.format(terminal=marks, where=where, limit=" LIMIT ?" if page else "")
+        values = [*params, *map(str, TERMINAL), *params, *page]  # the count, then the page
+        rows = self._conn.execute(sql, values).fetchall()
+        if attempts:
+            found = [attempt_listing(r) for r in rows]
+            matched = rows[0]["matched"] if rows else self._matching(where, params)
+            return Listing([], found, matched)
+        return Listing([job_listing(r) for r in rows], [], rows[0]["matched"] if rows else 0)
+
+    def _matching(self, where: str, params: list[Any]) -> int:
+        """How many runs match (when the page's runs have no attempt to carry the count)."""
+        (count,) = self._conn.execute(f"SELECT COUNT(*) FROM jobs j{where}", params).fetchone()
+        return int(count)
+
+    def time_scales(
+        self, since: datetime | None = None, until: datetime | None = None
+    ) -> dict[float | None, int]:
+        """How many attempts billed in [since, until) ran at each recorded time scale
+        (billed seconds per wall second; None: recorded before the scale was)."""
+        params: list[Any] = []
+        where = _period_ended("", params, since, until)
+        sql = (
+            "SELECT json_extract(a.placement_json, '$.time_scale') AS scale,"
+            " COUNT(DISTINCT a.id) AS n FROM attempts a JOIN ledger l ON l.attempt_id = a.id"
+            f"{where} GROUP BY scale"
+        )
+        return {row["scale"]: row["n"] for row in self._conn.execute(sql, params)}
 
     def checkpoints(self) -> dict[str, datetime]:
         """The time of each attempt's last recorded checkpoint (attempts without one: absent)."""
@@ -157,6 +222,18 @@ class StateReads:
             if row["attempt_id"] is not None and at > last.get(row["attempt_id"], ""):
                 last[row["attempt_id"]] = at
         return {attempt: datetime.fromisoformat(at) for attempt, at in last.items()}
+
+
+def _period_ended(
+    where: str, params: list[Any], since: datetime | None, until: datetime | None
+) -> str:
+    """`where` narrowed to ledger lines whose period ended in [since, until) (params
+    appended)."""
+    for op, moment in ((">=", since), ("<", until)):
+        if moment is not None:
+            where += f"{' AND' if where else ' WHERE'} l.period_end {op} ?"
+            params.append(ts_text(moment))
+    return where
 
 
 def _filters(*pairs: tuple[str, Any]) -> tuple[str, list[Any]]:

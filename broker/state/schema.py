@@ -8,7 +8,9 @@ difference, an auto-numbered key, is the `{serial}` placeholder below.
 
 The schema version is the highest row of `schema_migrations` (a table rather than
 SQLite's `PRAGMA user_version`, so PostgreSQL needs nothing else). Migrations are
-append-only: never edit one that has shipped; add the next.
+append-only: never edit one that has shipped; add the next. A migration that must
+rebuild a table (SQLite drops no constraint in place: migration 3 rebuilds `jobs`)
+says so (`rebuilds`); PostgreSQL would drop the constraint instead.
 """
 
 from __future__ import annotations
@@ -34,6 +36,9 @@ class Migration:
     version: int
     name: str
     statements: tuple[str, ...]
+    # A table rebuilt (SQLite cannot drop a constraint in place): foreign keys are off
+    # while it runs, and checked whole before it commits.
+    rebuilds: bool = False
 
 
 INITIAL = Migration(
@@ -146,7 +151,41 @@ LEDGER_PLACE = Migration(
     ),
 )
 
-MIGRATIONS: list[Migration] = [INITIAL, LEDGER_PLACE]
+_JOB_COLUMNS = (
+    "id, team, name, queue, priority, state, version, pending_version,"
+    " created_at, updated_at, queued_at"
+)
+RUNS = Migration(
+    3,
+    "jobs: each run of a (team, name) is its own job, numbered by run",
+    (
+        # jobs as in migration 1, without UNIQUE (team, name), and with the run number
+        """CREATE TABLE jobs_by_run (
+            id TEXT PRIMARY KEY,
+            team TEXT NOT NULL,
+            name TEXT NOT NULL,
+            queue TEXT NOT NULL,
+            priority INTEGER NOT NULL,
+            state TEXT NOT NULL,
+            version INTEGER NOT NULL,
+            pending_version INTEGER,
+            created_at TEXT NOT NULL,
+            updated_at TEXT NOT NULL,
+            queued_at TEXT NOT NULL,
+            run INTEGER NOT NULL DEFAULT 1
+        )""",
+        f"INSERT INTO jobs_by_run ({_JOB_COLUMNS}, run) SELECT {_JOB_COLUMNS}, 1 FROM jobs",
+        "DROP TABLE jobs",
+        "ALTER TABLE jobs_by_run RENAME TO jobs",
+        "CREATE INDEX jobs_by_queue ON jobs (state, queue, priority, queued_at)",
+        "CREATE INDEX jobs_by_team ON jobs (team, state)",
+        "CREATE UNIQUE INDEX jobs_by_name ON jobs (team, name, run)",
+        "CREATE INDEX jobs_by_created ON jobs (created_at, run, id)",  # `broker jobs`
+    ),
+    rebuilds=True,
+)
+
+MIGRATIONS: list[Migration] = [INITIAL, LEDGER_PLACE, RUNS]
 
 _BOOKKEEPING = """CREATE TABLE IF NOT EXISTS schema_migrations (
     version INTEGER PRIMARY KEY,
@@ -188,24 +227,39 @@ def migrate(
     for migration in migrations:
         if migration.version <= found:
             continue
-        conn.execute("BEGIN IMMEDIATE")
+        keys = conn.execute("PRAGMA foreign_keys").fetchone()[0]
+        if migration.rebuilds:  # a no-op inside a transaction: switched before it
+            conn.execute("PRAGMA foreign_keys = OFF")
         try:
-            conn.execute(_BOOKKEEPING)
-            found = schema_version(conn)
-            if found > newest:
-                raise _too_new(found, newest)
-            if migration.version > found:
-                for sql in statements(migration):
-                    conn.execute(sql)
-                conn.execute(
-                    "INSERT INTO schema_migrations (version, name, applied_at) VALUES (?, ?, ?)",
-                    (migration.version, migration.name, applied_at),
-                )
-                found = migration.version
-        except BaseException:
-            conn.execute("ROLLBACK")
-            raise
-        conn.execute("COMMIT")
+            found = _apply(conn, migration, applied_at, newest)
+        finally:
+            conn.execute(f"PRAGMA foreign_keys = {'ON' if keys else 'OFF'}")
+    return found
+
+
+def _apply(conn: sqlite3.Connection, migration: Migration, applied_at: str, newest: int) -> int:
+    """One migration in its own transaction (unless another process applied it first)."""
+    conn.execute("BEGIN IMMEDIATE")
+    try:
+        conn.execute(_BOOKKEEPING)
+        found = schema_version(conn)
+        if found > newest:
+            raise _too_new(found, newest)
+        if migration.version > found:
+            for sql in statements(migration):
+                conn.execute(sql)
+            broken = conn.execute("PRAGMA foreign_key_check").fetchall()
+            if broken:
+                raise StateError(f"migration {migration.version} broke {len(broken)} reference(s)")
+            conn.execute(
+                "INSERT INTO schema_migrations (version, name, applied_at) VALUES (?, ?, ?)",
+                (migration.version, migration.name, applied_at),
+            )
+            found = migration.version
+    except BaseException:
+        conn.execute("ROLLBACK")
+        raise
+    conn.execute("COMMIT")
     return found
 
 

@@ -23,17 +23,14 @@ from types import TracebackType
 from typing import TYPE_CHECKING, Any
 
 from broker.clock import Clock
-from broker.spec import JobSpec
 from broker.state import schema
 from broker.state.attempts import AttemptWrites
 from broker.state.model import (
     IN_FLIGHT,
     OPEN_ATTEMPT,
-    TERMINAL,
     IllegalTransition,
     JobState,
     StateError,
-    SubmitResult,
     UnknownAttempt,
     UnknownJob,
     can_transition,
@@ -41,6 +38,7 @@ from broker.state.model import (
     ts_text,
 )
 from broker.state.reads import StateReads
+from broker.state.runs import RunWrites
 
 if TYPE_CHECKING:
     pass
@@ -69,7 +67,7 @@ def _insert_event(
     )
 
 
-class StateStore(AttemptWrites, StateReads):
+class StateStore(RunWrites, AttemptWrites, StateReads):
     """Durable broker state. Open with `StateStore.open(path, clock)`."""
 
     def __init__(
@@ -130,57 +128,7 @@ class StateStore(AttemptWrites, StateReads):
                 self._conn.execute("ROLLBACK")
             raise
 
-    # --- jobs and versions ----------------------------------------------------------
-
-    def submit(self, spec: JobSpec, manifest_text: str, digest: str) -> SubmitResult:
-        """Enqueue a manifest's spec, or record its new version (rules in docs/state.md).
-
-        The job is known by the spec's (team, name); `manifest_text` is the document as
-        written and `digest` tells an unchanged manifest from a changed one. The spec is
-        kept in `broker.spec_codec`'s encoding and read back decoded (`version().spec`).
-        """
-        from broker.spec_codec import encode
-
-        team, name, queue, priority = spec.team, spec.name, spec.queue, spec.priority
-        version = {"digest": digest, "manifest_text": manifest_text, "queue": queue}
-        version |= {"spec_json": json_text(encode(spec)), "priority": priority}
-        with self._write() as now:
-            version["submitted_at"] = now
-            row = self._conn.execute(
-                "SELECT * FROM jobs WHERE team = ? AND name = ?", (team, name)
-            ).fetchone()
-            if row is None:
-                job_id = self._fresh_id("j-", "jobs")
-                row = {"id": job_id, "team": team, "name": name, "queue": queue}
-                row |= {"priority": priority, "state": JobState.QUEUED, "version": 1}
-                self._insert("jobs", row | {"created_at": now, "updated_at": now, "queued_at": now})
-                self._insert("job_versions", {"job_id": job_id, "version": 1, **version})
-                message = f"submitted {team}/{name} (version 1)"
-                data = {"version": 1, "digest": digest, "queue": queue, "priority": priority}
-                self._event(job_id, None, now, "submitted", message, data)
-                return SubmitResult(job_id, 1, created=True, changed=True)
-            job_id, state = row["id"], JobState(row["state"])
-            current, pending = row["version"], row["pending_version"]
-            newest = pending or current
-            if self._digest(job_id, newest) == digest:
-                return SubmitResult(job_id, newest, created=False, changed=False)
-            if pending is not None and self._digest(job_id, current) == digest:
-                self._set(job_id, now, pending_version=None)
-                message = f"version {pending} withdrawn: the manifest is version {current} again"
-                self._event(job_id, None, now, "version", message, {"dropped": pending})
-                return SubmitResult(job_id, current, created=False, changed=True)
-            (number,) = self._conn.execute(
-                "SELECT MAX(version) + 1 FROM job_versions WHERE job_id = ?", (job_id,)
-            ).fetchone()
-            self._insert("job_versions", {"job_id": job_id, "version": number, **version})
-            if self._in_flight(job_id, state):
-                self._set(job_id, now, pending_version=number)
-                message = f"version {number} waits for the live attempt to end"
-                data = {"version": number, "digest": digest, "waiting": True}
-                self._event(job_id, None, now, "version", message, data)
-            else:
-                self._put_in_force(job_id, state, current, number, now)
-            return SubmitResult(job_id, number, created=False, changed=True)
+    # --- jobs (submissions and runs: broker.state.runs) ------------------------------
 
     def transition(
         self,
@@ -282,31 +230,3 @@ class StateStore(AttemptWrites, StateReads):
         message = f"{current} -> {to}" + (f": {reason}" if reason else "")
         payload = {**data, **extra, "from": current, "to": to, "reason": reason}
         self._event(job_id, attempt_id, now, "transition", message, payload)
-
-    def _put_in_force(self, job_id: str, state: JobState, old: int, number: int, now: str) -> None:
-        """Make `number` the version in force and queue the job for it.
-
-        From a terminal state this starts a new run (the only way out of one), which
-        joins the back of its priority; a queued job keeps its place in the queue.
-        """
-        version = self.version(job_id, number)
-        columns: dict[str, Any] = {"version": number, "pending_version": None}
-        columns |= {"queue": version.queue, "priority": version.priority, "state": JobState.QUEUED}
-        if state in TERMINAL:
-            columns["queued_at"] = now
-        self._set(job_id, now, **columns)
-        data = {"version": number, "previous": old, "digest": version.digest}
-        if state is JobState.QUEUED:
-            message = f"version {number} replaces version {old}"
-            self._event(job_id, None, now, "version", message, data)
-        else:
-            message = f"{state} -> {JobState.QUEUED}: version {number}"
-            data |= {"from": state, "to": JobState.QUEUED, "resubmitted": state in TERMINAL}
-            self._event(job_id, None, now, "transition", message, data)
-
-    def _settle(self, job_id: str, now: str) -> None:
-        """Put a waiting version in force once no attempt of the job may be alive."""
-        row = self._job_row(job_id)
-        pending, state = row["pending_version"], JobState(row["state"])
-        if pending is not None and not self._in_flight(job_id, state):
-            self._put_in_force(job_id, state, row["version"], pending, now)

@@ -45,7 +45,7 @@ NaN, and rows with neither an on-demand nor a spot price are dropped.
 from __future__ import annotations
 
 import datetime as _dt
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -118,14 +118,18 @@ class CatalogImportError(ValueError):
 
 
 def import_skypilot(
-    directory: Path, clouds: Iterable[str] | None = None, as_of: str | None = None
+    directory: Path,
+    clouds: Iterable[str] | None = None,
+    as_of: str | None = None,
+    on_cloud: Callable[[str], None] | None = None,
 ) -> pd.DataFrame:
     """Offers from SkyPilot's ``<cloud>/vms.csv`` files under `directory`.
 
     `directory` holds ``aws/ gcp/ azure/``, or is their grandparent holding
     ``v8/``. `clouds` limits the clouds read (default: all three); a cloud whose
     file is absent is skipped. `as_of` (ISO date) defaults to each file's
-    modification date. Raises CatalogImportError on a malformed file,
+    modification date. `on_cloud(cloud)` is called as each cloud's file is done (a
+    progress bar). Raises CatalogImportError on a malformed file,
     FileNotFoundError when `directory` does not exist, ValueError on an unknown cloud.
     """
     import pandas as pd
@@ -144,6 +148,8 @@ def import_skypilot(
         frame["source"] = f"skypilot:{cloud}/vms.csv"
         frame["as_of"] = as_of or _modified_date(path)
         frames.append(_finish(frame, cloud))
+        if on_cloud is not None:
+            on_cloud(cloud)
     if not frames:
         return empty_offers()
     return conform(pd.concat(frames, ignore_index=True))

@@ -55,7 +55,7 @@ from providers.base import (
     request_text,
 )
 from providers.capabilities import Billing, Capacity, CheckpointStores, PlayedReclaims
-from providers.errors import InsufficientCapacity, InvalidRequest
+from providers.errors import InsufficientCapacity, InvalidRequest, NotFound
 from providers.jobscript import container_image
 from providers.sandbox.catalog import (
     DEFAULT_CAPACITY,
@@ -129,7 +129,7 @@ class SandboxProvider(Capacity, Billing, CheckpointStores, PlayedReclaims):
         self.workdir = Path(workdir).resolve()  # absolute: its paths go into jobs' env
         self.clock = clock
         self.capacity = capacity if isinstance(capacity, int) else dict(capacity)
-        self.time_scale = time_scale
+        self.billing_scale = time_scale
         self.terminate_grace = terminate_grace
         self.notice_seconds = notice_seconds
         self.inherit_env = tuple(inherit_env)
@@ -288,11 +288,21 @@ class SandboxProvider(Capacity, Billing, CheckpointStores, PlayedReclaims):
         return self.clock.now() - timedelta(seconds=max(0.0, age))
 
     def billed_hours(self, instance: Instance) -> float:
-        """Hours to bill: clock seconds from launch to end (or now) × time_scale / 3600."""
+        """Hours to bill: clock seconds from launch to end (or now) × the time scale the
+        instance was launched with / 3600 (another session's scale never re-bills it)."""
         if instance.launched_at is None:
             return 0.0
         end = instance.ended_at or self.clock.now()
-        return max(0.0, (end - instance.launched_at).total_seconds()) * self.time_scale / 3600
+        try:
+            scale = self._dir.require(instance.id).time_scale
+        except NotFound:
+            scale = None
+        seconds = max(0.0, (end - instance.launched_at).total_seconds())
+        return seconds * (scale or self.billing_scale) / 3600
+
+    def time_scale(self, cloud: str, pool: str = "") -> float:
+        """The scale new instances are launched with, on every cloud the sandbox plays."""
+        return self.billing_scale
 
     # --- launching -----------------------------------------------------------------------
 
@@ -334,6 +344,7 @@ class SandboxProvider(Capacity, Billing, CheckpointStores, PlayedReclaims):
                 launched_at=self.clock.now().isoformat(),
                 log_path=str(log_path),
                 container=container_name(request.attempt_id) if container_image(request) else "",
+                time_scale=self.billing_scale,
             )
             self._dir.write(written)
             return written

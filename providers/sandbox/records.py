@@ -55,6 +55,7 @@ class Record:
     interrupt_kind: str = ""
     interrupt_deadline: str | None = None
     container: str = ""  # the container an image job runs in (removed when it is killed)
+    time_scale: float | None = None  # billed seconds per wall second (None: written before)
 
     @classmethod
     def from_json(cls, text: str) -> Record | None:

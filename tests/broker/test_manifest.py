@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import os
 import textwrap
 from datetime import UTC, datetime, timedelta, timezone
@@ -274,9 +273,9 @@ def test_a_cached_spec_takes_the_workdir_of_where_its_manifest_is(tmp_path):
     for _ in range(2):  # validated, then from the spec cache (document and file)
         specs = [load_manifests([path]).manifests[0].spec for path in (one, two)]
         assert [s.run.workdir for s in specs] == [str(tmp_path / "one"), str(tmp_path / "two")]
-    from broker.manifest.spec_cache import cache_dir
+    from broker.manifest.spec_cache import SpecCache, cache_dir
 
-    (cached,) = [json.loads(f.read_text()) for f in cache_dir().glob("*.json")]
+    (cached,) = SpecCache(cache_dir()).stored_specs()
     assert cached["run"]["workdir"] == "."  # as written: the cache serves both folders
     renamed = tmp_path / "moved"
     (tmp_path / "two").rename(renamed)

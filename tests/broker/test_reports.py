@@ -202,7 +202,7 @@ def test_the_ledger_adds_up_after_a_run_with_an_interruption(tmp_path):
     from broker.submit import submit_manifests
 
     view = load_offers(pools_path=REPO / "examples" / "demo" / "pools.yaml")
-    rt = open_runtime(tmp_path / "state.db", view, clock=SystemClock())
+    rt = open_runtime(tmp_path / "state.db", view, clock=SystemClock(), time_scale=3600)
     (tmp_path / "spot.yaml").write_text(SPOT_JOB.format(examples=REPO / "examples"))
     paths = [tmp_path / "spot.yaml", REPO / "examples" / "demo" / "onprem.yaml"]
     spot, onprem = (r.job_id for r in submit_manifests(rt.store, load_manifests(paths).manifests))
@@ -385,7 +385,7 @@ def test_a_version_1_ledger_migrates_and_reports_by_the_attempts_place(tmp_path,
     monkeypatch.setattr(schema, "MIGRATIONS", schema.MIGRATIONS[:1])
     clock = FixedClock(fixed.T0)
     with StateStore.open(path, clock) as old:
-        job = old.submit(job_spec("old", "nlp"), "x", "d").job_id
+        job = _job_as_version_1_wrote_it(old, job_spec("old", "nlp"))
         old.transition(job, JobState.PLANNED)
         detector = placed(fixed.PLACEMENTS["detector"], "0.85", "on-demand")
         attempt_id = old.start_attempt(job, detector)
@@ -401,11 +401,31 @@ def test_a_version_1_ledger_migrates_and_reports_by_the_attempts_place(tmp_path,
     monkeypatch.undo()
     with StateStore.open(path, clock) as new:
         with sqlite3.connect(path) as conn:
-            assert schema.schema_version(conn) == len(schema.MIGRATIONS) == 2
+            assert schema.schema_version(conn) == len(schema.MIGRATIONS) == 3
         (entry,) = new.ledger()
         assert (entry.cloud, entry.region, entry.detail) == ("", "", "")
         (line,) = build_report(new, ["cloud"]).lines
         assert (line.keys["cloud"], line.keys["region"]) == ("gcp", "europe-west4")
+
+
+def _job_as_version_1_wrote_it(store: StateStore, spec) -> str:
+    """A queued job's rows as schema version 1 holds them (today's submit writes `run`)."""
+    from broker.spec_codec import encode
+    from broker.state.model import json_text
+
+    at = "2026-11-01T00:00:00.000000Z"
+    store._conn.execute("BEGIN IMMEDIATE")
+    store._conn.execute(
+        "INSERT INTO jobs VALUES ('j-000000000001', ?, ?, 'default', 0, 'queued', 1, NULL,"
+        " ?, ?, ?)",
+        (spec.team, spec.name, at, at, at),
+    )
+    store._conn.execute(
+        "INSERT INTO job_versions VALUES ('j-000000000001', 1, 'd', 'x', ?, 'default', 0, ?)",
+        (json_text(encode(spec)), at),
+    )
+    store._conn.execute("COMMIT")
+    return "j-000000000001"
 
 
 # --- hypothesis: any grouping of any lines adds up to the total, exactly ------------------

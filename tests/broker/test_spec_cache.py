@@ -181,3 +181,27 @@ def test_cached_files_still_meet_the_checks_across_files(tmp_path, monkeypatch):
     assert len(second.errors) == 1 and "duplicate job" in str(second.errors[0])
     assert str(second.errors[0]).startswith(f"{jobs / 'b.yaml'}:")
     assert [m.line for m in second.manifests] == [m.line for m in first.manifests]
+
+
+def test_a_bulk_load_is_remembered_whole(tmp_path):
+    """A folder of many manifests (far more than a person edits) is cached in one write:
+    its second load needs neither YAML nor pydantic, and gives the same manifests."""
+    folder = tmp_path / "jobs"
+    folder.mkdir()
+    text = (REPO / "examples" / "jobs" / "llama-finetune.yaml").read_text()
+    for i in range(300):
+        (folder / f"job-{i}.yaml").write_text(text.replace("name: llama-ft", f"name: job-{i}"))
+    env = dict(os.environ, XDG_CACHE_HOME=str(tmp_path / "cache"))
+    runs = [
+        subprocess.run(
+            [sys.executable, "-c", PROBE, str(folder)],
+            env=env,
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout.split(" ", 2)
+        for _ in range(2)
+    ]
+    assert runs[0][:2] == ["True", "True"] and runs[1][:2] == ["False", "False"]
+    assert runs[0][2] == runs[1][2]
+    assert runs[1][2].count("Manifest(") == 300

@@ -28,6 +28,7 @@ from broker.state import (
     AttemptState,
     IllegalTransition,
     JobState,
+    RunInFlight,
     SchemaTooNew,
     StateStore,
     UnknownAttempt,
@@ -337,34 +338,44 @@ def test_a_new_version_replaces_a_waiting_one(store, clock, start):
 
 
 @pytest.mark.parametrize("end", sorted(TERMINAL))
-def test_a_new_version_requeues_a_finished_job_at_the_back(store, clock, end):
+def test_a_new_version_of_a_finished_job_is_a_new_run_at_the_back(store, clock, end):
     job = submit(store)
     for step in path_to(end):
         store.transition(job, step)
     clock.advance(timedelta(hours=1))
-    assert submit(store, digest="d1") == job and store.job(job).state is end  # unchanged: no-op
+    same = store.submit(job_spec("llama", "ml"), "v1", "d1")  # unchanged: a no-op that says so
+    assert (same.job_id, same.created, same.changed, same.state) == (job, False, False, end)
     result = store.submit(job_spec("llama", "ml"), "v2", "d2")
-    now = store.job(job)
-    assert (result.version, now.state, now.version, now.queued_at) == (2, Q.QUEUED, 2, clock.now())
-    assert store.events(job)[-1].data["resubmitted"] is True
+    assert (result.created, result.run, result.version) == (True, 2, 2)
+    assert store.job(job).state is end and store.job(job).version == 1  # history kept whole
+    run = store.job(result.job_id)
+    assert (run.state, run.version, run.run, run.queued_at) == (Q.QUEUED, 2, 2, clock.now())
+    assert store.job("ml/llama").id == run.id == store.job("llama").id  # the newest run
+    assert store.version(run.id).manifest_text == "v2"
 
 
 def test_a_new_version_waits_for_a_live_attempt(store, clock, path):
     job, attempt = running(store)
-    assert store.submit(job_spec("llama", "ml"), "v2", "d2").version == 2
+    waits = store.submit(job_spec("llama", "ml"), "v2", "d2")
+    assert (waits.version, waits.waiting, waits.state) == (2, True, Q.RUNNING)
     assert store.submit(job_spec("llama", "ml"), "v3", "d3").version == 3  # the newest waits
     assert submit(store, digest="d3") == job  # same as the waiting one: no-op
     now = store.job(job)
     assert (now.state, now.version, now.pending_version) == (Q.RUNNING, 1, 3)
     assert store.finish_attempt(attempt, "succeeded", 0, billed_hours=1, ledger_entries=[])
     now = store.job(job)
-    assert (now.state, now.version, now.pending_version, now.digest) == (Q.QUEUED, 3, None, "d3")
+    assert (now.state, now.version, now.pending_version) == (Q.SUCCEEDED, 1, None)
+    following = store.job("ml/llama")
+    assert (following.run, following.state, following.version, following.digest) == (
+        2,
+        Q.QUEUED,
+        3,
+        "d3",
+    )
     kinds = [(e.kind, e.data.get("to")) for e in store.events(job)[-3:]]
-    assert kinds == [
-        ("transition", Q.SUCCEEDED),
-        ("attempt_finished", None),
-        ("transition", Q.QUEUED),
-    ]
+    assert kinds == [("transition", Q.SUCCEEDED), ("attempt_finished", None), ("version", None)]
+    assert store.events(job)[-1].data["job"] == following.id
+    assert store.events(following.id)[0].data["after"] == job
 
 
 def test_resubmitting_the_running_version_withdraws_the_waiting_one(store):
@@ -387,7 +398,9 @@ def test_cancel_drops_a_waiting_version_and_a_later_one_waits_for_the_attempt(st
     store.submit(job_spec("llama", "ml"), "v3", "d3")
     assert (store.job(job).state, store.job(job).pending_version) == (Q.CANCELLED, 3)
     assert store.finish_attempt(attempt, "cancelled", reason="terminated")
-    assert (store.job(job).state, store.job(job).version) == (Q.QUEUED, 3)
+    assert store.job(job).state is Q.CANCELLED
+    following = store.job("ml/llama")
+    assert (following.state, following.version, following.run) == (Q.QUEUED, 3, 2)
 
 
 def test_an_interrupted_job_requeued_takes_the_waiting_version_and_keeps_its_place(store, clock):
@@ -424,6 +437,63 @@ def test_jobs_are_found_by_id_team_name_or_unique_name(store):
         store.job("nope")
     assert {j.id for j in store.jobs(team="ml")} == {a, c}  # same created_at: order by id
     assert [j.id for j in store.jobs(states=[Q.QUEUED], team="vision")] == [b]
+
+
+def test_a_rerun_is_a_new_run_of_the_same_version(store, clock):
+    job, attempt = running(store)
+    with pytest.raises(RunInFlight, match="run 1 .* is running"):
+        store.rerun(job)
+    store.finish_attempt(attempt, "succeeded", 0, billed_hours=1)
+    clock.advance(timedelta(minutes=1))
+    again = store.rerun(job)
+    assert (again.created, again.run, again.version, again.state) == (True, 2, 1, Q.QUEUED)
+    run = store.job(again.job_id)
+    assert run.id != job and (run.team, run.name, run.digest) == ("ml", "llama", "d1")
+    assert store.version(run.id).spec == store.version(job).spec
+    assert store.job("ml/llama").id == run.id and store.job(job).state is Q.SUCCEEDED
+    assert store.events(run.id)[0].data["rerun_of"] == job
+    with pytest.raises(RunInFlight):  # one run at a time
+        store.rerun(job)
+    store.transition(run.id, Q.CANCELLED)
+    third = store.rerun(job)  # an older run may be run again: its version, the next number
+    assert (third.run, store.job(third.job_id).version) == (3, 1)
+    changed = store.submit(job_spec("llama", "ml"), "v2", "d2")  # replaces the queued version
+    assert (changed.job_id, changed.version, changed.created) == (third.job_id, 2, False)
+    assert [j.run for j in store.jobs(team="ml")] == [1, 2, 3]
+    assert store.job_names() == [("ml", "llama")]
+
+
+def test_version_numbers_count_across_runs(store):
+    job = submit(store)
+    store.submit(job_spec("llama", "ml"), "v2", "d2")  # queued: replaces version 1
+    store.transition(job, Q.CANCELLED)
+    run = store.submit(job_spec("llama", "ml"), "v3", "d3")
+    assert (run.run, run.version) == (2, 3)
+
+
+def test_a_version_2_file_migrates_to_runs_keeping_every_row(path, clock):
+    with StateStore.open(path, clock) as store:
+        job, attempt = running(store)
+        store.finish_attempt(attempt, "succeeded", 0, billed_hours=1)
+        before = counts(path)
+    with sqlite3.connect(path) as conn:  # as broker wrote it before migration 3
+        conn.execute("PRAGMA foreign_keys = OFF")
+        conn.executescript(
+            "DELETE FROM schema_migrations WHERE version = 3;"
+            "CREATE TABLE old_jobs AS SELECT id, team, name, queue, priority, state, version,"
+            " pending_version, created_at, updated_at, queued_at FROM jobs;"
+            "DROP TABLE jobs;"
+            + schema.INITIAL.statements[0]
+            + ";INSERT INTO jobs SELECT * FROM old_jobs; DROP TABLE old_jobs;"
+        )
+    with StateStore.open(path, clock) as store:
+        assert counts(path) == before
+        found = store.job("ml/llama")
+        assert (found.id, found.run, found.state) == (job, 1, Q.SUCCEEDED)
+        assert store.attempts(job)[0].id == attempt
+        assert store._conn.execute("PRAGMA foreign_keys").fetchone()[0] == 1
+        assert store._conn.execute("PRAGMA foreign_key_check").fetchall() == []
+        assert store.rerun(job).run == 2  # (team, name) is no longer unique
 
 
 # --- attempts, instances, the ledger --------------------------------------------------------

@@ -11,7 +11,10 @@ REPO = Path(__file__).resolve().parents[2]
 DEMO = REPO / "examples" / "demo"
 
 
-def test_demo_runs_every_example_job_to_success(capsys, tmp_path):
+def test_demo_runs_every_example_job_to_success(capsys, tmp_path, monkeypatch):
+    monkeypatch.setenv("BROKER_CLOUDS", "aws")  # enabled, and unusable: the demo never asks
+    monkeypatch.setenv("BROKER_AWS_ENDPOINT", "http://127.0.0.1:9")
+    monkeypatch.setenv("AWS_EC2_METADATA_DISABLED", "true")
     result = run_cli(capsys, "demo", "--state", str(tmp_path / "state.db"), "-o", "json")
     assert result.code == 0, result.stderr
     jobs = json.loads(result.stdout)["jobs"]
@@ -20,6 +23,17 @@ def test_demo_runs_every_example_job_to_success(capsys, tmp_path):
     assert all(j["cost"] > 0 for j in jobs)  # every attempt was billed
     assert {j["team"] for j in jobs} >= {"nlp", "vision"}
     assert any(j["where"].startswith("onprem/") for j in jobs)
+    assert "one wall second is billed as 1 hour(s)" in result.stderr  # the demo's fast clock
+    listed = run_cli(capsys, "jobs", "--state-file", str(tmp_path / "state.db"), "-o", "json")
+    recorded = json.loads(listed.stdout)["jobs"]
+    assert len(recorded) == len(jobs) == 5 and {j["state"] for j in recorded} == {"succeeded"}
+    attempts = run_cli(
+        capsys, "jobs", "--attempts", "--state-file", str(tmp_path / "state.db"), "-o", "json"
+    )
+    assert {a["time_scale"] for a in json.loads(attempts.stdout)["attempts"]} == {3600}
+    report = run_cli(capsys, "cost-report", "--state", str(tmp_path / "state.db"))
+    said = f"sandbox time: {len(json.loads(attempts.stdout)['attempts'])} attempt(s) billed 3600"
+    assert said in report.stdout and "not wall hours" in report.stdout
 
 
 def test_submit_is_idempotent_and_bad_input_changes_nothing(capsys, tmp_path):

@@ -190,3 +190,20 @@ def test_explain_shows_the_gpu_host_default_applied(capsys, catalog, tmp_path):
     path.write_text(path.read_text().replace("T4:1\n", "T4:1\n  memory: 15+\n"))
     data = json.loads(run_cli(capsys, "plan", str(path), "--catalog", catalog, "-o", "json").stdout)
     assert {p["instance_type"] for p in data["placements"]} == {"g4dn.xlarge", "n1-standard-4"}
+
+
+def test_several_jobs_are_one_table_of_their_cheapest_placements(capsys):
+    result = run_cli(capsys, "plan", str(EXAMPLES))
+    assert result.code == 0, result.stderr
+    data = json.loads(run_cli(capsys, "plan", str(EXAMPLES), "-o", "json").stdout)["jobs"]
+    assert all(len(d["placements"]) == 1 for d in data)  # one each, unless --top says more
+    assert sum(1 for line in result.stdout.splitlines() if line.startswith("┏")) == 1
+    body = [line for line in result.stdout.splitlines() if line.startswith("│")]
+    assert len(body) == len(data) and body[0].split("│")[1].strip() == data[0]["job"]
+    assert f"{len(data)} jobs, {len(data)} with a placement" in result.stdout
+    more = json.loads(run_cli(capsys, "plan", str(EXAMPLES), "--top", "3", "-o", "json").stdout)
+    assert max(len(d["placements"]) for d in more["jobs"]) == 3
+    one = json.loads(
+        run_cli(capsys, "plan", str(EXAMPLES / "llama-finetune.yaml"), "-o", "json").stdout
+    )
+    assert len(one["placements"]) == 5  # one job: its five cheapest

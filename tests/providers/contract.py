@@ -191,7 +191,15 @@ class CapacityContract:
 
 
 class BillingContract:
-    """`Billing.billed_hours`: never negative, and fixed once the instance has ended."""
+    """`Billing.billed_hours`: never negative, and fixed once the instance has ended;
+    `Billing.time_scale`: positive, the same for the same cloud."""
+
+    def test_the_time_scale_is_positive_and_stable(self, harness: Harness) -> None:
+        provider = harness.provider
+        assert isinstance(provider, Billing)
+        cloud = harness.request("scale-1").cloud
+        assert provider.time_scale(cloud) > 0
+        assert provider.time_scale(cloud) == provider.time_scale(cloud)
 
     def test_billed_hours_are_not_negative_and_stop_at_the_end(self, harness: Harness) -> None:
         provider = harness.provider

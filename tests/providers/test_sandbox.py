@@ -317,6 +317,19 @@ def test_billed_hours_follow_the_clock_and_time_scale(make):
     assert provider.billed_hours(ended) == pytest.approx(2.0)
 
 
+def test_an_instance_is_billed_at_the_scale_it_was_launched_with(make):
+    clock = FixedClock(datetime(2026, 1, 1, tzinfo=UTC))
+    fast = make(clock=clock, time_scale=3600)
+    assert fast.time_scale("aws") == 3600
+    instance = fast.launch(request(command="sleep 30"))
+    started(fast, "a-1", 2)
+    clock.advance(timedelta(seconds=3))
+    wall = make(clock=clock)  # another session on the same workdir, at the default scale
+    assert wall.time_scale("aws") == 1
+    assert wall.billed_hours(wall.describe(instance.id)) == pytest.approx(3.0)
+    wall.terminate(instance.id)
+
+
 def test_object_store_puts_and_gets_file_uris(make, tmp_path):
     provider = make()
     store = provider.object_store()

@@ -42,8 +42,7 @@ def pool_use(pools: Iterable[Pool], executor_of: Callable[[str], Executor]) -> P
         waiting: dict[str, int] = {}  # Slurm: what the pool's pending jobs ask, per profile
         try:
             if isinstance(executor, SlurmExecutor):
-                per_node = _slurm_use(pool, executor)
-                waiting = _slurm_waiting(pool, executor)
+                per_node, waiting = _slurm_snapshot(pool, executor)
             else:
                 per_node = _own_use(pool, executor)
         except ProviderError:
@@ -85,7 +84,27 @@ def _slurm_use(pool: Pool, executor) -> dict[str, tuple[int, dict[str, int]]]:
     return out
 
 
-def _slurm_waiting(pool: Pool, executor) -> dict[str, int]:
+def _slurm_snapshot(
+    pool: Pool, executor, attempts: int = 3
+) -> tuple[dict[str, tuple[int, dict[str, int]]], dict[str, int]]:
+    """Use per node (sinfo) and what pending jobs ask (squeue), read as one picture.
+
+    A job that starts between the two reads would be in neither, so the pending jobs
+    are read before and after sinfo: when the same jobs are pending both times, no job
+    crossed over. After `attempts` tries, a job pending in either read counts as
+    waiting: counting a starting job twice makes the pool look fuller, never emptier.
+    """
+    before = executor.pending_gres()
+    for _ in range(attempts):
+        per_node = _slurm_use(pool, executor)
+        after = executor.pending_gres()
+        if after.keys() == before.keys():
+            return per_node, _slurm_waiting(pool, executor, after)
+        either, before = {**after, **before}, after
+    return per_node, _slurm_waiting(pool, executor, either)
+
+
+def _slurm_waiting(pool: Pool, executor, pending: dict[str, dict[str, int]]) -> dict[str, int]:
     """Profile ("" for whole GPUs) -> GPUs or slices the pool's pending jobs ask for."""
     from onprem.shapes import Shape, gres_type
 
@@ -94,9 +113,10 @@ def _slurm_waiting(pool: Pool, executor) -> dict[str, int]:
     kind_of = {gres_type(Shape(pool, profile=p, slices=1), gres): p for p in profiles}
     kind_of[gres] = ""
     out: dict[str, int] = {}
-    for kind, count in executor.pending_gres().items():
-        if kind in kind_of:
-            out[kind_of[kind]] = out.get(kind_of[kind], 0) + count
+    for asks in pending.values():
+        for kind, count in asks.items():
+            if kind in kind_of:
+                out[kind_of[kind]] = out.get(kind_of[kind], 0) + count
     return out
 
 

@@ -212,22 +212,24 @@ class SlurmExecutor:
             }
         return out
 
-    def pending_gres(self) -> dict[str, int]:
-        """Gres type -> GPUs this pool's pending jobs ask for (all their nodes): capacity
-        that is spoken for, though sinfo does not count it yet."""
+    def pending_gres(self) -> dict[str, dict[str, int]]:
+        """Job name -> gres type -> GPUs it asks for (all its nodes), for this pool's
+        pending jobs: capacity that is spoken for, though sinfo does not count it yet.
+        Keyed by job so a caller can tell whether a job started between two reads."""
         fields = f"Name:{text.US},tres-per-node:{text.US},NumNodes:{text.US}"
         done = self._run(["squeue", "-h", "--me", "-t", "PENDING", "-O", fields])
         if done.returncode != 0:
             raise _classified(self.provider, done.stderr)
-        out: dict[str, int] = {}
+        out: dict[str, dict[str, int]] = {}
         for line in done.stdout.splitlines():
             name, tres, nodes = ([*line.split(text.US), "", "", ""])[:3]
             named = text.parse_name(name.strip())
             if named is None or named[1] != self.pool:
                 continue
             count = int(nodes) if nodes.strip().isdigit() else 1
+            asks = out.setdefault(name.strip(), {})
             for kind, per_node in text.tres_gpus(tres.strip()):
-                out[kind] = out.get(kind, 0) + per_node * count
+                asks[kind] = asks.get(kind, 0) + per_node * count
         return out
 
     # --- talking to Slurm --------------------------------------------------------------------

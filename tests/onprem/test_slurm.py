@@ -165,9 +165,13 @@ def test_offers_and_free_nodes_come_from_sinfo(make, slurm_cluster, tmp_path):
     )
     for instance in (whole, sliced):
         assert wait_until(lambda i=instance: provider.describe(i.id).state == "running", 30)
-    rows = {r["instance_type"]: r for r in provider.offers().to_frame().to_dict("records")}
-    assert rows[f"{pool.name}-node"]["capacity"] == 1.0  # 8 of 16 GPUs busy
-    assert rows[f"{mig.name}-1g.10gbx1"]["capacity"] == 4.0  # 3 of 7 slices busy
+    rows = {
+        (r["instance_type"], r["accelerator_count"]): r
+        for r in provider.offers().to_frame().to_dict("records")
+    }
+    assert rows[(f"{pool.name}-node", 8)]["capacity"] == 1.0  # 8 of 16 GPUs busy
+    assert rows[(f"{pool.name}-node", 2)]["capacity"] == 4.0  # four 2-GPU shares are free
+    assert rows[(f"{mig.name}-1g.10gbx1", 1)]["capacity"] == 4.0  # 3 of 7 slices busy
     assert provider.free_nodes()[("onprem", pool.region)] == 1 + 1
     # The same figures for any command loading the offers in force with live pools.
     path = tmp_path / "pools.yaml"
@@ -178,11 +182,14 @@ def test_offers_and_free_nodes_come_from_sinfo(make, slurm_cluster, tmp_path):
         "    executor: {kind: slurm, partition: low, gres: a100, "
         f"slurm_conf: {slurm_cluster.conf}}}\n"
     )
+    def whole_node(frame):
+        node = (frame["instance_type"] == f"{pool.name}-node") & (frame["accelerator_count"] == 8)
+        return frame[node].iloc[0]
+
     live = load_offers(pools_path=path, live_pools=tmp_path).index.offers.to_frame()
-    row = live[live["instance_type"] == f"{pool.name}-node"].iloc[0]
-    assert row["capacity"] == 1.0
+    assert whole_node(live)["capacity"] == 1.0
     still = load_offers(pools_path=path).index.offers.to_frame()
-    assert still[still["instance_type"] == f"{pool.name}-node"].iloc[0]["capacity"] == 2.0
+    assert whole_node(still)["capacity"] == 2.0
 
 
 def test_a_gres_the_cluster_lacks_is_an_invalid_request(make, slurm_cluster):

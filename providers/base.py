@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import TYPE_CHECKING, Any, Literal, Protocol, runtime_checkable
 
+from providers.gang import GangMember
 from providers.jobscript import (
     CLOUD_RUNTIME,
     ContainerRuntime,
@@ -185,6 +186,7 @@ class Instance:
     ended_at: datetime | None = None  # when the provider saw it end
     log_path: str = ""
     nodes: int = 1
+    members: tuple[GangMember, ...] = ()  # a gang's nodes by rank (providers.gang); () for one
 
     def tag(self, key: str) -> str | None:
         """The value of tag `key`, or None."""

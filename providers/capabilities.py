@@ -14,7 +14,9 @@ method's docstring is a contract, checked by the capability suites in
 | `Restrictions` | AWS, GCP, Azure | says why an offer is not for sale (`offers --live`) |
 | `PlayedReclaims` | sandbox | plays a spot reclaim or crunch (the demo, `sandbox interrupt`) |
 | `SpotMarket` | simulator | tells the spot policy whether spot is on sale at all now |
+| `Gangs` | providers that launch N-node gangs | plans `nodes: N` only where one fits |
 
+Without `Gangs`, a provider refuses a launch of more than one node (InvalidRequest).
 Without `Billing`, an instance is billed from its launch to its end; without
 `CheckpointStores`, a job reads and writes its manifest's checkpoint URI in place.
 """
@@ -113,4 +115,16 @@ class SpotMarket(Protocol):
 
     def spot_open(self, gpus: tuple[str, ...]) -> bool:
         """Whether a spot instance with one of `gpus` could be launched somewhere now."""
+        ...
+
+
+@runtime_checkable
+class Gangs(Protocol):
+    """A provider that launches a gang of N nodes as one attempt (providers.gang): all
+    in one gang domain (a placement group, one Slurm job, one pool), all or nothing."""
+
+    def max_gang_nodes(self, cloud: str, region: str, instance_type: str) -> int:
+        """The most nodes of `instance_type` one gang may have in (cloud, region): 1
+        where no gang domain is offered, 0 where the type is not sold. A launch of more
+        nodes raises InvalidRequest; the planner offers no such placement."""
         ...

@@ -41,6 +41,7 @@ from broker.spec import JobSpec
 if TYPE_CHECKING:
     from broker.manifest.spec_cache import SpecCache
     from pricing.userio.errors import UserInputError
+    from pricing.userio.reading import Limits
     from pricing.userio.yaml_reader import YamlDocument
 
 API_VERSION = "broker/v1"
@@ -112,10 +113,12 @@ def load_manifests(paths: Sequence[Path]) -> LoadResult:
     should not pass a CI check by finding nothing).
     """
     from broker.manifest.spec_cache import SpecCache, cache_dir
+    from pricing.userio.reading import Limits
 
     result = LoadResult()
     loaded: list[_Loaded] = []
     cache = SpecCache(cache_dir())
+    limits = Limits.resolved()
     seen: dict[str, bool] = {}  # absolute path -> is a manifest file
     for path in map(Path, paths):
         in_directory = path.is_dir()
@@ -126,7 +129,7 @@ def load_manifests(paths: Sequence[Path]) -> LoadResult:
             if key in seen:
                 continue
             result.files.append(file)
-            skipped = _load_file(file, in_directory, loaded, result.errors, cache)
+            skipped = _load_file(file, in_directory, loaded, result.errors, cache, limits)
             if skipped:
                 result.skipped.append(file)
             seen[key] = not skipped
@@ -214,14 +217,21 @@ def _load_file(
     loaded: list[_Loaded],
     errors: list[UserInputError],
     cache: SpecCache,
+    limits: Limits,
 ) -> bool:
-    """Load one file into `loaded` and `errors`; True when it is skipped as not a manifest file."""
+    """Load one file into `loaded` and `errors`; True when it is skipped as not a manifest file.
+
+    The file is read by `pricing.userio.reading` (regular files only, within the YAML
+    size cap, strict UTF-8): a FIFO or a device named `*.yaml` in a directory is an error
+    at its name, never a wait or an endless read.
+    """
+    from pricing.userio.errors import UserInputError
+    from pricing.userio.reading import read_text
+
     try:
-        # As pricing.userio.yaml_reader.read_yaml_text reads it (UTF-8, a byte-order mark dropped),
-        # without loading the utf-8-sig codec.
-        text = path.read_text(encoding="utf-8").removeprefix("\ufeff")
-    except (OSError, UnicodeDecodeError):
-        errors.append(_unreadable(path))
+        text = read_text(path, "yaml", limits)
+    except UserInputError as exc:
+        errors.append(exc)
         return False
     if in_directory and not _MENTIONS_BROKER_API.search(text):
         return True
@@ -229,19 +239,7 @@ def _load_file(
     if known is not None:
         loaded.extend(known)
         return False
-    return _parse_file(path, text, in_directory, loaded, errors, cache)
-
-
-def _unreadable(path: Path) -> UserInputError:
-    """Why a file cannot be read, in pricing.userio.yaml_reader's words (imported only now)."""
-    from pricing.userio.errors import UserInputError
-    from pricing.userio.yaml_reader import read_yaml_text
-
-    try:
-        read_yaml_text(path)
-    except UserInputError as exc:
-        return exc
-    return UserInputError(path, 0, 0, "", "could not be read")  # readable again meanwhile
+    return _parse_file(path, text, in_directory, loaded, errors, cache, limits.nesting_depth)
 
 
 def _from_cache(path: Path, text: str, cache: SpecCache) -> list[_Loaded] | None:
@@ -274,6 +272,7 @@ def _parse_file(
     loaded: list[_Loaded],
     errors: list[UserInputError],
     cache: SpecCache,
+    max_depth: int,
 ) -> bool:
     """`_load_file` for a file not in the cache: parse and validate every document."""
     from broker.manifest.spec_cache import FileEntry
@@ -284,7 +283,7 @@ def _parse_file(
     mistakes: list[UserInputError] = []
     documents = claimed = 0
     try:
-        for doc in iter_yaml_documents(text, path):
+        for doc in iter_yaml_documents(text, path, max_depth):
             documents += doc.data is not None
             claimed += _is_broker_document(doc.data)
             _load_document(doc, text, found, mistakes, cache)

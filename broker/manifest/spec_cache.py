@@ -38,6 +38,8 @@ _SOURCES = (
     "pricing/regions.py",
     "pricing/schema.py",
     "pricing/userio/atomic.py",  # how the cache is written
+    "pricing/userio/bounds.py",  # the bounds of every number
+    "pricing/userio/reading.py",  # how a file is read
     "pricing/userio/dirs.py",  # where it is
     "pricing/userio/errors.py",
     "pricing/userio/locate.py",

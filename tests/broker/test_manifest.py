@@ -35,6 +35,7 @@ from broker.spec import (
 from pricing.gpus import gpu_names
 from pricing.regions import Place
 from pricing.schema import CLOUDS
+from pricing.userio.bounds import MAX_HOURS
 from pricing.userio.errors import UserInputError
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples" / "jobs"
@@ -687,7 +688,7 @@ URIS = st.builds(
     st.from_regex(r"[a-z0-9][a-z0-9.-]{2,20}", fullmatch=True),
     st.from_regex(r"[A-Za-z0-9_./-]{0,20}", fullmatch=True),
 ) | st.from_regex(r"file:///[a-z0-9/]{1,20}", fullmatch=True)
-POSITIVE = st.floats(min_value=0.001, max_value=1e6, allow_nan=False) | st.integers(1, 10**6)
+POSITIVE = st.floats(min_value=0.001, max_value=MAX_HOURS, allow_nan=False) | st.integers(1, 10**4)
 SIZES = st.floats(min_value=0, max_value=1e6) | st.integers(0, 10**6)
 # Any text but YAML 1.1's extra line breaks, which PyYAML's emitter writes raw with allow_unicode.
 CHARACTERS = st.characters(

@@ -17,16 +17,16 @@ factor x its duration (None: no deadlines).
 from __future__ import annotations
 
 import csv
-import gzip
+import io
 from datetime import datetime
 from pathlib import Path
 
 from broker.sim.model import JobList, SimJob
+from pricing.userio.reading import read_text_maybe_gzip
 
 
 def _rows(path: Path) -> list[dict[str, str]]:
-    opener = gzip.open if path.suffix == ".gz" else open
-    with opener(path, "rt", newline="") as handle:  # type: ignore[operator]
+    with io.StringIO(read_text_maybe_gzip(path, "trace"), newline="") as handle:
         return list(csv.DictReader(handle))
 
 
@@ -120,9 +120,7 @@ def read_jobs(path: Path, **options) -> JobList:
     (gpu, limit, deadline_factor)."""
     from broker.sim.traces import clusters
 
-    opener = gzip.open if Path(path).suffix == ".gz" else open
-    with opener(path, "rt") as handle:  # type: ignore[operator]
-        header = handle.readline()
+    header = read_text_maybe_gzip(path, "trace").partition("\n")[0]
     fields = set(header.strip().split(","))
     if header.startswith("timestamp,duration"):
         return read_philly(Path(path), **options)

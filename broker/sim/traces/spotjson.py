@@ -11,7 +11,6 @@ File names `<zone>_<kind>_<count>.json` give the zone and the GPU ("v100" -> V10
 
 from __future__ import annotations
 
-import json
 import re
 from collections.abc import Iterable
 from pathlib import Path
@@ -72,9 +71,9 @@ def read_spot(paths: Iterable[Path], *, preempted: bool = False) -> SpotTrace:
 
 
 def _load(path: Path) -> dict:
-    if path.suffix == ".gz":
-        import gzip
+    from pricing.userio.reading import load_json
 
-        with gzip.open(path, "rt") as handle:
-            return json.load(handle)
-    return json.loads(path.read_text())
+    data = load_json(path, "trace")
+    if not isinstance(data, dict):
+        raise ValueError(f"{path}: expected a JSON object with metadata and data")
+    return data

@@ -49,13 +49,18 @@ def open_runtime(
     clock: Clock | None = None,
     policy: Policy | None = None,
     clouds: Sequence[str] = (),
+    store: StateStore | None = None,
+    launching: bool = True,
 ) -> BrokerSession:
-    """Open the store at `state_path` and a sandbox provider over the offers in force.
+    """Open the store at `state_path` (or take `store`, opened there) and a sandbox
+    provider over the offers in force.
 
     On-prem pools get as many sandbox slots as they have nodes; every cloud region
     gets `capacity` nodes. `time_scale` 3600 bills a wall second as an hour.
     `clouds` are launched for real through their adapters (a Fleet routes by cloud);
-    the sandbox keeps serving on-prem pools and every other cloud.
+    the sandbox keeps serving on-prem pools and every other cloud. Only `launching`
+    sessions make the sandbox folder beside the state file (and put the example
+    trainer in it): reading the queue or cancelling a job leaves the folder as it is.
     """
     from broker.controller import Controller
     from broker.scheduling import pool_gpus_of
@@ -72,7 +77,7 @@ def open_runtime(
     )
     if clouds:
         provider = _fleet(clouds, provider, table, clock)
-    store = StateStore.open(state_path, clock)
+    store = store or StateStore.open(state_path, clock)
     countries = view.index.extra_countries
 
     def index_of(live) -> OfferIndex:

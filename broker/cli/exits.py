@@ -28,6 +28,9 @@ def fail(message: str, code: int = FAILED) -> NoReturn:
 
 
 def report(exc: CliExit) -> int:
-    """Print a CliExit's message the one way, and return its code."""
-    print(f"broker: error: {exc}", file=sys.stderr)
+    """Print a CliExit's message the one way (redacted: `pricing.userio.redact`), and
+    return its code."""
+    from pricing.userio.redact import redact
+
+    print(f"broker: error: {redact(str(exc))}", file=sys.stderr)
     return exc.code

@@ -5,6 +5,7 @@ from __future__ import annotations
 import sys
 from contextlib import contextmanager
 from pathlib import Path
+from typing import Literal
 
 import typer
 
@@ -22,6 +23,9 @@ from broker.cli.options import (
     split_list,
 )
 from broker.cli.render import Column, Output, number, render, usd
+from broker.cli.statefile import Mode, check_state, opened_store, state_path
+
+__all__ = ["state_path"]  # where other commands find it
 
 StateOption = typer.Option(
     None,
@@ -53,12 +57,6 @@ def load_policy_option(flag: Path | None):
         fail(str(exc), BAD_INPUT)
 
 
-def state_path(flag: Path | None) -> Path:
-    from broker.state import default_state_path
-    from pricing.userio.settings import resolve_path
-
-    return resolve_path("state", flag) or default_state_path()
-
 
 def enabled_clouds() -> tuple[str, ...]:
     """Clouds launched for real: BROKER_CLOUDS ("aws,gcp") or `clouds = [...]` in
@@ -75,25 +73,42 @@ def enabled_clouds() -> tuple[str, ...]:
 
 
 @contextmanager
-def runtime(state: Path | None, catalog, pools, overlays, policy: Path | None = None):
+def runtime(
+    state: Path | None,
+    catalog,
+    pools,
+    overlays,
+    policy: Path | None = None,
+    *,
+    mode: Mode | Literal["launch"] = "launch",
+):
+    """The state store, provider and controller for a command. `mode` says what it does
+    with the state (`broker.cli.statefile`): "read" yields None for a missing state file
+    and opens one in a read-only location read-only; "write" writes the state; "launch"
+    also starts jobs, and only it makes the sandbox folder beside the state file."""
     from broker.runtime import open_runtime
     from providers.errors import ProviderError
     from providers.registry import ProviderUnavailable
 
-    rules = load_policy_option(policy)
-    try:
-        opened = open_runtime(
-            state_path(state),
-            offers_in_force(catalog, pools, overlays),
-            policy=rules,
-            clouds=enabled_clouds(),
-        )
-    except (ProviderUnavailable, ProviderError) as exc:  # e.g. an enabled cloud's credentials
-        fail(str(exc), PROVIDER)
-    try:
+    rules = load_policy_option(policy)  # every input is checked, with or without a state file
+    view, clouds = offers_in_force(catalog, pools, overlays), enabled_clouds()
+    path = state_path(state)
+    with opened_store(path, "read" if mode == "read" else "write") as store:
+        if store is None:
+            yield None
+            return
+        try:
+            opened = open_runtime(
+                path,
+                view,
+                policy=rules,
+                clouds=clouds,
+                store=store,
+                launching=mode == "launch",
+            )
+        except (ProviderUnavailable, ProviderError) as exc:  # e.g. an enabled cloud's credentials
+            fail(str(exc), PROVIDER)
         yield opened
-    finally:
-        opened.close()
 
 
 def submit(
@@ -118,16 +133,16 @@ def submit(
 
         plan_manifests(loaded.manifests, 1, False, output, catalog, pools, overlays)
         return
-    from broker.clock import SystemClock
-    from broker.state import StateStore
     from broker.submit import prepare, submit_manifests
 
-    ready, refused = prepare(loaded.manifests, state_path(state), enabled_clouds())
+    path = state_path(state)
+    check_state(path, "write")  # refused before anything is packed beside it
+    ready, refused = prepare(loaded.manifests, path, enabled_clouds())
     if refused:
         for error in refused:
             print(error, file=sys.stderr)
         fail(f"{len(refused)} job(s) cannot be submitted; nothing submitted", BAD_INPUT)
-    with StateStore.open(state_path(state), SystemClock()) as store:
+    with opened_store(path, "write") as store:
         results = submit_manifests(store, ready)
     rows = [
         {
@@ -174,10 +189,12 @@ def queue(
 ) -> None:
     """The queue: position, job, GPUs asked, planned placement and cost, and why it waits
     (quota, budget, capacity, fair share, lower priority)."""
-    with runtime(state, catalog, pools, overlays, policy) as rt:
+    with runtime(state, catalog, pools, overlays, policy, mode="read") as rt:
         from broker.cli.queue_rows import queue_rows
 
-        rows = queue_rows(rt.controller.queue_lines(), rt.controller.clock.now())
+        rows = []
+        if rt is not None:
+            rows = queue_rows(rt.controller.queue_lines(), rt.controller.clock.now())
     render(rows, QUEUE_COLUMNS, output, json_key="queue")
 
 
@@ -187,10 +204,11 @@ def status(
     state: Path = StateOption,
 ) -> None:
     """A job's timeline of events and its attempts with placement and cost."""
-    from broker.clock import SystemClock
-    from broker.state import StateStore, UnknownJob
+    from broker.state import UnknownJob
 
-    with StateStore.open(state_path(state), SystemClock()) as store:
+    with opened_store(state_path(state), "read") as store:
+        if store is None:
+            fail(f"no job {job!r}: there is no state file yet", BAD_INPUT)
         try:
             found = store.job(job)
         except UnknownJob as exc:
@@ -269,7 +287,7 @@ def cancel(
     """Cancel a job: its instance is terminated, its record kept."""
     from broker.state import UnknownJob
 
-    with runtime(state, catalog, pools, overlays) as rt:
+    with runtime(state, catalog, pools, overlays, mode="write") as rt:
         try:
             done = rt.controller.cancel(rt.store.job(job).id)
         except UnknownJob as exc:
@@ -290,7 +308,9 @@ def logs(
 
     from broker.state import UnknownJob
 
-    with runtime(state, catalog, pools, overlays) as rt:
+    with runtime(state, catalog, pools, overlays, mode="read") as rt:
+        if rt is None:
+            fail(f"no job {job!r}: there is no state file yet", BAD_INPUT)
         try:
             found = rt.store.job(job)
         except UnknownJob as exc:

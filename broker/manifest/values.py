@@ -26,6 +26,7 @@ from pricing.gpus import parse_gpu_request
 from pricing.regions import REGION_COUNTRY, Place
 from pricing.schema import CLOUDS
 from pricing.userio import bounds
+from pricing.userio.redact import redact, without_userinfo
 from pricing.userio.suggest import suggestion
 
 SCHEMES: tuple[str, ...] = ("s3", "gs", "az", "file")
@@ -198,9 +199,9 @@ def _uri(value: str) -> str:
         )
     if scheme == "file" and not rest.startswith("/"):
         raise ValueError(f"{value!r}: a file:// URI takes an absolute path, e.g. file:///data/ckpt")
-    if scheme != "file" and not rest.split("/", 1)[0]:
-        raise ValueError(f"{value!r} names no bucket, e.g. {scheme}://bucket/path")
-    return value
+    if scheme != "file" and not without_userinfo(value).partition("://")[2].split("/", 1)[0]:
+        raise ValueError(f"{redact(value)!r} names no bucket, e.g. {scheme}://bucket/path")
+    return without_userinfo(value)  # kept without user:password@: never stored, never shown
 
 
 def _env_value(value: object) -> str:

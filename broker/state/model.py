@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from broker.spec import JobSpec
 from broker.spec_codec import decode
+from pricing.userio.redact import redact
 
 if TYPE_CHECKING:
     from broker.state.placed import PlacedOn
@@ -340,7 +341,7 @@ def ledger_columns(
         "period_end": _ts_arg(entry.get("period_end"), now),
         "cloud": str(entry.get("cloud", placed.cloud)),
         "region": str(entry.get("region", placed.region)),
-        "detail": str(entry.get("detail", "")),
+        "detail": redact(str(entry.get("detail", ""))),
     }
 
 

@@ -184,7 +184,7 @@ def migrate(
     newest = migrations[-1].version if migrations else 0
     found = schema_version(conn)
     if found > newest:
-        raise _too_new(found, newest)
+        raise too_new(found, newest)
     for migration in migrations:
         if migration.version <= found:
             continue
@@ -193,7 +193,7 @@ def migrate(
             conn.execute(_BOOKKEEPING)
             found = schema_version(conn)
             if found > newest:
-                raise _too_new(found, newest)
+                raise too_new(found, newest)
             if migration.version > found:
                 for sql in statements(migration):
                     conn.execute(sql)
@@ -209,10 +209,13 @@ def migrate(
     return found
 
 
-def _too_new(found: int, newest: int) -> SchemaTooNew:
+def too_new(found: int, newest: int, path: object = None) -> SchemaTooNew:
+    """The refusal of a file of schema version `found` by a broker that knows `newest`."""
+    where = f" {path}" if path is not None else ""
     return SchemaTooNew(
-        f"the state file has schema version {found}, newer than this broker knows ({newest}); "
-        "upgrade broker to use it (it was not changed)"
+        f"the state file{where} has schema version {found}, newer than this broker knows "
+        f"({newest}): upgrade to a broker that knows schema version {found} to use it "
+        "(the file was not changed)"
     )
 
 

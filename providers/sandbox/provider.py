@@ -135,8 +135,7 @@ class SandboxProvider(Capacity, Billing, CheckpointStores, PlayedReclaims):
         self.inherit_env = tuple(inherit_env)
         found = tuple(containers) if containers else container_runtime()
         self.containers = found or None
-        self.workdir.mkdir(parents=True, exist_ok=True)
-        self._dir = Workdir(self.workdir)
+        self._dir = Workdir(self.workdir)  # made by the first launch: reads need no folder
         self._processes = Processes()  # the processes this object started
         self._reported: set[str] = set()  # attempts whose notice interruptions() returned
         self._index: Index | None = None  # built from _offers on first use
@@ -158,6 +157,7 @@ class SandboxProvider(Capacity, Billing, CheckpointStores, PlayedReclaims):
     def launch(self, request: LaunchRequest) -> Instance:
         zone = self._check(request)
         digest = hashlib.sha256(request_text(request).encode()).hexdigest()
+        self.workdir.mkdir(parents=True, exist_ok=True)
         with self._dir.locked():
             existing = self._dir.load(request.attempt_id)
             if existing is not None:

@@ -14,6 +14,34 @@ PROVIDER = 5
 INTERRUPTED = 130
 
 
+# Exceptions that stop a command wherever they are raised, and their exit codes, in the
+# order they are tried (a subclass before its base). Looked up by module and name among
+# the modules already imported: an exception whose class was never imported cannot have
+# been raised, so this map costs a command no import.
+KNOWN_FAILURES: tuple[tuple[str, str, int], ...] = (
+    ("broker.state.files", "ReadOnlyState", FAILED),
+    ("broker.state.files", "StateFileError", BAD_INPUT),  # not ours, damaged, missing
+    ("broker.state.schema", "SchemaTooNew", BAD_INPUT),
+    ("pricing.userio.errors", "UserInputError", BAD_INPUT),
+    ("pricing.userio.settings", "ConfigError", BAD_INPUT),
+    ("pricing.schema", "SchemaError", BAD_INPUT),
+    ("broker.reports.actual", "BillError", BAD_INPUT),
+    ("sqlite3", "OperationalError", FAILED),  # locked, a full disk
+    ("sqlite3", "DatabaseError", BAD_INPUT),  # a state file SQLite finds damaged
+)
+
+
+def known_failure(exc: BaseException) -> CliExit | None:
+    """The CliExit an exception of `KNOWN_FAILURES` means, or None for any other."""
+    for module_name, class_name, code in KNOWN_FAILURES:
+        module = sys.modules.get(module_name)
+        kind = getattr(module, class_name, None) if module is not None else None
+        if isinstance(kind, type) and isinstance(exc, kind):
+            message = str(exc) if module_name != "sqlite3" else f"state file: {exc}"
+            return CliExit(message.splitlines()[0] if message else class_name, code)
+    return None
+
+
 class CliExit(Exception):
     """Raised by commands to stop with a one-line message and an exit code."""
 

@@ -20,7 +20,7 @@ from collections.abc import Iterable  # noqa: E402
 import typer  # noqa: E402
 
 from broker import __version__  # noqa: E402
-from broker.cli.exits import BAD_INPUT, INTERRUPTED, CliExit, report  # noqa: E402
+from broker.cli.exits import BAD_INPUT, INTERRUPTED, CliExit, known_failure, report  # noqa: E402
 from pricing.userio.settings import ConfigError  # noqa: E402
 
 # Every command, in help order: its module under broker.cli and the function (or the
@@ -102,6 +102,7 @@ def main() -> None:
     command = sys.argv[1] if len(sys.argv) > 1 else ""
     app = build_app([command] if command in COMMANDS else COMMANDS)
     try:
+        _warn_unknown_settings()
         app()
     except CliExit as exc:
         sys.exit(report(exc))
@@ -110,6 +111,20 @@ def main() -> None:
     except KeyboardInterrupt:
         print("broker: interrupted", file=sys.stderr)
         sys.exit(INTERRUPTED)
+    except Exception as exc:  # a bad input or state file raised below the commands
+        known = known_failure(exc)
+        if known is None:
+            raise
+        sys.exit(report(known))
+
+
+def _warn_unknown_settings() -> None:
+    """One warning per key of broker.toml / config.toml that is no setting (a typo would
+    otherwise be ignored silently); a settings file that is not TOML stops here."""
+    from pricing.userio.settings import unknown_keys
+
+    for warning in unknown_keys():
+        print(f"broker: warning: {warning}", file=sys.stderr)
 
 
 if __name__ == "__main__":

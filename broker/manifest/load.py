@@ -328,7 +328,14 @@ def _load_document(
     if isinstance(data, dict) and data.get("apiVersion") != API_VERSION:
         errors.append(_version_error(doc, data))
         return
-    digest = manifest_digest(data)
+    try:
+        digest = manifest_digest(data)
+    except ValueError:  # json: "Circular reference detected"
+        errors.append(doc.error((), "a value refers to itself (a recursive YAML alias)"))
+        return
+    except TypeError as exc:  # !!binary, !!set, a date as a key: nothing a manifest holds
+        errors.append(doc.error((), f"a value YAML tags as no manifest value holds ({exc})"))
+        return
     base = manifest_dir(doc.path)
     spec = _cached(cache, digest, base)
     if spec is None:

@@ -38,6 +38,7 @@ if TYPE_CHECKING:
     import yaml
 
 _SURROGATE = re.compile("[\ud800-\udfff]")
+MAX_EXPANDED_NODES = 1_000_000  # values of one document once its aliases are expanded
 
 
 @dataclass(frozen=True)
@@ -152,7 +153,45 @@ def _compose(text: str, path: Path, loader: type, max_depth: int) -> Iterator[Ya
     import yaml
 
     for index, node in enumerate(yaml.compose_all(text, Loader=loader)):
-        yield YamlDocument(_Builder(path, node, max_depth).build(node), path, index, node)
+        builder = _Builder(path, node, max_depth)
+        data = builder.build(node)
+        if builder.aliased:
+            _check_expansion(path, node, MAX_EXPANDED_NODES)
+        yield YamlDocument(data, path, index, node)
+
+
+def _check_expansion(path: Path, root: yaml.Node, limit: int) -> None:
+    """Raise when the document, its aliases expanded, holds more than `limit` nodes: ten
+    aliases of ten aliases of ... (a "billion laughs") are a few lines of YAML that
+    every reader walking the data (validation, digests) would take forever over. Sizes
+    are memoised per node, so this walk is as long as the file; a recursive alias
+    counts once."""
+    import yaml
+
+    sizes: dict[int, int] = {}
+    on_path: set[int] = set()
+    stack: list[tuple[yaml.Node, bool]] = [(root, False)]
+    while stack:
+        node, children_done = stack.pop()
+        if isinstance(node, yaml.ScalarNode):
+            continue
+        parts = [
+            part for pair in node.value for part in (pair if isinstance(pair, tuple) else (pair,))
+        ]
+        if children_done:
+            on_path.discard(id(node))
+            total = 1 + sum(sizes.get(id(part), 1) for part in parts)
+            if total > limit:
+                mark = node.start_mark
+                message = f"aliases expand to more than {limit:,} values (a YAML alias bomb)"
+                raise UserInputError(path, mark.line + 1, mark.column + 1, "", message)
+            sizes[id(node)] = total
+            continue
+        if id(node) in sizes or id(node) in on_path:
+            continue
+        on_path.add(id(node))
+        stack.append((node, True))
+        stack.extend((part, False) for part in parts if id(part) not in sizes)
 
 
 def _too_deep(path: Path, mark: yaml.Mark | None, max_depth: int) -> UserInputError:
@@ -191,6 +230,7 @@ class _Builder:
         self.fallback = yaml.constructor.SafeConstructor()
         self.built: dict[int, Any] = {}  # id(node) -> object: an alias gives the same object
         self.checked = False  # whether the whole document was checked for duplicate keys
+        self.aliased = False  # whether an alias was met (then its expansion is measured)
 
     def build(self, node: yaml.Node, depth: int = 0) -> Any:
         tag = node.tag
@@ -207,6 +247,7 @@ class _Builder:
             return self.fallback.construct_object(node)
         known = self.built.get(id(node), self)
         if known is not self:
+            self.aliased = True
             return known
         if depth >= self.max_depth:
             raise _too_deep(self.path, node.start_mark, self.max_depth)

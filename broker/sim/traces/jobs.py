@@ -117,7 +117,17 @@ def read_jobs_csv(path: Path) -> JobList:
 
 def read_jobs(path: Path, **options) -> JobList:
     """Detect the format from the header; `options` go to the Philly and Alibaba readers
-    (gpu, limit, deadline_factor)."""
+    (gpu, limit, deadline_factor). Every error names the file (a ValueError)."""
+    try:
+        return _read_jobs(Path(path), **options)
+    except KeyError as exc:
+        raise ValueError(f"{path}: no column {exc} in a row") from None
+    except (ValueError, TypeError, OverflowError, ArithmeticError) as exc:
+        text = str(exc)
+        raise ValueError(text if text.startswith(str(path)) else f"{path}: {text}") from None
+
+
+def _read_jobs(path: Path, **options) -> JobList:
     from broker.sim.traces import clusters
 
     header = read_text_maybe_gzip(path, "trace").partition("\n")[0]

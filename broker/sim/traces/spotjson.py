@@ -59,13 +59,20 @@ def read_availability(
 
 
 def read_spot(paths: Iterable[Path], *, preempted: bool = False) -> SpotTrace:
-    """Every JSON file of `paths` (files or folders, recursively, sorted)."""
+    """Every JSON file of `paths` (files or folders, recursively, sorted); a file that is
+    not availability data is a ValueError naming it."""
     places = {}
     files = []
     for path in map(Path, paths):
         files += sorted(path.rglob("*.json")) if path.is_dir() else [path]
     for file in files:
-        place, availability = read_availability(file, preempted=preempted)
+        try:
+            place, availability = read_availability(file, preempted=preempted)
+        except KeyError as exc:
+            raise ValueError(f"{file}: no {exc} in the availability data") from None
+        except (ValueError, TypeError, OverflowError) as exc:
+            text = str(exc)
+            raise ValueError(text if text.startswith(str(file)) else f"{file}: {text}") from None
         places[place] = availability
     return SpotTrace(places, ", ".join(str(p) for p in paths))
 

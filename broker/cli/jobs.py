@@ -48,13 +48,13 @@ def load_policy_option(flag: Path | None):
     """The policy in force; a broken file exits 2 naming file, line and field."""
     from broker.queue import load_policy
     from pricing.userio.errors import UserInputError
-    from pricing.userio.settings import resolve_path
+    from pricing.userio.settings import origin_note, resolve_path
 
     path = resolve_path("policy", flag, default_file="policy.yaml")
     try:
         return load_policy(path)
     except UserInputError as exc:
-        fail(str(exc), BAD_INPUT)
+        fail(f"{exc}{origin_note('policy', flag)}", BAD_INPUT)
 
 
 
@@ -64,11 +64,16 @@ def enabled_clouds() -> tuple[str, ...]:
     from pricing.userio.settings import resolve
     from providers.checks import CLOUDS
 
-    value = resolve("clouds").value
-    clouds = split_list([value] if isinstance(value, str) else list(value or ()))
+    setting = resolve("clouds")
+    value, where = setting.value, f"{setting.origin}: clouds"
+    if isinstance(value, str):
+        value = [value]
+    if not isinstance(value, list | tuple) or not all(isinstance(v, str) for v in value):
+        fail(f"{where}: expected cloud names such as [\"aws\", \"gcp\"], got {value!r}", BAD_INPUT)
+    clouds = split_list(list(value))
     unknown = [cloud for cloud in clouds if cloud not in CLOUDS]
     if unknown:
-        fail(f"clouds setting: unknown cloud {unknown[0]!r}; known: {', '.join(CLOUDS)}", BAD_INPUT)
+        fail(f"{where}: unknown cloud {unknown[0]!r}; known: {', '.join(CLOUDS)}", BAD_INPUT)
     return clouds
 
 

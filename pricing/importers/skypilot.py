@@ -187,10 +187,13 @@ def read_vms_csv(path: Path, cloud: str) -> pd.DataFrame:
             path, f"missing from the header (SkyPilot {SCHEMA_VERSION} {cloud} layout)", missing[0]
         )
     for name in _NUMERIC:
-        try:
-            raw[name] = pd.to_numeric(raw[name], errors="raise").astype("float64")
-        except (ValueError, TypeError) as exc:
-            raise CatalogImportError(path, f"not a number ({exc})", name) from exc
+        numbers = pd.to_numeric(raw[name], errors="coerce").astype("float64")
+        wrong = numbers.isna() & raw[name].notna()
+        if wrong.any():  # pandas keeps no line numbers: a row's line, as no cell spans two
+            row = int(np.flatnonzero(wrong.to_numpy())[0])
+            problem = f"line {row + 2}: not a number: {raw[name].iloc[row]!r}"
+            raise CatalogImportError(path, problem, name)
+        raw[name] = numbers
         values = raw[name].to_numpy()
         bad = ~(np.isnan(values) | ((values >= 0) & (values <= _NUMBER_CAP[name])))
         if bad.any():  # pandas keeps no line numbers: a row's line, as no cell spans two

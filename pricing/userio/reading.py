@@ -133,6 +133,11 @@ def decode(data: bytes, path: Path | str) -> str:
         byte = data[exc.start : exc.start + 1].hex()
         message = f"not UTF-8 text (byte 0x{byte}: {exc.reason})"
         raise UserInputError(path, line, column, "", message) from None
+    if "\x00" in text:  # valid UTF-8, but no text file a user writes holds one
+        at = data.index(b"\x00")
+        line = data.count(b"\n", 0, at) + 1
+        column = at - (data.rfind(b"\n", 0, at) + 1) + 1
+        raise UserInputError(path, line, column, "", "a NUL byte: a binary file, not text")
     return text.removeprefix("\ufeff")
 
 

@@ -96,9 +96,9 @@ class ConfigError(ValueError):
 
 
 def _read_toml(path: Path) -> dict[str, Any]:
-    if not path.is_file():
+    if not os.path.lexists(path):
         return {}
-    return read_toml(path)
+    return read_toml(path)  # a directory or a FIFO of that name is refused, not skipped
 
 
 def read_toml(path: Path) -> dict[str, Any]:
@@ -115,6 +115,8 @@ def read_toml(path: Path) -> dict[str, Any]:
         return tomllib.loads(text)
     except UserInputError as exc:
         raise ConfigError(str(exc)) from None
+    except RecursionError:
+        raise ConfigError(f"{path}: TOML syntax error: arrays or tables nested too deep") from None
     except tomllib.TOMLDecodeError as exc:
         message = str(exc)
         where = re.search(r"\s*\(at line (\d+), column (\d+)\)$", message)
@@ -178,6 +180,15 @@ def resolve_text(name: str) -> str | None:
     return setting.value or None
 
 
+def origin_note(name: str, flag: object = None) -> str:
+    """Where setting `name` was given, for a message about its value: " (set by
+    BROKER_POOLS)", " (set in ./broker.toml)", or "" for a flag or the default."""
+    origin = resolve(name, flag).origin
+    if origin in ("flag", "default"):
+        return ""
+    return f" (set by {origin})" if origin.startswith("BROKER_") else f" (set in {origin})"
+
+
 def resolve_positive_int(name: str) -> int:
     """A whole-number setting above 0 (a size cap, a number of days); ConfigError naming
     where it came from when it is anything else."""
@@ -196,8 +207,10 @@ def resolve_path(
 ) -> Path | None:
     """A path setting; falls back to `~/.config/broker/<default_file>` when that file exists."""
     setting = resolve(name, flag)
-    if setting.value is not None:
+    if isinstance(setting.value, str | Path) and str(setting.value):
         return Path(setting.value).expanduser()
+    if setting.value is not None:
+        raise ConfigError(f"{setting.origin}: {name}: expected a path, got {setting.value!r}")
     if default_file:
         candidate = user_config_dir() / default_file
         if candidate.exists():

@@ -64,7 +64,10 @@ def read_spot(paths: Iterable[Path], *, preempted: bool = False) -> SpotTrace:
     places = {}
     files = []
     for path in map(Path, paths):
-        files += sorted(path.rglob("*.json")) if path.is_dir() else [path]
+        found = sorted(path.rglob("*.json")) if path.is_dir() else [path]
+        if not found:
+            raise ValueError(f"{path}: no availability files (*.json) in this folder")
+        files += found
     for file in files:
         try:
             place, availability = read_availability(file, preempted=preempted)

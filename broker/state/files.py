@@ -148,8 +148,8 @@ def _creatable(folder: Path) -> bool:
 
 
 def read_only_uri(path: Path, *, immutable: bool) -> str:
-    """The URI that opens `path` read-only: `mode=ro` (sees a live writer's `-wal`), or
-    `immutable=1` for a folder where not even SQLite's `-shm` file can be made."""
+    """The URI that opens `path` read-only: `mode=ro` (reads through a live writer's
+    `-wal`), or `immutable=1` (no lock, nothing created: the file as it is now)."""
     from urllib.parse import quote
 
     return f"file:{quote(str(path.resolve()))}?{'immutable=1' if immutable else 'mode=ro'}"

@@ -53,19 +53,21 @@ from pricing.userio.redact import redact, redact_data
 
 
 def _connect_read_only(file: Path, busy_timeout: float) -> sqlite3.Connection:
-    """A read-only connection: `mode=ro`, which sees a live writer's `-wal`; in a folder
-    where SQLite cannot make its `-shm` file (a read-only location), `immutable`."""
-    for immutable in (False, True):
-        uri = read_only_uri(file, immutable=immutable)
-        conn = sqlite3.connect(uri, uri=True, timeout=busy_timeout, isolation_level=None)
-        try:
-            conn.execute("SELECT 1 FROM sqlite_master LIMIT 1").fetchall()
-            return conn
-        except sqlite3.OperationalError:
-            conn.close()
-            if immutable:
-                raise
-    raise AssertionError("unreachable")
+    """A read-only connection that creates nothing beside the file: `mode=ro` when a live
+    writer's `-wal` and `-shm` are there (it reads through them), else `immutable` (a
+    read-only connection would leave a `-wal` and `-shm` of its own behind)."""
+    live = Path(f"{file}-wal").exists() and Path(f"{file}-shm").exists()
+    uri = read_only_uri(file, immutable=not live)
+    conn = sqlite3.connect(uri, uri=True, timeout=busy_timeout, isolation_level=None)
+    try:
+        conn.execute("SELECT 1 FROM sqlite_master LIMIT 1").fetchall()
+    except sqlite3.OperationalError:
+        conn.close()
+        raise
+    except sqlite3.DatabaseError as exc:  # "malformed": the schema page is damaged
+        conn.close()
+        raise DamagedState(file, f"the state file {file} is damaged ({exc})") from None
+    return conn
 
 
 def _check_version(file: Path, conn: sqlite3.Connection, *, exact: bool) -> None:

@@ -916,3 +916,43 @@ def test_fast_yaml_errors_are_pyyaml_errors():
     assert "special characters are not allowed" in info.value.message
     with pytest.raises(UserInputError, match="could not determine a constructor"):
         parse_yaml_documents("a: !!python/name:os.system x\n", WHERE)
+
+
+@pytest.mark.parametrize(
+    ("deadline", "said"),
+    [
+        ("99999999d", "more than 87,660 hours (ten years) after submission"),
+        ("9" * 30 + "d", "more than 87,660 hours"),
+        ("9999-12-31T23:59:59-01:00", "not before the year 3000"),
+        ("3000-01-01T00:00:00Z", "not before the year 3000"),
+    ],
+)
+def test_a_deadline_the_planner_cannot_count_is_refused_at_validate(tmp_path, deadline, said):
+    """`deadline: 99999999d` once validated, and every `broker queue` then died with an
+    OverflowError until the job was cancelled."""
+    path = tmp_path / "job.yaml"
+    path.write_text(
+        "apiVersion: broker/v1\nname: x\nteam: t\nrun: {command: x}\n"
+        f"runtime: {{estimate_hours: 1, deadline: '{deadline}'}}\n"
+    )
+    result = load_manifests([path])
+    (error,) = result.errors
+    assert error.field == "runtime.deadline" and said in error.message
+
+
+def test_what_validates_never_overflows_the_planners_date_arithmetic():
+    """The largest deadlines that validate, through `RuntimeEstimate.deadline_at` and the
+    planner's hours left, for a job submitted as far in the future as a deadline may be."""
+    from dataclasses import replace
+    from datetime import UTC, datetime, timedelta
+
+    from broker.planner.plan import _hours_left
+    from broker.spec import RuntimeEstimate
+    from pricing.userio.bounds import MAX_HOURS
+    from tests.fakes.specs import job_spec
+
+    far = datetime.now(UTC) + timedelta(hours=MAX_HOURS)
+    for deadline in (timedelta(hours=MAX_HOURS), datetime(2999, 12, 31, 23, 59, tzinfo=UTC)):
+        spec = replace(job_spec(), runtime=RuntimeEstimate(MAX_HOURS, deadline))
+        assert spec.runtime.deadline_at(far) is not None
+        assert 0 < _hours_left(spec, far) < float("inf")

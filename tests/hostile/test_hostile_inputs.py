@@ -216,8 +216,10 @@ def _state_files(folder: Path, env: dict[str, str]) -> dict[str, Path]:
         else:
             paths[name].write_bytes(content)
     shutil.copyfile(folder / "good.db", folder / "newer-schema.db")
-    with sqlite3.connect(folder / "newer-schema.db") as conn:
-        conn.execute("INSERT INTO schema_migrations VALUES (99, 'future', '2030-01-01')")
+    conn = sqlite3.connect(folder / "newer-schema.db")
+    conn.execute("INSERT INTO schema_migrations VALUES (99, 'future', '2030-01-01')")
+    conn.commit()
+    conn.close()  # closed: its -wal is folded back into the file that is copied
     paths["newer-schema"] = folder / "newer-schema.db"
     for name, pragmas in (
         ("foreign", ()),

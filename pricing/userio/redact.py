@@ -87,17 +87,33 @@ def redact(text: str) -> str:
 
 
 def redact_data(value: object) -> object:
-    """`redact` applied to every string in nested lists, tuples and dicts (keys too): an
+    """`redact` applied to every string in nested lists, tuples and dicts (keys too), and
+    a text value under a key that names a secret (`{"token": "..."}`) masked whole: an
     event's or a status file's data before it is stored."""
     if isinstance(value, str):
         return redact(value)
     if isinstance(value, dict):
-        return {redact_data(key): redact_data(item) for key, item in value.items()}
+        return {
+            redact_data(key): MASK
+            if isinstance(key, str) and isinstance(item, str) and _secret_name().search(key)
+            else redact_data(item)
+            for key, item in value.items()
+        }
     if isinstance(value, list):
         return [redact_data(item) for item in value]
     if isinstance(value, tuple):
         return tuple(redact_data(item) for item in value)
     return value
+
+
+@functools.cache
+def _secret_name() -> re.Pattern[str]:
+    """A key that names a secret (the names of `redact`'s named values)."""
+    return re.compile(
+        r"(?i)(?:secret|token|passw(?:or)?d|pwd|credential|signature|api[_-]?key|access[_-]?key"
+        r"|account[_-]?key|private[_-]?key|session[_-]?key|client[_-]?key|^sig$|^auth"
+        r"|authorization|cookie)"
+    )
 
 
 def without_userinfo(uri: str) -> str:

@@ -222,3 +222,28 @@ def test_a_read_only_location_serves_reads_and_refuses_writes(good, tmp_path):
             "this command writes it"
         )
     assert _snapshot(folder) == before  # no WAL switch, no -shm, no state-sandbox/
+
+
+def test_events_ledger_details_and_manifest_texts_are_stored_redacted(tmp_path):
+    from broker.manifest.load import parse_manifest_text
+    from broker.state import JobState
+    from pricing.userio.redact import MASK
+
+    text = (
+        "# token: ghp_abcdefghijklmnopqrstuvwxyz0123456789\napiVersion: broker/v1\nname: x\n"
+        "team: t\nrun: {command: x}\n"
+        "data: [{uri: 's3://me:hunter2hunter2@bucket/in/', size_gb: 1}]\n"
+    )
+    (manifest,) = parse_manifest_text(text)
+    assert manifest.spec.data[0].uri == "s3://bucket/in/"  # stored without its userinfo
+    with StateStore.open(tmp_path / "s.db", CLOCK) as store:
+        job = store.submit(manifest.spec, manifest.text, manifest.digest).job_id
+        store.transition(
+            job, JobState.CANCELLED, reason="password=hunter2hunter2", data={"token": "t0k3n"}
+        )
+        stored = store.version(job, 1).manifest_text
+        events = store.events(job)
+    assert "ghp_" not in stored and "hunter2" not in stored and "apiVersion: broker/v1" in stored
+    assert "hunter2" not in events[-1].message and events[-1].data["token"] == MASK
+    raw = (tmp_path / "s.db").read_bytes() + (tmp_path / "s.db-wal").read_bytes()
+    assert b"hunter2" not in raw and b"t0k3n" not in raw

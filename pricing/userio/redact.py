@@ -44,12 +44,13 @@ def _patterns() -> tuple[tuple[re.Pattern[str], str], ...]:
         # AWS secret access keys: 40 base64 characters mixing upper, lower and digits
         r"(?<![A-Za-z0-9+/=])(?=[A-Za-z0-9+/]{0,39}[A-Z])(?=[A-Za-z0-9+/]{0,39}[a-z])"
         r"(?=[A-Za-z0-9+/]{0,39}[0-9])[A-Za-z0-9+/]{40}(?![A-Za-z0-9+/=])",
-        # long base64 (Azure storage keys, session tokens with / and +) mixing all three
+        # long base64 with + or = (Azure storage keys, tokens), mixing all three: not a path
         r"(?<![A-Za-z0-9+/=_-])(?=[A-Za-z0-9+/=_-]*[A-Z])(?=[A-Za-z0-9+/=_-]*[a-z])"
-        r"(?=[A-Za-z0-9+/=_-]*[0-9])(?=[A-Za-z0-9+/=_-]*[+/])[A-Za-z0-9+/=_-]{40,}",
-        # any other long token mixing upper, lower and digits (ids and UUIDs are one case)
-        r"(?<![A-Za-z0-9_+=-])(?=[A-Za-z0-9_+=-]*[A-Z])(?=[A-Za-z0-9_+=-]*[a-z])"
-        r"(?=[A-Za-z0-9_+=-]*[0-9])[A-Za-z0-9_+=-]{32,}",
+        r"(?=[A-Za-z0-9+/=_-]*[0-9])(?=[A-Za-z0-9+/=_-]*[+=])[A-Za-z0-9+/=_-]{40,}",
+        # any other long token mixing upper, lower and digits (ids and UUIDs are one case),
+        # but for a folder or file name in a path (errors must name the user's files)
+        r"(?<![A-Za-z0-9_+=/-])(?=[A-Za-z0-9_+=-]*[A-Z])(?=[A-Za-z0-9_+=-]*[a-z])"
+        r"(?=[A-Za-z0-9_+=-]*[0-9])[A-Za-z0-9_+=-]{32,}(?![A-Za-z0-9_+=-]|\.[A-Za-z]{1,5}\b|/)",
     )
     named = re.compile(
         r"""(?ix)

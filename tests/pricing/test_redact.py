@@ -94,6 +94,15 @@ def test_what_helps_debugging_is_kept():
     assert redact(text) == text
 
 
+def test_the_users_file_names_are_kept_in_errors():
+    text = (
+        "/home/me/ModelTrainingConfig2024_production_v3.yaml:3:1: name: bad; "
+        "/data/Run_2024_Experiment42_FinalVersionABC/offers.csv: not found"
+    )
+    assert redact(text) == text
+    assert redact("token AbCdEfGhIjKlMnOpQrStUvWxYz0123456789 leaked") == "token *** leaked"
+
+
 def test_redact_data_reaches_every_string():
     data = {
         "uri": "s3://u:pw1@b/k",

@@ -59,8 +59,8 @@ def open_runtime(
     gets `capacity` nodes. `time_scale` 3600 bills a wall second as an hour.
     `clouds` are launched for real through their adapters (a Fleet routes by cloud);
     the sandbox keeps serving on-prem pools and every other cloud. Only `launching`
-    sessions make the sandbox folder beside the state file (and put the example
-    trainer in it): reading the queue or cancelling a job leaves the folder as it is.
+    sessions make the sandbox folder beside the state file: reading the queue or
+    cancelling a job leaves the folder as it is (or absent).
     """
     from broker.controller import Controller
     from broker.scheduling import pool_gpus_of
@@ -73,7 +73,12 @@ def open_runtime(
     slots = _onprem_slots(table)  # on-prem regions: as many slots as their pools' nodes
     workdir = sandbox_workdir(state_path)
     provider = SandboxProvider(
-        table, workdir, clock, capacity={**_clouds(table, capacity), **slots}, time_scale=time_scale
+        table,
+        workdir,
+        clock,
+        capacity={**_clouds(table, capacity), **slots},
+        time_scale=time_scale,
+        make_workdir=launching,
     )
     if clouds:
         provider = _fleet(clouds, provider, table, clock)

@@ -121,6 +121,7 @@ class SandboxProvider(Capacity, Billing, CheckpointStores, PlayedReclaims):
         terminate_grace: float = 10.0,
         notice_seconds: float = 30.0,
         inherit_env: Sequence[str] = INHERITED_ENV,
+        make_workdir: bool = True,
         containers: Sequence[str] | None = None,
     ) -> None:
         if time_scale <= 0:
@@ -135,7 +136,9 @@ class SandboxProvider(Capacity, Billing, CheckpointStores, PlayedReclaims):
         self.inherit_env = tuple(inherit_env)
         found = tuple(containers) if containers else container_runtime()
         self.containers = found or None
-        self._dir = Workdir(self.workdir)  # made by the first launch: reads need no folder
+        if make_workdir:  # else made by the first launch: reading needs no folder
+            self.workdir.mkdir(parents=True, exist_ok=True)
+        self._dir = Workdir(self.workdir)
         self._processes = Processes()  # the processes this object started
         self._reported: set[str] = set()  # attempts whose notice interruptions() returned
         self._index: Index | None = None  # built from _offers on first use

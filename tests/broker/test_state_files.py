@@ -179,7 +179,9 @@ def test_only_commands_that_launch_make_the_sandbox_folder(capsys, tmp_path):
     assert run_cli(capsys, "queue", "--state", str(state)).code == 0
     assert run_cli(capsys, "cancel", "tokenize-pile", "--state", str(state)).code == 0
     assert not (tmp_path / "state-sandbox").exists()
-    assert run_cli(capsys, "submit", str(JOB), "--state", str(state)).code == 0
+    job = tmp_path / "echo.yaml"
+    job.write_text("apiVersion: broker/v1\nname: echo\nteam: t\nrun: {command: echo hi}\n")
+    assert run_cli(capsys, "submit", str(job), "--state", str(state)).code == 0
     assert run_cli(capsys, "run", "--once", "--state", str(state)).code == 0
     assert (tmp_path / "state-sandbox").is_dir()
 

@@ -52,15 +52,20 @@ def open_runtime(
     clock: Clock | None = None,
     policy: Policy | None = None,
     clouds: Sequence[str] = (),
+    store: StateStore | None = None,
+    launching: bool = True,
 ) -> BrokerSession:
-    """Open the store at `state_path` and the providers over the offers in force.
+    """Open the store at `state_path` (or take `store`, opened there) and the providers
+    over the offers in force.
 
     The sandbox serves every cloud region (`capacity` nodes each; `time_scale`: billed
     seconds per wall second, 1 as it passes; the demo bills a wall second as an hour:
     3600); `clouds` are launched for real through their adapters; the on-prem pools of
     the offers' pools file run through their executors (local, SSH, Slurm:
     `onprem.provider.OnPremProvider`, its local pools billed at the same `time_scale`).
-    A Fleet routes each request by cloud.
+    A Fleet routes each request by cloud. Only `launching` sessions make the sandbox
+    folder beside the state file: reading the queue or cancelling a job leaves the
+    folder as it is (or absent).
     """
     from broker.controller import Controller
     from broker.scheduling import pool_gpus_of
@@ -72,7 +77,12 @@ def open_runtime(
     table = view.index.offers
     workdir = sandbox_workdir(state_path)
     sandbox = SandboxProvider(
-        table, workdir, clock, capacity=_clouds(table, capacity), time_scale=time_scale
+        table,
+        workdir,
+        clock,
+        capacity=_clouds(table, capacity),
+        time_scale=time_scale,
+        make_workdir=launching,
     )
     routes = _cloud_routes(clouds, table, clock)
     closers = []
@@ -85,7 +95,7 @@ def open_runtime(
         from providers.fleet import Fleet
 
         provider = Fleet(routes, default=sandbox)
-    store = StateStore.open(state_path, clock)
+    store = store or StateStore.open(state_path, clock)
     countries = view.index.extra_countries
 
     def index_of(live) -> OfferIndex:

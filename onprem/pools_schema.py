@@ -122,7 +122,7 @@ def _options_model(kind: str) -> type[pydantic.BaseModel]:
             hint = float | int
         default = ... if f.default is dataclasses.MISSING else f.default
         fields[f.name] = (hint, default)
-    config = ConfigDict(extra="forbid", strict=True, frozen=True)
+    config = ConfigDict(extra="forbid", strict=True, frozen=True, allow_inf_nan=False)
     return create_model(f"{cls.__name__}Model", __config__=config, **fields)
 
 
@@ -141,9 +141,10 @@ def models() -> Any:
     )
 
     from pricing.gpus import canonical_gpu
+    from pricing.userio import bounds
 
     class _Model(BaseModel):
-        model_config = ConfigDict(extra="forbid", strict=True, frozen=True)
+        model_config = ConfigDict(extra="forbid", strict=True, frozen=True, allow_inf_nan=False)
 
     class Location(_Model):
         region: str
@@ -201,14 +202,14 @@ def models() -> Any:
         name: str
         location: Location
         gpu: str
-        gpus_per_node: int = Field(ge=1)
-        vcpus_per_node: int = Field(ge=1)
-        memory_gib_per_node: float = Field(gt=0)
-        nvlink_domain: int = Field(0, ge=0)
+        gpus_per_node: int = Field(ge=1, le=bounds.MAX_GPUS_PER_NODE)
+        vcpus_per_node: int = Field(ge=1, le=bounds.MAX_VCPUS)
+        memory_gib_per_node: float = Field(gt=0, le=bounds.MAX_MEMORY_GIB)
+        nvlink_domain: int = Field(0, ge=0, le=bounds.MAX_NODES * bounds.MAX_GPUS_PER_NODE)
         fabric: Literal["infiniband", "roce", "ethernet"] = "ethernet"
-        cost_per_gpu_hour: float = Field(gt=0)
-        nodes: list[NodeModel] | None = Field(None, min_length=1)
-        count: int | None = Field(None, ge=1)
+        cost_per_gpu_hour: float = Field(gt=0, le=bounds.MAX_PRICE_PER_HOUR)
+        nodes: list[NodeModel] | None = Field(None, min_length=1, max_length=bounds.MAX_NODES)
+        count: int | None = Field(None, ge=1, le=bounds.MAX_NODES)
         mig: Layout | None = None
         executor: ExecutorModel = ExecutorModel(kind="local")
 

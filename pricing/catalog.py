@@ -19,7 +19,14 @@ from datetime import date
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from pricing.schema import COLUMN_NAMES, FLOAT_COLUMNS, STRING_COLUMNS, SchemaError, conform
+from pricing.schema import (
+    COLUMN_NAMES,
+    FLOAT_COLUMNS,
+    STRING_COLUMNS,
+    RowError,
+    SchemaError,
+    conform,
+)
 from pricing.table import TABLE_FORMAT, OfferTable
 from pricing.userio.atomic import atomic_write
 from pricing.userio.dirs import user_cache_dir, user_data_dir
@@ -66,13 +73,20 @@ def spot_history_path(catalog: Path) -> Path:
 
 
 def read_offers_csv(path: Path) -> pd.DataFrame:
-    """Read an offers CSV written by `write_offers_csv` (or by hand) and check its schema."""
+    """Read an offers CSV written by `write_offers_csv` (or by hand) and check its schema.
+
+    The file is read by `pricing.userio.reading` (a regular file within the catalog
+    size cap, strict UTF-8); a bad cell is a SchemaError naming file, line and column.
+    """
+    import io
+
     import pandas as pd
 
+    text = _catalog_text(path)
     dtypes = {name: "string" for name in STRING_COLUMNS} | {n: "float64" for n in FLOAT_COLUMNS}
     try:
         frame = pd.read_csv(
-            path,
+            io.StringIO(text),
             dtype=dtypes,
             keep_default_na=False,
             na_values={name: [""] for name in FLOAT_COLUMNS},
@@ -81,8 +95,20 @@ def read_offers_csv(path: Path) -> pd.DataFrame:
         raise SchemaError(f"{path}: not an offers catalog: {exc}") from None
     try:
         return conform(frame)
+    except RowError as exc:  # pandas keeps no line numbers: a row's line, as no cell spans two
+        raise SchemaError(f"{path}:{exc.row + 2}: {exc.column}: {exc.message}") from None
     except SchemaError as exc:
         raise SchemaError(f"{path}: {exc}") from None
+
+
+def _catalog_text(path: Path) -> str:
+    from pricing.userio.errors import UserInputError
+    from pricing.userio.reading import read_text
+
+    try:
+        return read_text(path, "catalog")
+    except UserInputError as exc:
+        raise SchemaError(str(exc)) from None
 
 
 def write_offers_csv(offers: pd.DataFrame | OfferTable, path: Path) -> None:
@@ -97,16 +123,23 @@ SMALL_CSV_BYTES = 2_000_000  # below this, the csv module parses faster than pan
 
 
 def read_offer_table(path: Path) -> OfferTable:
-    """The catalog at `path` as an OfferTable, from the compiled cache when it is current."""
+    """The catalog at `path` as an OfferTable, from the compiled cache when it is current.
+
+    A cache that cannot be read whole (truncated, corrupted, of another format) is
+    rebuilt from the CSV: it is only ever a copy.
+    """
+    from pricing.userio.reading import check_regular
+
     cache = _cache_path(path)
     if cache is not None and cache.is_file():
-        try:
-            table = OfferTable.load(cache)
-        except (OSError, ValueError, KeyError):
-            table = None
+        table = _load_cache(cache)
         if table is not None:
             return table
-    if path.stat().st_size < SMALL_CSV_BYTES:
+    try:
+        size = check_regular(path).st_size
+    except ValueError as exc:  # UserInputError: absent, a directory, a FIFO, a device
+        raise SchemaError(str(exc)) from None
+    if size < SMALL_CSV_BYTES:
         table = _read_small_csv(path)
     else:
         table = OfferTable.from_frame(read_offers_csv(path))
@@ -117,6 +150,21 @@ def read_offer_table(path: Path) -> OfferTable:
         except OSError:
             pass  # a read-only cache costs speed, never correctness
     return table
+
+
+def _load_cache(cache: Path) -> OfferTable | None:
+    """The compiled table, or None when it cannot be trusted whole (then it is rebuilt)."""
+    import io
+
+    from pricing.userio.reading import read_bytes
+
+    try:
+        table = OfferTable.load(io.BytesIO(read_bytes(cache, "catalog")))
+        if table is not None:
+            table.check()  # as the CSV was checked: a cache written by other code, or tampered
+        return table
+    except Exception:  # BadZipFile, zlib.error, a bad CRC, a short array: it is only a copy
+        return None
 
 
 def _cache_path(path: Path) -> Path | None:
@@ -132,23 +180,29 @@ def _cache_path(path: Path) -> Path | None:
 
 
 def _read_small_csv(path: Path) -> OfferTable:
-    """Parse a small catalog with the csv module (no pandas import), checking every cell."""
+    """Parse a small catalog with the csv module (no pandas import), checking every cell;
+    a bad one is a SchemaError naming file, line and column."""
     import csv
+    import io
 
-    with path.open(newline="") as handle:
-        reader = csv.reader(handle)
-        header = next(reader, [])
-        missing = [name for name in COLUMN_NAMES if name not in header]
-        if missing:
-            raise SchemaError(f"{path}: offers table lacks columns: {', '.join(missing)}")
-        where = [header.index(name) for name in COLUMN_NAMES]
-        columns: dict[str, list] = {name: [] for name in COLUMN_NAMES}
-        numeric = [name in FLOAT_COLUMNS for name in COLUMN_NAMES]
-        for line, row in enumerate(reader, start=2):
+    reader = csv.reader(io.StringIO(_catalog_text(path), newline=""))
+    header = next(reader, [])
+    missing = [name for name in COLUMN_NAMES if name not in header]
+    if missing:
+        raise SchemaError(f"{path}: offers table lacks columns: {', '.join(missing)}")
+    where = [header.index(name) for name in COLUMN_NAMES]
+    columns: dict[str, list] = {name: [] for name in COLUMN_NAMES}
+    numeric = [name in FLOAT_COLUMNS for name in COLUMN_NAMES]
+    lines: list[int] = []  # the line each row starts on (a quoted cell may span lines)
+    start = reader.line_num + 1
+    try:
+        for row in reader:
+            line, start = start, reader.line_num + 1
             if not row:
                 continue
             if len(row) != len(header):
                 raise SchemaError(f"{path}:{line}: expected {len(header)} fields, got {len(row)}")
+            lines.append(line)
             for name, index, is_number in zip(COLUMN_NAMES, where, numeric, strict=True):
                 cell = row[index]
                 if is_number:
@@ -160,8 +214,12 @@ def _read_small_csv(path: Path) -> OfferTable:
                         ) from None
                 else:
                     columns[name].append(cell)
+    except csv.Error as exc:
+        raise SchemaError(f"{path}:{reader.line_num}: not CSV: {exc}") from None
     try:
         return OfferTable.from_columns(columns)
+    except RowError as exc:
+        raise SchemaError(f"{path}:{lines[exc.row]}: {exc.column}: {exc.message}") from None
     except SchemaError as exc:
         raise SchemaError(f"{path}: {exc}") from None
 

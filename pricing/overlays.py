@@ -236,9 +236,10 @@ def _models() -> Any:
     from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
     from pricing.gpus import canonical_gpu
+    from pricing.userio.bounds import MAX_PRICE_PER_HOUR
 
     class Rule(BaseModel):
-        model_config = ConfigDict(extra="forbid", strict=True, frozen=True)
+        model_config = ConfigDict(extra="forbid", strict=True, frozen=True, allow_inf_nan=False)
         cloud: Literal[CLOUDS]  # type: ignore[valid-type]
         region: str | None = Field(None, min_length=1)
         zone: str | None = Field(None, min_length=1)
@@ -246,8 +247,8 @@ def _models() -> Any:
         accelerator: str | None = None
         discount: float | None = None
         market: Literal["on-demand", "spot", "both"] | None = None
-        price_on_demand: float | None = Field(None, gt=0)
-        price_spot: float | None = Field(None, gt=0)
+        price_on_demand: float | None = Field(None, gt=0, le=MAX_PRICE_PER_HOUR)
+        price_spot: float | None = Field(None, gt=0, le=MAX_PRICE_PER_HOUR)
 
         @field_validator("discount", mode="before")
         @classmethod

@@ -8,7 +8,6 @@ vectorised queries serves them all. A price that is not known is missing
 
 from __future__ import annotations
 
-from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -106,19 +105,78 @@ def conform(frame: pd.DataFrame) -> pd.DataFrame:
             out[name] = column.astype("string").fillna("")
         else:
             out[name] = pd.to_numeric(column, errors="raise").astype("float64")
-    check_values(out["cloud"].unique(), out["price_on_demand"], out["price_spot"])
+    numbers = {name: out[name].to_numpy() for name in FLOAT_COLUMNS}
+    codes, categories = {}, {}
+    for name in ("cloud", "as_of"):
+        codes[name], categories[name] = pd.factorize(out[name])
+    error = first_bad_cell(numbers, codes, categories)
+    if error is not None:
+        raise error
     return out
 
 
-def check_values(clouds: Iterable[str], price_on_demand: Any, price_spot: Any) -> None:
-    """Raise SchemaError for a cloud we do not know or a price that is 0 or negative.
+class RowError(SchemaError):
+    """A cell of the offers table that is not a sane value; `row` is 0-based."""
 
-    Prices are arrays (NaN = not sold); a comparison with NaN is False, so
-    missing prices pass and only real non-positive numbers are caught.
-    """
-    bad = sorted(set(clouds) - set(CLOUDS))
-    if bad:
-        raise SchemaError(f"unknown cloud(s) in offers table: {', '.join(map(str, bad))}")
-    for name, prices in (("price_on_demand", price_on_demand), ("price_spot", price_spot)):
-        if (prices <= 0).any():
-            raise SchemaError(f"{name} must be positive or missing, never 0")
+    def __init__(self, row: int, column: str, message: str) -> None:
+        super().__init__(f"row {row + 1}: {column}: {message}")
+        self.row, self.column, self.message = row, column, message
+
+
+def _bounds() -> dict[str, tuple[float, float, bool]]:
+    """column -> (lowest, highest, whether the lowest itself is refused): pricing.userio.bounds."""
+    from pricing.userio import bounds
+
+    return {
+        "accelerator_count": (0.0, bounds.MAX_GPUS_PER_NODE, False),
+        "accelerator_memory_gib": (0.0, bounds.MAX_MEMORY_GIB, False),
+        "vcpus": (0.0, bounds.MAX_VCPUS, False),
+        "memory_gib": (0.0, bounds.MAX_MEMORY_GIB, False),
+        "price_on_demand": (0.0, bounds.MAX_PRICE_PER_HOUR, True),
+        "price_spot": (0.0, bounds.MAX_PRICE_PER_HOUR, True),
+        "spot_interruption_rate": (0.0, bounds.MAX_RATE_PER_HOUR, False),
+        "capacity": (0.0, bounds.MAX_COUNT, False),
+    }
+
+
+def first_bad_cell(numbers: Any, codes: Any, categories: Any) -> RowError | None:
+    """The first row (in table order) with a value that is not sane, as a RowError; None
+    when every cell is. Numbers must be missing (NaN) or finite within the bounds of
+    `pricing.userio.bounds` (prices above 0: a price is never 0, and `inf` is no price);
+    `cloud` must be one we know; `as_of` empty or an ISO date (2026-05-20)."""
+    import numpy as np
+
+    found: list[RowError] = []
+    for name, (low, high, open_low) in _bounds().items():
+        values = np.asarray(numbers[name], dtype=np.float64)
+        above = values > low if open_low else values >= low
+        bad = np.flatnonzero(~(np.isnan(values) | (above & (values <= high))))
+        if bad.size:
+            value = float(values[bad[0]])
+            if name.startswith("price") and value <= 0:
+                message = "must be positive or missing, never 0"
+            else:
+                message = f"{value:g} is not a sane value (from {low:g} to {high:g}, or empty)"
+            found.append(RowError(int(bad[0]), name, message))
+    for name, sane, what in (
+        ("cloud", lambda v: v in CLOUDS, f"unknown cloud (one of {', '.join(CLOUDS)})"),
+        ("as_of", _iso_date_or_empty, "not an ISO date such as 2026-05-20"),
+    ):
+        wrong = [i for i, value in enumerate(categories[name]) if not sane(value)]
+        if wrong:
+            row = int(np.flatnonzero(np.isin(codes[name], wrong))[0])
+            value = categories[name][codes[name][row]]
+            found.append(RowError(row, name, f"{value!r}: {what}"))
+    return min(found, key=lambda error: error.row) if found else None
+
+
+def _iso_date_or_empty(value: str) -> bool:
+    from datetime import date
+
+    if not value:
+        return True
+    try:
+        date.fromisoformat(value[:10])
+    except ValueError:
+        return False
+    return len(value) == 10 or value[10] in "T "

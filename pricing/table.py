@@ -14,9 +14,9 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, BinaryIO
 
-from pricing.schema import COLUMN_NAMES, FLOAT_COLUMNS, STRING_COLUMNS, check_values
+from pricing.schema import COLUMN_NAMES, FLOAT_COLUMNS, STRING_COLUMNS, first_bad_cell
 from pricing.userio.atomic import atomic_write
 
 if TYPE_CHECKING:
@@ -109,9 +109,12 @@ class OfferTable:
         return frame
 
     def check(self) -> None:
-        """Raise SchemaError for an unknown cloud or a price that is 0 or negative."""
-        clouds = self.categories["cloud"][sorted(set(self.codes["cloud"].tolist()))]
-        check_values(clouds, self.numbers["price_on_demand"], self.numbers["price_spot"])
+        """Raise `pricing.schema.RowError` at the first cell that is not sane: an unknown
+        cloud, a price that is 0, negative or above the bounds, a number that is not
+        finite, an `as_of` that is no date (`pricing.schema.first_bad_cell`)."""
+        error = first_bad_cell(self.numbers, self.codes, self.categories)
+        if error is not None:
+            raise error
 
     # --- persistence (the compiled-catalog cache) ---------------------------------------
 
@@ -137,7 +140,7 @@ class OfferTable:
         atomic_write(path, lambda handle: np.savez(handle, **arrays), binary=True, durable=False)
 
     @classmethod
-    def load(cls, path: Path) -> OfferTable | None:
+    def load(cls, path: Path | BinaryIO) -> OfferTable | None:
         """Read a table written by `save`; None when it is of another format."""
         import numpy as np
 

@@ -208,12 +208,14 @@ def _models() -> Any:
 
     from pydantic import AfterValidator, BaseModel, ConfigDict, Field, PlainValidator
 
+    from pricing.userio.bounds import MAX_MONEY
+
     class _Model(BaseModel):
         model_config = ConfigDict(extra="forbid", strict=True, frozen=True, allow_inf_nan=False)
 
     class CiSection(_Model):
         max_increase: Annotated[Limit, PlainValidator(parse_limit)] | None = None
-        max_job_cost: Annotated[float, Field(ge=0)] | None = None
+        max_job_cost: Annotated[float, Field(ge=0, le=MAX_MONEY)] | None = None
         allowed_regions: list[Annotated[str, Field(min_length=1)]] | None = None
         allowed_clouds: list[Annotated[str, AfterValidator(cloud_glob)]] | None = None
         require_checkpoint_for_spot: bool | None = None

@@ -113,6 +113,6 @@ def prices(view: OffersInForce) -> str:
     """The catalog banner (which catalog, how old) for today."""
     from datetime import date
 
-    from pricing.userio.settings import resolve
+    from pricing.userio.settings import resolve_positive_int
 
-    return catalog_banner(view, date.today(), int(resolve("freshness_days").value))
+    return catalog_banner(view, date.today(), resolve_positive_int("freshness_days"))

@@ -38,28 +38,42 @@ def fail(message: str, code: int = FAILED) -> NoReturn:
 
 
 def report(exc: CliExit) -> int:
-    """Print a CliExit's message the one way, and return its code."""
-    print(f"broker: error: {exc}", file=sys.stderr)
+    """Print a CliExit's message the one way (redacted: `pricing.userio.redact`), and
+    return its code."""
+    from pricing.userio.redact import redact
+
+    print(f"broker: error: {redact(str(exc))}", file=sys.stderr)
     return exc.code
 
 
 # What may escape a command, most specific first: "module:Class" and its exit code.
+# Looked up among the modules already imported: an exception whose class was never
+# imported cannot have been raised, so the table costs a command no import.
 EXIT_CODES: tuple[tuple[str, int], ...] = (
+    ("broker.state.files:ReadOnlyState", FAILED),
+    ("broker.state.files:StateFileError", BAD_INPUT),  # not ours, damaged, missing
+    ("broker.state.schema:SchemaTooNew", BAD_INPUT),  # written by a newer broker: unchanged
     ("pricing.userio.settings:ConfigError", BAD_INPUT),  # broker.toml, config.toml
     ("pricing.userio.errors:UserInputError", BAD_INPUT),
+    ("pricing.schema:SchemaError", BAD_INPUT),
+    ("broker.reports.actual:BillError", BAD_INPUT),
     ("broker.state.model:UnknownJob", BAD_INPUT),
     ("providers.errors:ProviderError", PROVIDER),  # credentials, capacity, quota, ...
     ("providers.registry:ProviderUnavailable", PROVIDER),  # an SDK extra not installed
-    ("broker.state.schema:SchemaTooNew", FAILED),
+    ("sqlite3:OperationalError", FAILED),  # locked, a full disk
+    ("sqlite3:DatabaseError", BAD_INPUT),  # a state file SQLite finds damaged
 )
 
 
-def _mapped(exc: BaseException) -> int | None:
+def _mapped(exc: BaseException) -> tuple[int, str] | None:
+    """The exit code and one line for an exception of the table, or None."""
     for target, code in EXIT_CODES:
         module, _, name = target.partition(":")
         loaded = sys.modules.get(module)
-        if loaded is not None and isinstance(exc, getattr(loaded, name)):
-            return code
+        kind = loaded.__dict__.get(name) if loaded is not None else None
+        if isinstance(kind, type) and isinstance(exc, kind):
+            line = _one_line(exc)
+            return code, f"state file: {line}" if module == "sqlite3" else line
     return None
 
 
@@ -86,10 +100,11 @@ def exit_code(exc: BaseException) -> int:
     if isinstance(exc, BrokenPipeError):
         silence_stdout()
         return OK
-    code = _mapped(exc)
-    if code is None:
+    mapped = _mapped(exc)
+    if mapped is None:
         raise exc
-    return report(CliExit(_one_line(exc), code))
+    code, line = mapped
+    return report(CliExit(line, code))
 
 
 def _click_exception() -> type[Exception]:

@@ -110,11 +110,15 @@ def jobs(
     if start is not None and end is not None and start >= end:
         fail("--since must be before --until", BAD_INPUT)
     wanted = _states(split_list(states))
+    from broker.state.listing import Listing
+
+    found = Listing(jobs=[], attempts=[], matched=0)  # no state file yet: nothing ran
     with reading_store(state) as store:
-        found = store.listing(
-            team=team, states=wanted, since=start, until=end, limit=limit or None,
-            attempts=attempts,
-        )  # fmt: skip
+        if store is not None:
+            found = store.listing(
+                team=team, states=wanted, since=start, until=end, limit=limit or None,
+                attempts=attempts,
+            )  # fmt: skip
     notes = []
     shown = len({a.job_id for a in found.attempts}) if attempts else len(found.jobs)
     if limit and found.matched > shown:
@@ -242,9 +246,11 @@ def queue(
 ) -> None:
     """The queue: position, job, GPUs asked, planned placement and cost, and why it waits
     (quota, budget, capacity, fair share, lower priority). Finished jobs: `broker jobs`."""
-    with runtime(state, catalog, pools, overlays, policy) as rt:
+    with runtime(state, catalog, pools, overlays, policy, mode="read") as rt:
         from broker.cli.queue_rows import queue_rows
 
-        rows = queue_rows(rt.controller.queue_lines(), rt.controller.clock.now())
+        rows = []
+        if rt is not None:
+            rows = queue_rows(rt.controller.queue_lines(), rt.controller.clock.now())
     empty = "no jobs queued or running (`broker jobs` lists finished ones)"
     render(rows, QUEUE_COLUMNS, output, json_key="queue", empty=empty, wide=wide)

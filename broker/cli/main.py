@@ -126,6 +126,7 @@ def main() -> None:
     command = next((arg for arg in sys.argv[1:] if not arg.startswith("-")), "")
     app = build_app([command] if command in COMMANDS else COMMANDS)
     try:
+        _warn_unknown_settings()
         code = _invoke(app, sys.argv[1:])
         sys.stdout.flush()  # a reader that went away shows here, not at exit
     except BaseException as exc:  # exit_code raises again what it does not know
@@ -140,6 +141,15 @@ def _invoke(app: typer.Typer, args: list[str]) -> int:
     with command.make_context("broker", args) as context:
         result = command.invoke(context)
     return result if isinstance(result, int) and not isinstance(result, bool) else 0
+
+
+def _warn_unknown_settings() -> None:
+    """One warning per key of broker.toml / config.toml that is no setting (a typo would
+    otherwise be ignored silently); a settings file that is not TOML stops here."""
+    from pricing.userio.settings import unknown_keys
+
+    for warning in unknown_keys():
+        print(f"broker: warning: {warning}", file=sys.stderr)
 
 
 if __name__ == "__main__":

@@ -89,7 +89,7 @@ def offers(
     """List GPU offers across clouds and on-prem pools, cheapest first."""
     from pricing.gpus import UnknownGpu, parse_gpu_request
     from pricing.query import OfferQuery, QueryError
-    from pricing.userio.settings import resolve
+    from pricing.userio.settings import resolve_positive_int
 
     if sort not in ("price", "price-per-gpu"):
         fail(f"--sort must be price or price-per-gpu, not {sort!r}", BAD_INPUT)
@@ -98,7 +98,7 @@ def offers(
     if unavailable is not None:
         view, unavailable = unavailable
     today = date.today()
-    freshness = int(resolve("freshness_days").value)
+    freshness = resolve_positive_int("freshness_days")
     banner = catalog_banner(view, today, freshness)
     if summary:
         return _summary(view, output, banner, wide)

@@ -92,7 +92,7 @@ def offers_in_force(
     refreshed first (see `broker pricing refresh`)."""
     from broker.offers import load_offers
     from pricing.schema import SchemaError
-    from pricing.userio.settings import ConfigError, resolve, resolve_path
+    from pricing.userio.settings import ConfigError, origin_note, resolve, resolve_path
 
     if resolve("auto_refresh_days").value:  # checked here: the refresh module is not cheap
         from broker.cli.pricing_refresh import auto_refresh
@@ -102,13 +102,13 @@ def offers_in_force(
         catalog_path = resolve_path("catalog", catalog)
         pools_path = resolve_path("pools", pools, default_file="pools.yaml")
         overlays_path = resolve_path("overlays", overlays, default_file="overlays.yaml")
-        for label, path in (
-            ("catalog", catalog_path),
-            ("pools", pools_path),
-            ("overlays", overlays_path),
+        for label, path, flag in (
+            ("catalog", catalog_path, catalog),
+            ("pools", pools_path, pools),
+            ("overlays", overlays_path, overlays),
         ):
             if path is not None and not path.is_file():
-                fail(f"{label} file not found: {path}", BAD_INPUT)
+                fail(f"{label} file {_why_not(path)}{origin_note(label, flag)}", BAD_INPUT)
         return load_offers(catalog_path, pools_path, overlays_path)
     except (SchemaError, ConfigError) as exc:
         fail(str(exc), BAD_INPUT)
@@ -120,6 +120,17 @@ def offers_in_force(
         if isinstance(exc, UserInputError):
             fail(str(exc), BAD_INPUT)
         raise
+
+
+def _why_not(path: Path) -> str:
+    """Why `path` cannot be read as a file: "not found: PATH", "PATH: is a FIFO ..."."""
+    from pricing.userio.reading import check_regular
+
+    try:
+        check_regular(path)
+    except ValueError as exc:  # UserInputError
+        return "not found: " + str(path) if "not found" in str(exc) else str(exc)
+    return f"{path}: cannot be read"
 
 
 def catalog_banner(view: OffersInForce, today: date, freshness_days: int) -> str:

@@ -100,7 +100,7 @@ def plan_manifests(
 
     from broker.clock import SystemClock
     from broker.planner.plan import plan_many
-    from pricing.userio.settings import resolve
+    from pricing.userio.settings import resolve_positive_int
 
     view = offers_in_force(catalog, pools, overlays)
     now = SystemClock().now()
@@ -110,7 +110,7 @@ def plan_manifests(
         d if d.placements else _with_hints(d, job, view.index, now)
         for d, job in zip(decisions, jobs, strict=True)
     ]
-    banner = catalog_banner(view, date.today(), int(resolve("freshness_days").value))
+    banner = catalog_banner(view, date.today(), resolve_positive_int("freshness_days"))
     if output == Output.json:
         documents = [d.as_dict() for d in decisions]
         write_json(documents[0] if len(documents) == 1 else {"jobs": documents})

@@ -145,7 +145,7 @@ def status_command(
     from broker.cli.pricing_status import STATUS_COLUMNS, status_rows
     from pricing.catalog import load_catalog, status_path
     from pricing.schema import SchemaError
-    from pricing.userio.settings import resolve, resolve_path
+    from pricing.userio.settings import resolve_path, resolve_positive_int
 
     path = resolve_path("catalog", catalog)
     if path is not None and not path.is_file():
@@ -154,7 +154,7 @@ def status_command(
         loaded = load_catalog(path)
     except SchemaError as exc:
         fail(str(exc), BAD_INPUT)
-    freshness = int(resolve("freshness_days").value)
+    freshness = resolve_positive_int("freshness_days")
     now = datetime.now(UTC)
     rows = status_rows(loaded.offers, status_path(loaded.path), now, freshness)
     label = {"bundled": "bundled snapshot", "user": "user catalog", "file": "catalog"}

@@ -123,8 +123,8 @@ def _observations(state: Path | None) -> list:
     from pricing.sources.interruption import Observation
 
     found = []
-    try:
-        store = StateStore.open(path, SystemClock())
+    try:  # read-only: learning from the history never changes it
+        store = StateStore.open(path, SystemClock(), read_only=True)
     except Exception as exc:  # a newer or broken state file: learn nothing, say so
         print(f"broker: interruption history not read from {path}: {exc}", file=sys.stderr)
         return []

@@ -22,6 +22,7 @@ from broker.cli.options import (
 )
 from broker.cli.render import Column, Output, number, render, usd
 from broker.cli.session import StateOption, state_path
+from broker.cli.statefile import opened_store
 
 if TYPE_CHECKING:
     from broker.reports.actual import Reconciliation
@@ -122,9 +123,7 @@ def cost_report(
 ) -> None:
     """Spend from the cost ledger, grouped: totals, savings, spot share, lost work, egress;
     --actual reconciles it with a cloud bill, flagging differences above 5%."""
-    from broker.clock import SystemClock
     from broker.reports.query import UnknownGrouping, parse_by
-    from broker.state import StateStore
 
     try:
         groups = parse_by(split_list(by) or (DEFAULT_BY,))
@@ -134,13 +133,10 @@ def cost_report(
     if start is not None and end is not None and start >= end:
         fail("--since must be before --until", BAD_INPUT)
     bills = _bills(actual or ())
-    path = state_path(state)
-    if not path.is_file():
-        fail(f"no state file at {path}: nothing has run yet (or pass --state)", BAD_INPUT)
-    with StateStore.open(path, SystemClock()) as store:
+    with opened_store(state_path(state), "read") as store:  # None: nothing ran yet, empty
         report = _build(store, groups, start, end, catalog, overlays)
         reconciled = _reconcile(store, report, bills) if bills else None
-        clock = sandbox_clock_notes(store.time_scales(start, end))
+        clock = sandbox_clock_notes(store.time_scales(start, end) if store is not None else {})
     _emit(report, reconciled, output, chart, wide, clock)
     if html is not None:
         _write_html(html, report, reconciled, clock)
@@ -163,7 +159,7 @@ def _bills(paths):
 def _build(store, groups, start, end, catalog, overlays) -> Report:
     from broker.reports.report import build_report
 
-    if not store.ledger(since=start, until=end):
+    if store is None or not store.ledger(since=start, until=end):
         return build_report(store, groups, start, end)
     from broker.cli.options import offers_in_force
     from broker.reports.savings import OnDemandPrices
@@ -182,7 +178,8 @@ def _reconcile(store, report: Report, bills) -> Reconciliation:
         if (job := report.ledger.jobs.get(attempt.job_id)) is not None
     }
     planned = planned_by_attempt(report.lines, attempts)
-    return reconcile(bills, store.instances(), planned, jobs, report.since, report.until)
+    instances = store.instances() if store is not None else []
+    return reconcile(bills, instances, planned, jobs, report.since, report.until)
 
 
 # --- rows: exact text for json/csv; the table formatters round for display --------------
@@ -205,13 +202,15 @@ def _group_rows(report: Report) -> list[dict[str, Any]]:
 
 
 def _egress_rows(report: Report) -> list[dict[str, Any]]:
+    from pricing.userio.redact import redact
+
     return [
         {
             "day": line.keys["day"],
             "job": line.keys["job"],
             "attempt": line.attempt_id,
             "sender": f"{line.keys['cloud']}:{line.keys['region']}",
-            "detail": line.detail,
+            "detail": redact(line.detail),  # a ledger row written before details were redacted
             "gb": _text(line.quantity),
             "usd_per_gb": _text(line.unit_price),
             "amount_usd": _text(line.amount),

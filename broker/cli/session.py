@@ -6,12 +6,15 @@ from __future__ import annotations
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Literal
 
 import typer
 
 from broker.cli.exits import BAD_INPUT, PROVIDER, fail
 from broker.cli.options import offers_in_force, split_list
+from broker.cli.statefile import Mode, opened_store, state_path
+
+__all__ = ["state_path"]  # where the commands find it
 
 if TYPE_CHECKING:
     from broker.runtime import BrokerSession
@@ -44,30 +47,20 @@ def load_policy_option(flag: Path | None):
     """The policy in force; a broken file exits 2 naming file, line and field."""
     from broker.queue import load_policy
     from pricing.userio.errors import UserInputError
-    from pricing.userio.settings import resolve_path
+    from pricing.userio.settings import origin_note, resolve_path
 
     path = resolve_path("policy", flag, default_file="policy.yaml")
     try:
         return load_policy(path)
     except UserInputError as exc:
-        fail(str(exc), BAD_INPUT)
-
-
-def state_path(flag: Path | None) -> Path:
-    """The state file by the config precedence: --state, BROKER_STATE, config, default."""
-    from broker.state import default_state_path
-    from pricing.userio.settings import resolve_path
-
-    return resolve_path("state", flag) or default_state_path()
+        fail(f"{exc}{origin_note('policy', flag)}", BAD_INPUT)
 
 
 @contextmanager
-def reading_store(flag: Path | None) -> Iterator[StateStore]:
-    """The state store for a command that only reads it (`jobs`, `status`)."""
-    from broker.clock import SystemClock
-    from broker.state import StateStore
-
-    with StateStore.open(state_path(flag), SystemClock()) as store:
+def reading_store(flag: Path | None) -> Iterator[StateStore | None]:
+    """The state store for a command that only reads it (`jobs`, `status`): None when
+    there is no state file yet (nothing is created), read-only in a read-only place."""
+    with opened_store(state_path(flag), "read") as store:
         yield store
 
 
@@ -77,11 +70,16 @@ def enabled_clouds() -> tuple[str, ...]:
     from pricing.userio.settings import resolve
     from providers.checks import CLOUDS
 
-    value = resolve("clouds").value
-    clouds = split_list([value] if isinstance(value, str) else list(value or ()))
+    setting = resolve("clouds")
+    value, where = setting.value, f"{setting.origin}: clouds"
+    if isinstance(value, str):
+        value = [value]
+    if not isinstance(value, list | tuple) or not all(isinstance(v, str) for v in value):
+        fail(f"{where}: expected cloud names such as [\"aws\", \"gcp\"], got {value!r}", BAD_INPUT)
+    clouds = split_list(list(value))
     unknown = [cloud for cloud in clouds if cloud not in CLOUDS]
     if unknown:
-        fail(f"clouds setting: unknown cloud {unknown[0]!r}; known: {', '.join(CLOUDS)}", BAD_INPUT)
+        fail(f"{where}: unknown cloud {unknown[0]!r}; known: {', '.join(CLOUDS)}", BAD_INPUT)
     return clouds
 
 
@@ -94,27 +92,43 @@ def runtime(
     policy: Path | None = None,
     time_scale: float = 1.0,
     sandbox_only: bool = False,
-) -> Iterator[BrokerSession]:
+    *,
+    mode: Mode | Literal["launch"] = "launch",
+) -> Iterator[BrokerSession | None]:
     """A broker session over the state file and the offers in force (the sandbox billing
     `time_scale` seconds per wall second; with `sandbox_only`, no cloud is launched for
     real whatever the clouds setting says); an enabled cloud that cannot be reached
-    (e.g. no credentials) exits 5."""
+    (e.g. no credentials) exits 5.
+
+    `mode` says what the command does with the state (`broker.cli.statefile`): "read"
+    yields None for a missing state file and opens one in a read-only location
+    read-only; "write" writes the state; "launch" also starts jobs, and only it makes
+    the sandbox folder beside the state file."""
     from broker.runtime import open_runtime
     from providers.errors import ProviderError
     from providers.registry import ProviderUnavailable
 
-    rules = load_policy_option(policy)
-    try:
-        opened = open_runtime(
-            state_path(state),
-            offers_in_force(catalog, pools, overlays),
-            policy=rules,
-            clouds=() if sandbox_only else enabled_clouds(),
-            time_scale=time_scale,
-        )
-    except (ProviderUnavailable, ProviderError) as exc:  # e.g. an enabled cloud's credentials
-        fail(str(exc), PROVIDER)
-    try:
-        yield opened
-    finally:
-        opened.close()
+    rules = load_policy_option(policy)  # every input is checked, with or without a state file
+    view = offers_in_force(catalog, pools, overlays)
+    clouds = () if sandbox_only else enabled_clouds()
+    path = state_path(state)
+    with opened_store(path, "read" if mode == "read" else "write") as store:
+        if store is None:
+            yield None
+            return
+        try:
+            opened = open_runtime(
+                path,
+                view,
+                policy=rules,
+                clouds=clouds,
+                time_scale=time_scale,
+                store=store,
+                launching=mode == "launch",
+            )
+        except (ProviderUnavailable, ProviderError) as exc:  # e.g. an enabled cloud's credentials
+            fail(str(exc), PROVIDER)
+        try:
+            yield opened
+        finally:
+            opened.close()

@@ -57,6 +57,8 @@ def status(
     if not jobs:
         fail(NO_JOB, BAD_INPUT)
     with reading_store(state) as store:
+        if store is None:
+            fail(f"no job {jobs[0]!r}: there is no state file yet", BAD_INPUT)
         views = [_view(store, job) for job in find_jobs(store, jobs)]
     if output == Output.json:
         write_json(views[0] if len(views) == 1 else {"jobs": views})
@@ -157,7 +159,7 @@ def cancel(
         fail("--team goes with --all (name the jobs otherwise)", BAD_INPUT)
     if not jobs and not every:
         fail("give jobs to cancel, or --team T --all", BAD_INPUT)
-    with runtime(state, catalog, pools, overlays) as rt:
+    with runtime(state, catalog, pools, overlays, mode="write") as rt:
         if every:
             open_states = [s for s in JobState if s not in TERMINAL]
             chosen = rt.store.jobs(states=open_states, team=team)
@@ -201,7 +203,9 @@ def logs(
     """Print the output of a job's latest attempt (for a job on a cloud: where it is)."""
     from broker.cli.jobref import find_job
 
-    with runtime(state, catalog, pools, overlays) as rt:
+    with runtime(state, catalog, pools, overlays, mode="read") as rt:
+        if rt is None:
+            fail(f"no job {job!r}: there is no state file yet", BAD_INPUT)
         found = find_job(rt.store, job)
         attempts = rt.store.attempts(found.id)
         known = rt.store.instances(attempt_id=attempts[-1].id) if attempts else []

@@ -74,11 +74,13 @@ def submit(
 
         plan_manifests(loaded.manifests, 1, False, output, catalog, pools, overlays)
         return
-    from broker.clock import SystemClock
-    from broker.state import RunInFlight, StateStore
+    from broker.cli.statefile import check_state, opened_store
+    from broker.state import RunInFlight
     from broker.submit import prepare
 
-    ready, cannot = prepare(loaded.manifests, state_path(state), enabled_clouds())
+    path = state_path(state)
+    check_state(path, "write")  # refused before anything is packed beside it
+    ready, cannot = prepare(loaded.manifests, path, enabled_clouds())
     if cannot:
         for error in cannot:
             print(error, file=sys.stderr)
@@ -86,7 +88,7 @@ def submit(
     rerun_files = _files(again)
     refused: list[str] = []
     rows = []
-    with StateStore.open(state_path(state), SystemClock()) as store:
+    with opened_store(path, "write") as store:
         for manifest in _progress(ready):
             result = store.submit(manifest.spec, manifest.text, manifest.digest)
             if _finished_unchanged(result) and str(manifest.path.resolve()) in rerun_files:
@@ -109,12 +111,12 @@ def rerun(
     """Queue a new run of finished jobs from the same manifest version: each a new job id
     under the same team/name (`broker jobs` groups them)."""
     from broker.cli.jobref import find_jobs
-    from broker.clock import SystemClock
-    from broker.state import RunInFlight, StateStore
+    from broker.cli.statefile import opened_store
+    from broker.state import RunInFlight
 
     refused: list[str] = []
     rows = []
-    with StateStore.open(state_path(state), SystemClock()) as store:
+    with opened_store(state_path(state), "write") as store:
         for job in find_jobs(store, jobs):
             try:
                 result = store.rerun(job.id)

@@ -42,6 +42,7 @@ from broker.spec import JobSpec
 if TYPE_CHECKING:
     from broker.manifest.spec_cache import SpecCache
     from pricing.userio.errors import UserInputError
+    from pricing.userio.reading import Limits
     from pricing.userio.yaml_reader import YamlDocument
 
 API_VERSION = "broker/v1"
@@ -113,13 +114,15 @@ def load_manifests(paths: Sequence[Path]) -> LoadResult:
     should not pass a CI check by finding nothing).
     """
     from broker.manifest.spec_cache import SpecCache, cache_dir
+    from pricing.userio.reading import Limits
 
     result = LoadResult()
     loaded: list[_Loaded] = []
     cache = SpecCache(cache_dir())
+    limits = Limits.resolved()
     seen: dict[str, bool] = {}  # absolute path -> is a manifest file
     with collector_paused():
-        _load_paths(paths, result, loaded, cache, seen)
+        _load_paths(paths, result, loaded, cache, seen, limits)
     cache.flush()
     result.manifests.extend(_unique(loaded, result.errors))
     return result
@@ -131,6 +134,7 @@ def _load_paths(
     loaded: list[_Loaded],
     cache: SpecCache,
     seen: dict[str, bool],
+    limits: Limits,
 ) -> None:
     """`load_manifests`' walk: every file of every path, each loaded once."""
     for path in map(Path, paths):
@@ -138,13 +142,13 @@ def _load_paths(
         files = _files_of(path)
         keys = [os.path.abspath(file) for file in files]
         todo = [(file, key) for file, key in zip(files, keys, strict=True) if key not in seen]
-        texts = [_read_text(file) for file, _ in todo]
-        cache.prefetch_files([text for text in texts if text is not None])  # one query
+        texts = [_read_text(file, limits) for file, _ in todo]
+        cache.prefetch_files([text for text in texts if isinstance(text, str)])  # one query
         for (file, key), text in zip(todo, texts, strict=True):
             if key in seen:  # named twice within this path
                 continue
             result.files.append(file)
-            skipped = _load_file(file, text, in_directory, loaded, result.errors, cache)
+            skipped = _load_file(file, text, in_directory, loaded, result.errors, cache, limits)
             if skipped:
                 result.skipped.append(file)
             seen[key] = not skipped
@@ -247,28 +251,33 @@ class _Loaded(NamedTuple):
     span: tuple[int, int]  # of its text in the file
 
 
-def _read_text(path: Path) -> str | None:
-    """A file's text as pricing.userio.yaml_reader.read_yaml_text reads it (UTF-8, a
-    byte-order mark dropped), without loading the utf-8-sig codec; None: unreadable."""
+def _read_text(path: Path, limits: Limits) -> str | UserInputError:
+    """A file's text, read by `pricing.userio.reading` (regular files only, within the
+    YAML size cap, strict UTF-8, a byte-order mark dropped), or the error at its name: a
+    FIFO or a device named `*.yaml` in a directory is an error, never a wait or an
+    endless read."""
+    from pricing.userio.errors import UserInputError
+    from pricing.userio.reading import read_text
+
     try:
-        with open(path, encoding="utf-8") as handle:
-            return handle.read().removeprefix("\ufeff")
-    except (OSError, UnicodeDecodeError):
-        return None
+        return read_text(path, "yaml", limits)
+    except UserInputError as exc:
+        return exc
 
 
 def _load_file(
     path: Path,
-    text: str | None,
+    text: str | UserInputError,
     in_directory: bool,
     loaded: list[_Loaded],
     errors: list[UserInputError],
     cache: SpecCache,
+    limits: Limits,
 ) -> bool:
-    """Load one file (its `text`, None when unreadable) into `loaded` and `errors`; True
-    when it is skipped as not a manifest file."""
-    if text is None:
-        errors.append(_unreadable(path))
+    """Load one file (its `text`, or the error reading it) into `loaded` and `errors`;
+    True when it is skipped as not a manifest file."""
+    if not isinstance(text, str):
+        errors.append(text)
         return False
     if in_directory and not _MENTIONS_BROKER_API.search(text):
         return True
@@ -276,19 +285,7 @@ def _load_file(
     if known is not None:
         loaded.extend(known)
         return False
-    return _parse_file(path, text, in_directory, loaded, errors, cache)
-
-
-def _unreadable(path: Path) -> UserInputError:
-    """Why a file cannot be read, in pricing.userio.yaml_reader's words (imported only now)."""
-    from pricing.userio.errors import UserInputError
-    from pricing.userio.yaml_reader import read_yaml_text
-
-    try:
-        read_yaml_text(path)
-    except UserInputError as exc:
-        return exc
-    return UserInputError(path, 0, 0, "", "could not be read")  # readable again meanwhile
+    return _parse_file(path, text, in_directory, loaded, errors, cache, limits.nesting_depth)
 
 
 def _from_cache(path: Path, text: str, cache: SpecCache) -> list[_Loaded] | None:
@@ -323,6 +320,7 @@ def _parse_file(
     loaded: list[_Loaded],
     errors: list[UserInputError],
     cache: SpecCache,
+    max_depth: int,
 ) -> bool:
     """`_load_file` for a file not in the cache: parse and validate every document."""
     from broker.manifest.spec_cache import FileEntry
@@ -333,7 +331,7 @@ def _parse_file(
     mistakes: list[UserInputError] = []
     documents = claimed = 0
     try:
-        for doc in iter_yaml_documents(text, path):
+        for doc in iter_yaml_documents(text, path, max_depth):
             documents += doc.data is not None
             claimed += _is_broker_document(doc.data)
             _load_document(doc, text, found, mistakes, cache)
@@ -378,7 +376,14 @@ def _load_document(
     if isinstance(data, dict) and data.get("apiVersion") != API_VERSION:
         errors.append(_version_error(doc, data))
         return
-    digest = manifest_digest(data)
+    try:
+        digest = manifest_digest(data)
+    except ValueError:  # json: "Circular reference detected"
+        errors.append(doc.error((), "a value refers to itself (a recursive YAML alias)"))
+        return
+    except TypeError as exc:  # !!binary, !!set, a date as a key: nothing a manifest holds
+        errors.append(doc.error((), f"a value YAML tags as no manifest value holds ({exc})"))
+        return
     spec = _cached(cache, digest, doc.path)
     if spec is None:
         base = manifest_dir(doc.path)

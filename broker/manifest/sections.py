@@ -31,6 +31,7 @@ from broker.manifest.values import (
 )
 from broker.manifest.workdir import MANIFEST_DIR, resolve_workdir
 from pricing.schema import CLOUDS
+from pricing.userio import bounds
 
 SUFFIX = "Section"
 
@@ -75,7 +76,9 @@ class ResourcesSection(Strict):
     memory: AmountText | None = Field(
         None, description='Host memory per node in GiB: N for exactly N, "N+" for at least N.'
     )
-    nodes: int = Field(1, ge=1, description="Number of nodes, all alike (default 1).")
+    nodes: int = Field(
+        1, ge=1, le=bounds.MAX_NODES, description="Number of nodes, all alike (default 1)."
+    )
     interconnect: Literal["nvlink", "infiniband", "efa"] | None = Field(
         None,
         description="Required fast interconnect: nvlink (between the GPUs of a node), "
@@ -107,7 +110,10 @@ class PlacementSection(Strict):
         "cheaper, interruptions included) or only.",
     )
     max_price_per_hour: float | None = Field(
-        None, gt=0, description="Highest USD per hour for the whole job (all nodes)."
+        None,
+        gt=0,
+        le=bounds.MAX_MONEY,
+        description="Highest USD per hour for the whole job (all nodes).",
     )
 
     @field_validator("clouds")
@@ -197,7 +203,10 @@ class RuntimeSection(Strict):
     """How long the job takes and when it must be done."""
 
     estimate_hours: float = Field(
-        1.0, gt=0, description="Expected hours on the first-choice GPU (default 1)."
+        1.0,
+        gt=0,
+        le=bounds.MAX_HOURS,
+        description="Expected hours on the first-choice GPU (default 1).",
     )
     deadline: Deadline = Field(
         None,
@@ -205,13 +214,36 @@ class RuntimeSection(Strict):
         "1d12h) or an RFC 3339 time with a timezone (2026-07-01T18:00:00Z).",
     )
 
+    @model_validator(mode="after")
+    def _plannable(self) -> RuntimeSection:
+        """Run the planner's own date arithmetic (`RuntimeEstimate.deadline_at`, hours left)
+        for a job that waits in the queue as long as a deadline may be away: what
+        validates here cannot overflow later, in `broker queue` or `broker run`."""
+        from datetime import UTC, datetime, timedelta
+
+        from broker.spec import RuntimeEstimate
+
+        latest = datetime.now(UTC) + timedelta(hours=bounds.MAX_HOURS)
+        try:
+            due = RuntimeEstimate(self.estimate_hours, self.deadline).deadline_at(latest)
+            if due is not None:
+                (due - latest).total_seconds()
+                due + timedelta(hours=self.estimate_hours)
+        except OverflowError:
+            raise ValueError("the deadline is beyond the dates the planner can count") from None
+        return self
+
 
 class CheckpointSection(Strict):
     """Where and how often the job saves its state; needed to survive spot interruptions."""
 
     uri: Uri = Field(description="Checkpoint folder: s3://, gs://, az:// or file:///.")
-    interval_minutes: float = Field(30.0, gt=0, description="Minutes between checkpoints.")
-    size_gb: float = Field(0.0, ge=0, description="Size of one checkpoint in GB (for egress).")
+    interval_minutes: float = Field(
+        30.0, gt=0, le=bounds.MAX_HOURS * 60, description="Minutes between checkpoints."
+    )
+    size_gb: float = Field(
+        0.0, ge=0, le=bounds.MAX_SIZE_GB, description="Size of one checkpoint in GB (for egress)."
+    )
     location: PlaceText | None = Field(
         None, description="Where the bucket lives, as cloud:region (aws:us-east-1)."
     )
@@ -221,7 +253,9 @@ class DataInputSection(Strict):
     """An input the job reads once at start."""
 
     uri: Uri = Field(description="Where the input is: s3://, gs://, az:// or file:///.")
-    size_gb: float = Field(ge=0, description="Size in GB (for egress and staging time).")
+    size_gb: float = Field(
+        ge=0, le=bounds.MAX_SIZE_GB, description="Size in GB (for egress and staging time)."
+    )
     location: PlaceText | None = Field(
         None, description="Where the data lives, as cloud:region (aws:us-east-1)."
     )
@@ -230,14 +264,16 @@ class DataInputSection(Strict):
 class BudgetSection(Strict):
     """Spending limits."""
 
-    max_cost: float | None = Field(None, gt=0, description="Highest USD for the whole job.")
+    max_cost: float | None = Field(
+        None, gt=0, le=bounds.MAX_MONEY, description="Highest USD for the whole job."
+    )
 
 
 class RecoverySection(Strict):
     """What to do when the job fails (interruptions are always recovered)."""
 
     max_restarts_on_error: int = Field(
-        0, ge=0, description="Restarts after the job itself fails (default 0)."
+        0, ge=0, le=bounds.MAX_COUNT, description="Restarts after the job itself fails (default 0)."
     )
     recover_on_exit_codes: list[ExitCode] = Field(
         default_factory=list, description="Exit codes treated as recoverable (e.g. 137)."

@@ -37,6 +37,11 @@ _SOURCES = (
     "pricing/gpus.py",
     "pricing/regions.py",
     "pricing/schema.py",
+    "pricing/userio/atomic.py",  # how the cache is written
+    "pricing/userio/bounds.py",  # the bounds of every number
+    "pricing/userio/reading.py",  # how a file is read
+    "pricing/userio/redact.py",  # URIs kept without their user part
+    "pricing/userio/settings.py",  # the size caps
     "pricing/userio/dirs.py",  # where it is
     "pricing/userio/errors.py",
     "pricing/userio/locate.py",

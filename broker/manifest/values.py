@@ -25,6 +25,8 @@ from broker import spec
 from pricing.gpus import parse_gpu_request
 from pricing.regions import REGION_COUNTRY, Place
 from pricing.schema import CLOUDS
+from pricing.userio import bounds
+from pricing.userio.redact import redact, without_userinfo
 from pricing.userio.suggest import suggestion
 
 SCHEMES: tuple[str, ...] = ("s3", "gs", "az", "file")
@@ -35,6 +37,8 @@ _REGION_GLOB = re.compile(r"[A-Za-z0-9._*?!\[\]-]+")
 _ONPREM_REGION = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,62}")
 ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 _SPACE = re.compile(r"\s")
+_TEN_YEARS = f"{bounds.MAX_HOURS:,.0f} hours (ten years)"
+_LAST_YEAR = 3000  # absolute deadlines before it: far from where date arithmetic overflows
 
 Cloud = Literal[CLOUDS]  # type: ignore[valid-type]  # ("aws", "gcp", "azure", "onprem")
 
@@ -59,6 +63,9 @@ def _amount(value: object) -> spec.Amount:
         )
     if not (math.isfinite(number) and number > 0):
         raise ValueError(f"must be more than 0 (got {value!r})")
+    if number > bounds.MAX_MEMORY_GIB:
+        most = f"{bounds.MAX_MEMORY_GIB:g}"
+        raise ValueError(f"{value!r} is more than any machine has (at most {most})")
     return spec.Amount(number, at_least)
 
 
@@ -78,6 +85,11 @@ def _gpu_ask(value: object) -> spec.GpuAsk:
     name, count = parse_gpu_request(value.strip())  # UnknownGpu is a ValueError
     if not math.isfinite(count):
         raise ValueError(f"GPU count must be a finite number in {value!r}")
+    if count > bounds.MAX_GPUS_PER_NODE:
+        raise ValueError(
+            f"{value!r} asks more GPUs per node than any node has "
+            f"(at most {bounds.MAX_GPUS_PER_NODE}; use nodes for more)"
+        )
     return spec.GpuAsk(name, count)
 
 
@@ -129,6 +141,8 @@ def _deadline(value: object) -> timedelta | datetime | None:
         match = _DURATION.fullmatch(text)
         if text and match:
             days, hours, minutes = (int(group or 0) for group in match.groups())
+            if days * 24 + hours + minutes / 60 > bounds.MAX_HOURS:
+                raise ValueError(f"deadline {value!r} is more than {_TEN_YEARS} after submission")
             delta = timedelta(days=days, hours=hours, minutes=minutes)
             if delta <= timedelta(0):
                 raise ValueError(f"deadline {value!r} must be after submission")
@@ -144,7 +158,13 @@ def _deadline(value: object) -> timedelta | datetime | None:
     if moment.tzinfo is None or moment.utcoffset() is None:
         written = value if isinstance(value, str) else moment.isoformat()
         raise ValueError(f"{written!r} has no timezone: add Z for UTC or an offset such as +02:00")
-    return moment.astimezone(UTC)
+    try:
+        moment = moment.astimezone(UTC)
+    except OverflowError:  # 9999-12-31T23:59:59-01:00 is past the last time Python knows
+        moment = datetime.max.replace(tzinfo=UTC)
+    if moment.year >= _LAST_YEAR:
+        raise ValueError(f"deadline {value!r} is not before the year {_LAST_YEAR}")
+    return moment
 
 
 def _country(value: object) -> str:
@@ -179,9 +199,9 @@ def _uri(value: str) -> str:
         )
     if scheme == "file" and not rest.startswith("/"):
         raise ValueError(f"{value!r}: a file:// URI takes an absolute path, e.g. file:///data/ckpt")
-    if scheme != "file" and not rest.split("/", 1)[0]:
-        raise ValueError(f"{value!r} names no bucket, e.g. {scheme}://bucket/path")
-    return value
+    if scheme != "file" and not without_userinfo(value).partition("://")[2].split("/", 1)[0]:
+        raise ValueError(f"{redact(value)!r} names no bucket, e.g. {scheme}://bucket/path")
+    return without_userinfo(value)  # kept without user:password@: never stored, never shown
 
 
 def _env_value(value: object) -> str:

@@ -102,26 +102,30 @@ def _models() -> Any:
 
     from pydantic import BaseModel, ConfigDict, Field
 
-    NonNegative = Annotated[float, Field(ge=0)]
+    from pricing.userio import bounds
+
+    NonNegative = Annotated[float, Field(ge=0, le=bounds.MAX_MONEY)]
+    Weight = Annotated[float, Field(ge=0, le=bounds.MAX_PRIORITY)]
+    Gpus = Annotated[float, Field(ge=0, le=bounds.MAX_NODES * bounds.MAX_GPUS_PER_NODE)]
 
     class _Model(BaseModel):
         model_config = ConfigDict(extra="forbid", strict=True, frozen=True, allow_inf_nan=False)
 
     class Team(_Model):
-        share: float = Field(1.0, gt=0)
-        max_gpus: NonNegative | None = None
-        max_gpus_by_model: dict[str, NonNegative] = {}
+        share: float = Field(1.0, gt=0, le=bounds.MAX_PRIORITY)
+        max_gpus: Gpus | None = None
+        max_gpus_by_model: dict[str, Gpus] = {}
         monthly_budget: NonNegative | None = None
 
     class FairShare(_Model):
-        half_life_hours: float = Field(24.0 * 7, gt=0)
+        half_life_hours: float = Field(24.0 * 7, gt=0, le=bounds.MAX_HOURS)
 
     class Preemption(_Model):
         enabled: bool = True
-        protect_minutes: NonNegative = 30.0
+        protect_minutes: float = Field(30.0, ge=0, le=bounds.MAX_HOURS * 60)
 
     class PolicyFile(_Model):
-        queues: dict[str, NonNegative] = {"default": 1.0}
+        queues: dict[str, Weight] = {"default": 1.0}
         fair_share: FairShare = FairShare()
         preemption: Preemption = Preemption()
         backfill: bool = True

@@ -26,6 +26,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from broker.state.model import multiply, to_decimal, total
+from pricing.userio.bounds import MAX_MONEY
+from pricing.userio.errors import UserInputError
 
 if TYPE_CHECKING:
     from broker.reports.query import Line
@@ -86,9 +88,26 @@ _CLOUD = {"aws-cur": "aws", "gcp-billing-export": "gcp", "azure-cost-details": "
 
 
 def read_bill(path: str | Path) -> Bill:
-    """Read one billing export; BillError when its format or a value is not understood."""
+    """Read one billing export; BillError when its format or a value is not understood.
+
+    The file is read by `pricing.userio.reading` (a regular file within the billing
+    export size cap, strict UTF-8); every error names the file and, for a row, its line.
+    """
     file = Path(path)
-    with file.open(newline="", encoding="utf-8-sig") as handle:
+    try:
+        return _read_bill(file)
+    except UserInputError as exc:
+        raise BillError(str(exc)) from None
+    except csv.Error as exc:
+        raise BillError(f"{file}: not CSV: {exc}") from None
+
+
+def _read_bill(file: Path) -> Bill:
+    import io
+
+    from pricing.userio.reading import read_text
+
+    with io.StringIO(read_text(file, "bill"), newline="") as handle:
         reader = csv.DictReader(handle)
         header = {name.strip().lower(): name for name in reader.fieldnames or ()}
         kind = _detect(header, file)
@@ -101,8 +120,9 @@ def read_bill(path: str | Path) -> Bill:
         usd_column = columns["cost"] is not None and columns["cost"].lower() == "costinusd"
         tag_columns = [name for key, name in header.items() if key.startswith("resourcetags/")]
         lines = []
-        for number, row in enumerate(reader, start=2):
-            where = f"{file}:{number}"
+        start = reader.line_num + 1
+        for row in reader:
+            where, start = f"{file}:{start}", reader.line_num + 1
             currency = (row.get(columns["currency"] or "") or "USD").strip().upper()
             if currency != "USD" and not usd_column:
                 raise BillError(f"{where}: cost in {currency}; broker plans in USD")
@@ -152,18 +172,23 @@ def _tags(text: str, where: str) -> dict[str, str]:
         return {}
     try:
         data = json.loads(text if text[0] in "[{" else "{" + text + "}")
-    except json.JSONDecodeError:
+    except (json.JSONDecodeError, RecursionError):
         raise BillError(f"{where}: cannot read the tags {text[:40]!r}") from None
-    if isinstance(data, list):
+    if isinstance(data, list) and all(isinstance(item, dict) for item in data):
         data = {str(item.get("key", "")): item.get("value", "") for item in data}
+    if not isinstance(data, dict):
+        raise BillError(f"{where}: tags are not key-value pairs: {text[:40]!r}")
     return {_tag_key(str(k)): str(v) for k, v in data.items()}
 
 
 def _amount(text: str | None, where: str) -> Decimal:
     try:
-        return to_decimal((text or "0").strip() or "0")
+        amount = to_decimal((text or "0").strip() or "0")
     except ValueError:
         raise BillError(f"{where}: not an amount: {text!r}") from None
+    if abs(amount) > Decimal(int(MAX_MONEY)):
+        raise BillError(f"{where}: {text!r} is not a sane amount (at most {MAX_MONEY:,.0f} USD)")
+    return amount
 
 
 def _moment(text: str | None, where: str) -> datetime | None:

@@ -34,7 +34,7 @@ class Report:
 
 
 def build_report(
-    store: StateStore,
+    store: StateStore | None,
     by: Sequence[str],
     since: datetime | None = None,
     until: datetime | None = None,
@@ -42,9 +42,10 @@ def build_report(
 ) -> Report:
     """The report of ledger entries whose period ended in [since, until), grouped by `by`.
 
-    `prices`: the on-demand prices in force, for savings (None: no baselines).
+    `prices`: the on-demand prices in force, for savings (None: no baselines). No
+    `store` (no state file yet) is an empty ledger: a report of nothing, not an error.
     """
-    ledger = Ledger.read(store, since, until)
+    ledger = Ledger.read(store, since, until) if store is not None else Ledger([], {}, {}, {}, {})
     lines = to_lines(ledger, prices)
     days, series = daily(lines, by)
     return Report(

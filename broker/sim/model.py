@@ -10,6 +10,8 @@ import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
+from pricing.userio import bounds
+
 
 @dataclass(frozen=True, slots=True)
 class TracePlace:
@@ -37,10 +39,16 @@ class Availability:
             raise ValueError(f"step_hours must be positive, got {self.step_hours}")
         if not self.counts:
             raise ValueError("an availability trace needs at least one step")
-        if any(c < 0 for c in self.counts):
-            raise ValueError("available counts must be >= 0")
+        if self.step_hours > bounds.MAX_HOURS:
+            raise ValueError(f"step_hours must be at most {bounds.MAX_HOURS:g}")
+        if any(not 0 <= c <= bounds.MAX_NODES for c in self.counts):
+            raise ValueError(f"available counts must be from 0 to {bounds.MAX_NODES}")
         if self.prices is not None and len(self.prices) != len(self.counts):
             raise ValueError("prices must have one value per step")
+        if self.prices is not None and any(
+            not 0 < p <= bounds.MAX_PRICE_PER_HOUR for p in self.prices
+        ):
+            raise ValueError(f"prices must be above 0 and at most {bounds.MAX_PRICE_PER_HOUR:g}")
 
     def index(self, hours: float) -> int:
         return min(max(0, int(math.floor(hours / self.step_hours + 1e-9))), len(self.counts) - 1)
@@ -102,6 +110,11 @@ class SpotTrace:
         )
 
 
+def _optional(value: float | None, low: float, high: float) -> bool:
+    """None, or a number above `low` and at most `high` (NaN is neither)."""
+    return value is None or low < value <= high
+
+
 @dataclass(frozen=True, slots=True)
 class SimJob:
     """One job of a job list. `hours` is the work at on-demand speed on `gpu`;
@@ -119,8 +132,28 @@ class SimJob:
     priority: int = 0
 
     def __post_init__(self) -> None:
-        if self.hours <= 0 or self.gpus < 1 or self.submit_hours < 0:
-            raise ValueError(f"job {self.name}: hours > 0, gpus >= 1, submit >= 0 required")
+        """Every number finite and within `pricing.userio.bounds`: a trace is user input."""
+        most_gpus = bounds.MAX_NODES * bounds.MAX_GPUS_PER_NODE
+        checks = (
+            ("hours", self.hours, 0 < self.hours <= bounds.MAX_HOURS),
+            ("gpus", self.gpus, 1 <= self.gpus <= most_gpus),
+            ("submit_hours", self.submit_hours, 0 <= self.submit_hours <= 10 * bounds.MAX_HOURS),
+            (
+                "deadline_hours",
+                self.deadline_hours,
+                _optional(self.deadline_hours, 0, bounds.MAX_HOURS),
+            ),
+            (
+                "checkpoint_minutes",
+                self.checkpoint_minutes,
+                _optional(self.checkpoint_minutes, 0, bounds.MAX_HOURS * 60),
+            ),
+            ("checkpoint_gb", self.checkpoint_gb, 0 <= self.checkpoint_gb <= bounds.MAX_SIZE_GB),
+            ("priority", self.priority, abs(self.priority) <= bounds.MAX_PRIORITY),
+        )
+        for name, value, sane in checks:
+            if not sane:
+                raise ValueError(f"job {self.name}: {name} {value!r} is not a sane value")
 
 
 @dataclass(frozen=True)

@@ -24,6 +24,8 @@ from decimal import (
 from enum import StrEnum
 from typing import TYPE_CHECKING, Any, Literal
 
+from pricing.userio.redact import redact
+
 if TYPE_CHECKING:
     from broker.spec import JobSpec
     from broker.state.placed import PlacedOn
@@ -342,7 +344,7 @@ def ledger_columns(
         "period_end": _ts_arg(entry.get("period_end"), now),
         "cloud": str(entry.get("cloud", placed.cloud)),
         "region": str(entry.get("region", placed.region)),
-        "detail": str(entry.get("detail", "")),
+        "detail": redact(str(entry.get("detail", ""))),
     }
 
 

@@ -62,9 +62,11 @@ class RunWrites:
         finished one.
         """
         from broker.spec_codec import encode
+        from pricing.userio.redact import redact
 
         team, name = spec.team, spec.name
-        version = {"digest": digest, "manifest_text": manifest_text, "queue": spec.queue}
+        # The text is kept to be shown, redacted; the spec (what runs) is kept whole.
+        version = {"digest": digest, "manifest_text": redact(manifest_text), "queue": spec.queue}
         version |= {"spec_json": json_text(encode(spec)), "priority": spec.priority}
         with self._write() as now:
             version["submitted_at"] = now

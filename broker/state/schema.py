@@ -223,7 +223,7 @@ def migrate(
     newest = migrations[-1].version if migrations else 0
     found = schema_version(conn)
     if found > newest:
-        raise _too_new(found, newest)
+        raise too_new(found, newest)
     for migration in migrations:
         if migration.version <= found:
             continue
@@ -244,7 +244,7 @@ def _apply(conn: sqlite3.Connection, migration: Migration, applied_at: str, newe
         conn.execute(_BOOKKEEPING)
         found = schema_version(conn)
         if found > newest:
-            raise _too_new(found, newest)
+            raise too_new(found, newest)
         if migration.version > found:
             for sql in statements(migration):
                 conn.execute(sql)
@@ -263,10 +263,13 @@ def _apply(conn: sqlite3.Connection, migration: Migration, applied_at: str, newe
     return found
 
 
-def _too_new(found: int, newest: int) -> SchemaTooNew:
+def too_new(found: int, newest: int, path: object = None) -> SchemaTooNew:
+    """The refusal of a file of schema version `found` by a broker that knows `newest`."""
+    where = f" {path}" if path is not None else ""
     return SchemaTooNew(
-        f"the state file has schema version {found}, newer than this broker knows ({newest}); "
-        "upgrade broker to use it (it was not changed)"
+        f"the state file{where} has schema version {found}, newer than this broker knows "
+        f"({newest}): upgrade to a broker that knows schema version {found} to use it "
+        "(the file was not changed)"
     )
 
 

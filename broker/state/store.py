@@ -20,11 +20,19 @@ from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from pathlib import Path
 from types import TracebackType
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from broker.clock import Clock
 from broker.state import schema
 from broker.state.attempts import AttemptWrites
+from broker.state.files import (
+    APPLICATION_ID,
+    DamagedState,
+    ReadOnlyState,
+    StateFileError,
+    examine,
+    read_only_uri,
+)
 from broker.state.model import (
     IN_FLIGHT,
     OPEN_ATTEMPT,
@@ -39,9 +47,40 @@ from broker.state.model import (
 )
 from broker.state.reads import StateReads
 from broker.state.runs import RunWrites
+from pricing.userio.redact import redact, redact_data
 
-if TYPE_CHECKING:
-    pass
+
+def _connect_read_only(file: Path, busy_timeout: float) -> sqlite3.Connection:
+    """A read-only connection that creates nothing beside the file: `mode=ro` when a live
+    writer's `-wal` and `-shm` are there (it reads through them), else `immutable` (a
+    read-only connection would leave a `-wal` and `-shm` of its own behind)."""
+    live = Path(f"{file}-wal").exists() and Path(f"{file}-shm").exists()
+    uri = read_only_uri(file, immutable=not live)
+    conn = sqlite3.connect(uri, uri=True, timeout=busy_timeout, isolation_level=None)
+    try:
+        conn.execute("SELECT 1 FROM sqlite_master LIMIT 1").fetchall()
+    except sqlite3.OperationalError:
+        conn.close()
+        raise
+    except sqlite3.DatabaseError as exc:  # "malformed": the schema page is damaged
+        conn.close()
+        raise DamagedState(file, f"the state file {file} is damaged ({exc})") from None
+    return conn
+
+
+def _check_version(file: Path, conn: sqlite3.Connection, *, exact: bool) -> None:
+    """SchemaTooNew for a file a newer broker wrote; with `exact` (read-only: nothing can
+    be migrated), a StateFileError for an older one too."""
+    found, newest = schema.schema_version(conn), schema.MIGRATIONS[-1].version
+    if found > newest:
+        raise schema.too_new(found, newest, file)
+    if exact and found < newest:
+        raise StateFileError(
+            file,
+            f"the state file {file} has schema version {found} and this broker needs {newest}: "
+            "run a command that writes it (e.g. broker submit) where it can be written",
+        )
+
 
 def default_state_path() -> Path:
     """`$XDG_STATE_HOME/broker/state.db`, else `~/.local/state/broker/state.db`."""
@@ -59,11 +98,13 @@ def _insert_event(
     message: str,
     data: Mapping[str, Any],
 ) -> None:
-    """One event row (module-level so that tests can make it fail mid-transaction)."""
+    """One event row (module-level so that tests can make it fail mid-transaction); its
+    message and data redacted (`pricing.userio.redact`): no secret is ever stored."""
+    row = (job_id, attempt_id, now, kind, redact(message), json_text(redact_data(dict(data))))
     conn.execute(
         "INSERT INTO events (job_id, attempt_id, time, kind, message, data_json)"
         " VALUES (?, ?, ?, ?, ?, ?)",
-        (job_id, attempt_id, now, kind, message, json_text(dict(data))),
+        row,
     )
 
 
@@ -83,23 +124,49 @@ class StateStore(RunWrites, AttemptWrites, StateReads):
         *,
         busy_timeout: float = 30.0,
         new_id: Callable[[], str] | None = None,
+        read_only: bool = False,
     ) -> StateStore:
         """Open (creating it and its directory if needed) and migrate the state file.
 
-        `busy_timeout` is how long a write waits for another writer, in seconds;
-        `new_id` makes the 12 hex digits of job and attempt ids (tests, simulator).
+        The file is examined first (`broker.state.files`): one that is not a broker
+        state file is refused with `NotAStateFile` before SQLite touches it, one of a
+        newer schema with `SchemaTooNew` before anything is written, one in a read-only
+        location with `ReadOnlyState`. `read_only` opens an existing file for reading
+        only (no WAL switch, no migration, nothing created). `busy_timeout` is how long
+        a write waits for another writer, in seconds; `new_id` makes the 12 hex digits
+        of job and attempt ids (tests, simulator).
         """
         file = Path(path)
-        file.parent.mkdir(parents=True, exist_ok=True)
-        conn = sqlite3.connect(file, timeout=busy_timeout, isolation_level=None)
+        found = examine(file)
+        if read_only:
+            if found.kind in ("missing", "empty"):
+                raise StateFileError(file, f"no state file at {file}")
+            conn = _connect_read_only(file, busy_timeout)
+        else:
+            if not found.writable:
+                where = f"the state file {file} is in a read-only location"
+                raise ReadOnlyState(file, f"{where}: this command writes it")
+            file.parent.mkdir(parents=True, exist_ok=True)
+            conn = sqlite3.connect(file, timeout=busy_timeout, isolation_level=None)
         try:
             conn.row_factory = sqlite3.Row
-            conn.execute("PRAGMA foreign_keys = ON")
-            (mode,) = conn.execute("PRAGMA journal_mode = WAL").fetchone()
-            if str(mode).lower() != "wal":
-                raise StateError(f"{file}: cannot use WAL mode here (got {mode})")
-            conn.execute("PRAGMA synchronous = FULL")  # a commit survives power loss too
-            schema.migrate(conn, ts_text(clock.now()))
+            _check_version(file, conn, exact=read_only)  # before anything is written
+            if not read_only:
+                conn.execute("PRAGMA foreign_keys = ON")
+                (mode,) = conn.execute("PRAGMA journal_mode = WAL").fetchone()
+                if str(mode).lower() != "wal":
+                    raise StateError(f"{file}: cannot use WAL mode here (got {mode})")
+                conn.execute("PRAGMA synchronous = FULL")  # a commit survives power loss too
+                schema.migrate(conn, ts_text(clock.now()))
+                (known,) = conn.execute("PRAGMA application_id").fetchone()
+                if known != APPLICATION_ID:  # new, or made before the id existed
+                    conn.execute(f"PRAGMA application_id = {APPLICATION_ID}")
+        except sqlite3.OperationalError:  # locked, a failing migration: not the file's fault
+            conn.close()
+            raise
+        except sqlite3.DatabaseError as exc:  # "malformed", "file is not a database"
+            conn.close()
+            raise DamagedState(file, f"the state file {file} is damaged ({exc})") from None
         except BaseException:
             conn.close()
             raise

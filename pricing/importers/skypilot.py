@@ -45,13 +45,15 @@ NaN, and rows with neither an on-demand nor a spot price are dropped.
 from __future__ import annotations
 
 import datetime as _dt
+import os
 from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from pricing.families import accelerator_override_columns, interconnect_column
 from pricing.gpus import find_gpu
-from pricing.schema import COLUMN_NAMES, conform, empty_offers
+from pricing.schema import COLUMN_NAMES, SchemaError, conform, empty_offers
+from pricing.userio import bounds
 from pricing.userio.suggest import hint
 
 if TYPE_CHECKING:  # pandas is imported lazily
@@ -70,6 +72,13 @@ _COLUMNS: dict[str, tuple[str, ...]] = {
 }  # fmt: skip
 _NUMERIC = ("AcceleratorCount", "vCPUs", "MemoryGiB", "Price", "SpotPrice")
 _TEXT = ("InstanceType", "AcceleratorName", "GpuInfo", "Region", "AvailabilityZone")
+_NUMBER_CAP = {  # the most each number may be (pricing.userio.bounds); none is negative
+    "AcceleratorCount": bounds.MAX_GPUS_PER_NODE,
+    "vCPUs": bounds.MAX_VCPUS,
+    "MemoryGiB": bounds.MAX_MEMORY_GIB,
+    "Price": bounds.MAX_PRICE_PER_HOUR,
+    "SpotPrice": bounds.MAX_PRICE_PER_HOUR,
+}
 
 
 def _gcp_fixed_types() -> dict[str, tuple[str, float]]:
@@ -141,7 +150,7 @@ def import_skypilot(
     frames = []
     for cloud in _chosen_clouds(clouds):
         path = root / cloud / "vms.csv"
-        if not path.is_file():
+        if not os.path.lexists(path):
             continue
         raw = read_vms_csv(path, cloud)
         frame = builders[cloud](raw)
@@ -152,27 +161,51 @@ def import_skypilot(
             on_cloud(cloud)
     if not frames:
         return empty_offers()
-    return conform(pd.concat(frames, ignore_index=True))
+    try:
+        return conform(pd.concat(frames, ignore_index=True))
+    except SchemaError as exc:  # a value the files hold that no offer may have (inf, 1e400)
+        raise CatalogImportError(root, f"gives an offer no catalog may hold: {exc}") from None
 
 
 def read_vms_csv(path: Path, cloud: str) -> pd.DataFrame:
     """One SkyPilot ``vms.csv`` with its columns checked and typed (text as "string")."""
+    import io
+
+    import numpy as np
     import pandas as pd
 
+    from pricing.userio.errors import UserInputError
+    from pricing.userio.reading import read_text
+
+    try:  # a regular file within the catalog size cap, strict UTF-8 (pricing.userio.reading)
+        text = read_text(path, "catalog")
+    except UserInputError as exc:
+        raise CatalogImportError(path, str(exc).removeprefix(f"{path}: ")) from None
     try:
-        raw = pd.read_csv(path, keep_default_na=False, na_values=[""], low_memory=False)
-    except (pd.errors.ParserError, pd.errors.EmptyDataError, UnicodeDecodeError) as exc:
-        raise CatalogImportError(path, f"not a readable CSV ({exc})") from exc
+        raw = pd.read_csv(
+            io.StringIO(text), keep_default_na=False, na_values=[""], low_memory=False
+        )
+    except (pd.errors.ParserError, pd.errors.EmptyDataError, ValueError) as exc:
+        raise CatalogImportError(path, f"not a readable CSV ({exc})") from None
     missing = [name for name in _COLUMNS[cloud] if name not in raw.columns]
     if missing:
         raise CatalogImportError(
             path, f"missing from the header (SkyPilot {SCHEMA_VERSION} {cloud} layout)", missing[0]
         )
     for name in _NUMERIC:
-        try:
-            raw[name] = pd.to_numeric(raw[name], errors="raise").astype("float64")
-        except (ValueError, TypeError) as exc:
-            raise CatalogImportError(path, f"not a number ({exc})", name) from exc
+        numbers = pd.to_numeric(raw[name], errors="coerce").astype("float64")
+        wrong = numbers.isna() & raw[name].notna()
+        if wrong.any():  # pandas keeps no line numbers: a row's line, as no cell spans two
+            row = int(np.flatnonzero(wrong.to_numpy())[0])
+            problem = f"line {row + 2}: not a number: {raw[name].iloc[row]!r}"
+            raise CatalogImportError(path, problem, name)
+        raw[name] = numbers
+        values = raw[name].to_numpy()
+        bad = ~(np.isnan(values) | ((values >= 0) & (values <= _NUMBER_CAP[name])))
+        if bad.any():  # pandas keeps no line numbers: a row's line, as no cell spans two
+            row = int(np.flatnonzero(bad)[0])
+            problem = f"line {row + 2}: {values[row]!r} is not a sane value"
+            raise CatalogImportError(path, problem, name)
     for name in _TEXT:
         if name in raw.columns:
             raw[name] = raw[name].astype("string")

@@ -23,12 +23,21 @@ from dataclasses import dataclass, field
 from decimal import Decimal
 from typing import Any
 
+from pricing.userio.redact import redact
+
 RETRY_STATUS = frozenset({429, 500, 502, 503, 504})
 USER_AGENT = "broker-pricing-refresh/1"
 
 
 class SourceError(Exception):
-    """A price source could not be read: network, credentials, throttling, a bad page."""
+    """A price source could not be read: network, credentials, throttling, a bad page.
+
+    Its message is redacted (`pricing.userio.redact`): an error page that quotes the
+    request (an access key id, a session token) never reaches stderr or the status file.
+    """
+
+    def __init__(self, message: str = "") -> None:
+        super().__init__(redact(message))
 
 
 class MissingCredentials(SourceError):

@@ -44,6 +44,7 @@ from pricing.sources.shapes import Shape, catalog_shapes
 from pricing.sources.status import Outcome, record
 from pricing.table import OfferTable
 from pricing.userio.atomic import atomic_write
+from pricing.userio.redact import redact
 
 CLOUDS: tuple[str, ...] = ("aws", "gcp", "azure")
 BOTH = ("on-demand", "spot")
@@ -268,6 +269,9 @@ def _run(
     except Exception as exc:  # a bug or an SDK surprise: reported, the other sources go on
         outcome.state, outcome.reason = "failed", f"unexpected {type(exc).__name__}: {exc}"
     outcome.seconds = round(time.monotonic() - started, 3)
+    # An error page, an SDK's message or a note may quote the request: keys, tokens.
+    outcome.reason, outcome.endpoint = redact(outcome.reason), redact(outcome.endpoint)
+    outcome.notes = [redact(note) for note in outcome.notes]
     reporter.finish(outcome)
     return outcome, got
 

@@ -16,6 +16,7 @@ from typing import Any
 
 from pricing.sources.interruption import RATE_TAG
 from pricing.userio.atomic import atomic_write
+from pricing.userio.redact import redact_data
 
 FORMAT = 1
 
@@ -49,7 +50,8 @@ def read_status(path: Path) -> dict[str, dict[str, Any]]:
 
 
 def record(path: Path, outcomes: Iterable[Outcome], when: str, catalog: Path) -> None:
-    """Merge this refresh's outcomes into the status file (atomically)."""
+    """Merge this refresh's outcomes into the status file (atomically), redacted
+    (`pricing.userio.redact`): an error page may have quoted a credential."""
     sources = read_status(path)
     for outcome in outcomes:
         entry = sources.get(outcome.name, {})
@@ -60,7 +62,7 @@ def record(path: Path, outcomes: Iterable[Outcome], when: str, catalog: Path) ->
             entry["rows_at_last_success"] = outcome.rows
         entry.setdefault("last_success", None)
         sources[outcome.name] = entry
-    document = {"format": FORMAT, "catalog": str(catalog), "sources": sources}
+    document = {"format": FORMAT, "catalog": str(catalog), "sources": redact_data(sources)}
     atomic_write(path, lambda handle: json.dump(document, handle, indent=2, sort_keys=True))
 
 

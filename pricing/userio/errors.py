@@ -62,13 +62,16 @@ class UserInputError(ValueError):
         return (self, *self.related)
 
     def one_line(self) -> str:
-        """This error alone, without the related ones."""
+        """This error alone, without the related ones; a secret quoted from the file
+        (a password in a URI, a token) masked (`pricing.userio.redact`)."""
+        from pricing.userio.redact import redact
+
         where = str(self.path)
         if self.line:
             where += f":{self.line}:{self.column}"
         if self.field:
-            return f"{where}: {self.field}: {self.message}"
-        return f"{where}: {self.message}"
+            return f"{where}: {self.field}: {redact(self.message)}"
+        return f"{where}: {redact(self.message)}"
 
     def __str__(self) -> str:
         return "\n".join(error.one_line() for error in self.errors)

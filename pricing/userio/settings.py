@@ -73,6 +73,12 @@ _TABLE: tuple[tuple[str, Any, str], ...] = (  # key, default, what it is for
     ("azure_resource_group", None, "Azure resource group (default: broker)"),
     ("azure_subnet_id", None, "subnet of Azure VMs (required on Azure)"),
     ("azure_ssh_public_key", None, "SSH public key put on Azure VMs"),
+    # --- how much of a user's file broker reads (pricing.userio.reading) -----------------
+    ("max_yaml_bytes", 8 << 20, "largest YAML file read (manifests, pools, policy, overlays)"),
+    ("max_catalog_bytes", 512 << 20, "largest catalog CSV (or compiled cache) read"),
+    ("max_trace_bytes", 1 << 30, "largest trace read (job list, spot data), once inflated"),
+    ("max_bill_bytes", 1 << 30, "largest billing export CSV read (cost-report --actual)"),
+    ("max_nesting_depth", 64, "deepest nesting of lists and mappings in a YAML or JSON file"),
 )
 SETTINGS: dict[str, DeclaredSetting] = {row[0]: DeclaredSetting(*row) for row in _TABLE}
 
@@ -90,15 +96,62 @@ class ConfigError(ValueError):
 
 
 def _read_toml(path: Path) -> dict[str, Any]:
-    if not path.is_file():
+    if not os.path.lexists(path):
         return {}
+    return read_toml(path)  # a directory or a FIFO of that name is refused, not skipped
+
+
+def read_toml(path: Path) -> dict[str, Any]:
+    """A settings file's table; ConfigError `file:line:col: ...` for one that is not TOML
+    (or not a regular file, or too large: `pricing.userio.reading`)."""
+    import re
     import tomllib
 
+    from pricing.userio.errors import UserInputError
+    from pricing.userio.reading import read_text
+
     try:
-        with path.open("rb") as handle:
-            return tomllib.load(handle)
+        text = read_text(path, "config")
+        return tomllib.loads(text)
+    except UserInputError as exc:
+        raise ConfigError(str(exc)) from None
+    except RecursionError:
+        raise ConfigError(f"{path}: TOML syntax error: arrays or tables nested too deep") from None
     except tomllib.TOMLDecodeError as exc:
-        raise ConfigError(f"{path}: {exc}") from None
+        message = str(exc)
+        where = re.search(r"\s*\(at line (\d+), column (\d+)\)$", message)
+        if where is None:
+            raise ConfigError(f"{path}: TOML syntax error: {message}") from None
+        reason = message[: where.start()]
+        raise ConfigError(f"{path}:{where[1]}:{where[2]}: TOML syntax error: {reason}") from None
+
+
+def config_files(cwd: Path | None = None) -> tuple[Path, Path]:
+    """The two settings files, the project's first: `./broker.toml`, user `config.toml`."""
+    return (cwd or Path.cwd()) / "broker.toml", user_config_dir() / "config.toml"
+
+
+def unknown_keys(cwd: Path | None = None) -> list[str]:
+    """A warning for every key of the settings files that is no setting, with its line
+    and a did-you-mean (`broker.toml:3: unknown setting 'catalgo' (did you mean
+    'catalog'?)`); ConfigError for a file that is not TOML. Read once per command."""
+    import re
+
+    from pricing.userio.suggest import suggestion
+
+    warnings = []
+    for path in config_files(cwd):
+        values = _read_toml(path)
+        unknown = [key for key in values if key not in SETTINGS]
+        if not unknown:
+            continue
+        lines = path.read_text(encoding="utf-8").splitlines()
+        for key in unknown:
+            pattern = re.compile(rf"^\s*(\[\s*)?[\"']?{re.escape(key)}[\"']?\s*[=\].]")
+            line = next((n for n, text in enumerate(lines, 1) if pattern.match(text)), 0)
+            where = f"{path}:{line}" if line else str(path)
+            warnings.append(f"{where}: unknown setting {key!r}{suggestion(key, SETTINGS)}")
+    return warnings
 
 
 def resolve(name: str, flag: Any = None, cwd: Path | None = None) -> Setting:
@@ -111,7 +164,7 @@ def resolve(name: str, flag: Any = None, cwd: Path | None = None) -> Setting:
         return Setting(flag, "flag")
     if os.environ.get(declared.variable):
         return Setting(os.environ[declared.variable], declared.variable)
-    for path in ((cwd or Path.cwd()) / "broker.toml", user_config_dir() / "config.toml"):
+    for path in config_files(cwd):
         values = _read_toml(path)
         if name in values:
             return Setting(values[name], str(path))
@@ -127,13 +180,37 @@ def resolve_text(name: str) -> str | None:
     return setting.value or None
 
 
+def origin_note(name: str, flag: object = None) -> str:
+    """Where setting `name` was given, for a message about its value: " (set by
+    BROKER_POOLS)", " (set in ./broker.toml)", or "" for a flag or the default."""
+    origin = resolve(name, flag).origin
+    if origin in ("flag", "default"):
+        return ""
+    return f" (set by {origin})" if origin.startswith("BROKER_") else f" (set in {origin})"
+
+
+def resolve_positive_int(name: str) -> int:
+    """A whole-number setting above 0 (a size cap, a number of days); ConfigError naming
+    where it came from when it is anything else."""
+    setting = resolve(name)
+    value = setting.value
+    if isinstance(value, str) and value.strip().isdigit():
+        value = int(value.strip())
+    if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
+        where = f"{setting.origin}: {name}"
+        raise ConfigError(f"{where}: expected a whole number above 0, got {value!r}")
+    return value
+
+
 def resolve_path(
     name: str, flag: Path | None = None, default_file: str | None = None
 ) -> Path | None:
     """A path setting; falls back to `~/.config/broker/<default_file>` when that file exists."""
     setting = resolve(name, flag)
-    if setting.value is not None:
+    if isinstance(setting.value, str | Path) and str(setting.value):
         return Path(setting.value).expanduser()
+    if setting.value is not None:
+        raise ConfigError(f"{setting.origin}: {name}: expected a path, got {setting.value!r}")
     if default_file:
         candidate = user_config_dir() / default_file
         if candidate.exists():

@@ -24,6 +24,7 @@ functions (importing this module must stay cheap for the CLI).
 from __future__ import annotations
 
 import functools
+import re
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -31,9 +32,13 @@ from typing import TYPE_CHECKING, Any
 
 from pricing.userio import locate
 from pricing.userio.errors import FieldPath, UserInputError, format_field
+from pricing.userio.reading import Limits, read_text
 
 if TYPE_CHECKING:
     import yaml
+
+_SURROGATE = re.compile("[\ud800-\udfff]")
+MAX_EXPANDED_NODES = 1_000_000  # values of one document once its aliases are expanded
 
 
 @dataclass(frozen=True)
@@ -61,42 +66,40 @@ class YamlDocument:
         return UserInputError(self.path, line, column, format_field(field_path), message)
 
 
-def load_yaml_documents(path: Path) -> list[YamlDocument]:
+def load_yaml_documents(path: Path, limits: Limits | None = None) -> list[YamlDocument]:
     """Parse every document of a YAML file; raise UserInputError on any syntax error.
 
-    An empty file (or one of comments only) gives an empty list; an empty
-    document between two `---` gives a document whose data is None.
+    The file is read by `pricing.userio.reading` (a regular file, within the YAML size
+    cap of `limits`, strict UTF-8). An empty file (or one of comments only) gives an
+    empty list; an empty document between two `---` gives a document whose data is None.
     """
     path = Path(path)
-    return parse_yaml_documents(read_yaml_text(path), path)
+    limits = limits or Limits.resolved()
+    return list(iter_yaml_documents(read_yaml_text(path, limits), path, limits.nesting_depth))
 
 
-def read_yaml_text(path: Path) -> str:
-    """A user's file as text (a UTF-8 byte-order mark dropped); UserInputError when unreadable."""
-    path = Path(path)
-    try:
-        return path.read_text(encoding="utf-8-sig")
-    except FileNotFoundError:
-        raise UserInputError(path, 0, 0, "", "file not found") from None
-    except IsADirectoryError:
-        raise UserInputError(path, 0, 0, "", "is a directory, not a file") from None
-    except UnicodeDecodeError as exc:
-        raise UserInputError(path, 0, 0, "", f"not UTF-8 text ({exc.reason})") from None
-    except OSError as exc:
-        raise UserInputError(path, 0, 0, "", f"cannot read: {exc.strerror or exc}") from None
+def read_yaml_text(path: Path, limits: Limits | None = None) -> str:
+    """A user's file as text (a UTF-8 byte-order mark dropped); UserInputError when it
+    cannot be read, is no regular file, is over the YAML size cap or is not UTF-8."""
+    return read_text(Path(path), "yaml", limits)
 
 
-def parse_yaml_documents(text: str, path: Path) -> list[YamlDocument]:
+def parse_yaml_documents(
+    text: str, path: Path, max_depth: int = Limits.nesting_depth
+) -> list[YamlDocument]:
     """`load_yaml_documents` for text already read; `path` is only used to name it in errors."""
-    return list(iter_yaml_documents(text, path))
+    return list(iter_yaml_documents(text, path, max_depth))
 
 
-def iter_yaml_documents(text: str, path: Path) -> Iterator[YamlDocument]:
+def iter_yaml_documents(
+    text: str, path: Path, max_depth: int = Limits.nesting_depth
+) -> Iterator[YamlDocument]:
     """The documents of `text` one at a time; a syntax error is raised on reaching it.
 
     For long files: a caller that keeps only what it needs of each document
     does not hold every node tree at once (which also spares the garbage
-    collector from scanning them over and over).
+    collector from scanning them over and over). Lists and mappings nested deeper
+    than `max_depth` are an error at the first one too deep.
     """
     import yaml
 
@@ -104,16 +107,23 @@ def iter_yaml_documents(text: str, path: Path) -> Iterator[YamlDocument]:
     given = 0
     if yaml.__with_libyaml__:
         try:
-            for document in _compose(text, path, _fast_loader()):
+            for document in _compose(text, path, _fast_loader(), max_depth):
                 yield document
                 given += 1
             return
+        except yaml.MarkedYAMLError as exc:
+            if "nesting depth" in str(exc.problem):  # libyaml's own cap (1000): said as ours
+                raise _too_deep(path, exc.problem_mark, max_depth) from None
         except yaml.YAMLError:
             pass  # said again below: PyYAML's own messages say more, and count characters
     try:
-        for document in _compose(text, path, yaml.SafeLoader):
+        for document in _compose(text, path, yaml.SafeLoader, max_depth):
             if document.index >= given:  # the two parsers agree on the documents before an error
                 yield document
+    except RecursionError:  # PyYAML's composer recurses: a file nested too deep for it
+        raise UserInputError(
+            path, 0, 0, "", f"lists and mappings nested deeper than {max_depth} levels"
+        ) from None
     except yaml.MarkedYAMLError as exc:
         raise _syntax_error(path, exc) from None
     except yaml.YAMLError as exc:  # ReaderError: a character YAML does not allow
@@ -139,11 +149,62 @@ def _fast_loader() -> type:
     return FastSafeLoader
 
 
-def _compose(text: str, path: Path, loader: type) -> Iterator[YamlDocument]:
+def _compose(text: str, path: Path, loader: type, max_depth: int) -> Iterator[YamlDocument]:
     import yaml
 
     for index, node in enumerate(yaml.compose_all(text, Loader=loader)):
-        yield YamlDocument(_Builder(path, node).build(node), path, index, node)
+        builder = _Builder(path, node, max_depth)
+        data = builder.build(node)
+        if builder.aliased:
+            _check_expansion(path, node, MAX_EXPANDED_NODES)
+        yield YamlDocument(data, path, index, node)
+
+
+def _check_expansion(path: Path, root: yaml.Node, limit: int) -> None:
+    """Raise when the document, its aliases expanded, holds more than `limit` nodes: ten
+    aliases of ten aliases of ... (a "billion laughs") are a few lines of YAML that
+    every reader walking the data (validation, digests) would take forever over. Sizes
+    are memoised per node, so this walk is as long as the file; a recursive alias
+    counts once."""
+    import yaml
+
+    sizes: dict[int, int] = {}
+    on_path: set[int] = set()
+    stack: list[tuple[yaml.Node, bool]] = [(root, False)]
+    while stack:
+        node, children_done = stack.pop()
+        if isinstance(node, yaml.ScalarNode):
+            continue
+        parts = [
+            part for pair in node.value for part in (pair if isinstance(pair, tuple) else (pair,))
+        ]
+        if children_done:
+            on_path.discard(id(node))
+            total = 1 + sum(sizes.get(id(part), 1) for part in parts)
+            if total > limit:
+                mark = node.start_mark
+                message = f"aliases expand to more than {limit:,} values (a YAML alias bomb)"
+                raise UserInputError(path, mark.line + 1, mark.column + 1, "", message)
+            sizes[id(node)] = total
+            continue
+        if id(node) in sizes or id(node) in on_path:
+            continue
+        on_path.add(id(node))
+        stack.append((node, True))
+        stack.extend((part, False) for part in parts if id(part) not in sizes)
+
+
+def _too_deep(path: Path, mark: yaml.Mark | None, max_depth: int) -> UserInputError:
+    line, column = (mark.line + 1, mark.column + 1) if mark is not None else (0, 0)
+    message = f"lists and mappings nested deeper than {max_depth} levels"
+    return UserInputError(path, line, column, "", message)
+
+
+def _lone_surrogate(path: Path, node: yaml.Node) -> UserInputError:
+    """A `"\\ud800"` escape: text no file can hold (it cannot be written as UTF-8)."""
+    mark = node.start_mark
+    message = "an escape such as \\ud800 is half of a character (a lone surrogate), not text"
+    return UserInputError(path, mark.line + 1, mark.column + 1, "", message)
 
 
 class _Builder:
@@ -161,20 +222,24 @@ class _Builder:
     _MAP = "tag:yaml.org,2002:map"
     _MERGE = "tag:yaml.org,2002:merge"
 
-    def __init__(self, path: Path, root: yaml.Node) -> None:
+    def __init__(self, path: Path, root: yaml.Node, max_depth: int) -> None:
         import yaml
 
-        self.path, self.root = path, root
+        self.path, self.root, self.max_depth = path, root, max_depth
         self.yaml = yaml
         self.fallback = yaml.constructor.SafeConstructor()
         self.built: dict[int, Any] = {}  # id(node) -> object: an alias gives the same object
         self.checked = False  # whether the whole document was checked for duplicate keys
+        self.aliased = False  # whether an alias was met (then its expansion is measured)
 
-    def build(self, node: yaml.Node) -> Any:
+    def build(self, node: yaml.Node, depth: int = 0) -> Any:
         tag = node.tag
         if node.__class__ is self.yaml.ScalarNode:  # most nodes: no alias bookkeeping needed
             if tag == self._STR:
-                return node.value
+                value = node.value
+                if node.style == '"' and not value.isascii() and _SURROGATE.search(value):
+                    raise _lone_surrogate(self.path, node)
+                return value
             value = node.value
             if tag == self._INT and value.isascii() and value.isdigit():
                 if value[0] != "0" or value == "0":  # 010 is octal in YAML 1.1
@@ -182,23 +247,29 @@ class _Builder:
             return self.fallback.construct_object(node)
         known = self.built.get(id(node), self)
         if known is not self:
+            self.aliased = True
             return known
+        if depth >= self.max_depth:
+            raise _too_deep(self.path, node.start_mark, self.max_depth)
         if tag == self._SEQ and isinstance(node, self.yaml.SequenceNode):
             items: list[Any] = []
             self.built[id(node)] = items
-            items.extend(self.build(item) for item in node.value)
+            items.extend(self.build(item, depth + 1) for item in node.value)
             return items
         if tag == self._MAP and isinstance(node, self.yaml.MappingNode):
             if not any(key.tag == self._MERGE for key, _ in node.value):
-                return self._mapping(node)
+                return self._mapping(node, depth)
         if not self.checked:  # a merge key or another tag: checked as SafeConstructor builds it
+            _check_depth(self.path, node, depth, self.max_depth)
             _check_duplicate_keys(self.path, self.root, (), set())
             self.checked = True
         value = self.fallback.construct_object(node, deep=True)
+        if isinstance(value, str) and _SURROGATE.search(value):
+            raise _lone_surrogate(self.path, node)
         self.built[id(node)] = value
         return value
 
-    def _mapping(self, node: yaml.MappingNode) -> dict[Any, Any]:
+    def _mapping(self, node: yaml.MappingNode, depth: int) -> dict[Any, Any]:
         mapping: dict[Any, Any] = {}
         self.built[id(node)] = mapping
         names: set[tuple[str, str]] = set()
@@ -207,7 +278,7 @@ class _Builder:
                 if (key_node.tag, key_node.value) in names:
                     _check_duplicate_keys(self.path, self.root, (), set())  # raises, naming it
                 names.add((key_node.tag, key_node.value))
-            key = self.build(key_node)
+            key = self.build(key_node, depth + 1)
             try:
                 if key.__class__ is not str:
                     hash(key)
@@ -218,8 +289,26 @@ class _Builder:
                     "found unhashable key",
                     key_node.start_mark,
                 ) from None
-            mapping[key] = self.build(value_node)
+            mapping[key] = self.build(value_node, depth + 1)
         return mapping
+
+
+def _check_depth(path: Path, top: yaml.Node, depth: int, max_depth: int) -> None:
+    """Raise when lists and mappings under `top` (at `depth`) go deeper than `max_depth`:
+    a walk without recursion, before `SafeConstructor` recurses into them."""
+    import yaml
+
+    pending, seen = [(top, depth)], set()
+    while pending:
+        node, level = pending.pop()
+        if isinstance(node, yaml.ScalarNode) or id(node) in seen:
+            continue
+        seen.add(id(node))
+        if level >= max_depth:
+            raise _too_deep(path, node.start_mark, max_depth)
+        for child in node.value:  # nodes of a list, (key, value) pairs of a mapping
+            for part in child if isinstance(child, tuple) else (child,):
+                pending.append((part, level + 1))
 
 
 def _syntax_error(path: Path, exc: yaml.MarkedYAMLError) -> UserInputError:

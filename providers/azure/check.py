@@ -49,7 +49,7 @@ def check(
         "location": location,
     }
     worker = threading.Thread(
-        target=lambda: box.append(_probe(timeout, **options)), daemon=True, name="azure-check"
+        target=lambda: box.append(_guarded(timeout, options)), daemon=True, name="azure-check"
     )
     worker.start()
     worker.join(timeout + 1.0)
@@ -58,6 +58,16 @@ def check(
         return CheckResult(NAME, False, f"no answer within {timeout:g} s", seconds=seconds)
     result = box[0]
     return CheckResult(result.cloud, result.usable, result.reason, result.detail, seconds)
+
+
+def _guarded(timeout: float, options: dict[str, Any]) -> CheckResult:
+    """`_probe`, any exception of the SDK (an `http://` AZURE_AUTHORITY_HOST is a
+    ValueError inside azure-identity) turned into the check's answer: in this thread an
+    exception would print a traceback and leave the caller waiting for nothing."""
+    try:
+        return _probe(timeout, **options)
+    except Exception as exc:
+        return CheckResult(NAME, False, f"check failed: {type(exc).__name__}: {_first_line(exc)}")
 
 
 def _probe(

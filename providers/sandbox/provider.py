@@ -121,6 +121,7 @@ class SandboxProvider(Capacity, Billing, CheckpointStores, PlayedReclaims):
         terminate_grace: float = 10.0,
         notice_seconds: float = 30.0,
         inherit_env: Sequence[str] = INHERITED_ENV,
+        make_workdir: bool = True,
         containers: Sequence[str] | None = None,
     ) -> None:
         if time_scale <= 0:
@@ -135,7 +136,8 @@ class SandboxProvider(Capacity, Billing, CheckpointStores, PlayedReclaims):
         self.inherit_env = tuple(inherit_env)
         found = tuple(containers) if containers else container_runtime()
         self.containers = found or None
-        self.workdir.mkdir(parents=True, exist_ok=True)
+        if make_workdir:  # else made by the first launch: reading needs no folder
+            self.workdir.mkdir(parents=True, exist_ok=True)
         self._dir = Workdir(self.workdir)
         self._processes = Processes()  # the processes this object started
         self._reported: set[str] = set()  # attempts whose notice interruptions() returned
@@ -158,6 +160,7 @@ class SandboxProvider(Capacity, Billing, CheckpointStores, PlayedReclaims):
     def launch(self, request: LaunchRequest) -> Instance:
         zone = self._check(request)
         digest = hashlib.sha256(request_text(request).encode()).hexdigest()
+        self.workdir.mkdir(parents=True, exist_ok=True)
         with self._dir.locked():
             existing = self._dir.load(request.attempt_id)
             if existing is not None:

@@ -83,8 +83,9 @@ class Workdir:
         """Exclusive use of the workdir, across threads and processes (re-entrant)."""
         with self._mutex:
             if self._depth == 0:
-                self._handle = (self.root / ".lock").open("a")
-                fcntl.flock(self._handle, fcntl.LOCK_EX)
+                self._handle = self._lock_file()
+                if self._handle is not None:
+                    fcntl.flock(self._handle, fcntl.LOCK_EX)
             self._depth += 1
             try:
                 yield
@@ -93,6 +94,19 @@ class Workdir:
                 if self._depth == 0 and self._handle is not None:
                     self._handle.close()  # releases the flock
                     self._handle = None
+
+    def _lock_file(self) -> IO[str] | None:
+        """The lock file, opened; None when there is no folder yet (nothing to guard: a
+        launch makes it first) or it cannot be made (a read-only location: read only)."""
+        try:
+            return (self.root / ".lock").open("a")
+        except FileNotFoundError:
+            return None
+        except OSError:
+            try:
+                return (self.root / ".lock").open("r")  # flock needs no write access
+            except OSError:
+                return None
 
     def run_dir(self, attempt_id: str) -> Path:
         """The folder of one attempt: its record, script, log and exit code."""

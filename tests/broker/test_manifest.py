@@ -34,6 +34,7 @@ from broker.spec import (
 from pricing.gpus import gpu_names
 from pricing.regions import Place
 from pricing.schema import CLOUDS
+from pricing.userio.bounds import MAX_HOURS
 from pricing.userio.errors import UserInputError
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples" / "jobs"
@@ -686,7 +687,7 @@ URIS = st.builds(
     st.from_regex(r"[a-z0-9][a-z0-9.-]{2,20}", fullmatch=True),
     st.from_regex(r"[A-Za-z0-9_./-]{0,20}", fullmatch=True),
 ) | st.from_regex(r"file:///[a-z0-9/]{1,20}", fullmatch=True)
-POSITIVE = st.floats(min_value=0.001, max_value=1e6, allow_nan=False) | st.integers(1, 10**6)
+POSITIVE = st.floats(min_value=0.001, max_value=MAX_HOURS, allow_nan=False) | st.integers(1, 10**4)
 SIZES = st.floats(min_value=0, max_value=1e6) | st.integers(0, 10**6)
 # Any text but YAML 1.1's extra line breaks, which PyYAML's emitter writes raw with allow_unicode.
 CHARACTERS = st.characters(
@@ -914,3 +915,43 @@ def test_fast_yaml_errors_are_pyyaml_errors():
     assert "special characters are not allowed" in info.value.message
     with pytest.raises(UserInputError, match="could not determine a constructor"):
         parse_yaml_documents("a: !!python/name:os.system x\n", WHERE)
+
+
+@pytest.mark.parametrize(
+    ("deadline", "said"),
+    [
+        ("99999999d", "more than 87,660 hours (ten years) after submission"),
+        ("9" * 30 + "d", "more than 87,660 hours"),
+        ("9999-12-31T23:59:59-01:00", "not before the year 3000"),
+        ("3000-01-01T00:00:00Z", "not before the year 3000"),
+    ],
+)
+def test_a_deadline_the_planner_cannot_count_is_refused_at_validate(tmp_path, deadline, said):
+    """`deadline: 99999999d` once validated, and every `broker queue` then died with an
+    OverflowError until the job was cancelled."""
+    path = tmp_path / "job.yaml"
+    path.write_text(
+        "apiVersion: broker/v1\nname: x\nteam: t\nrun: {command: x}\n"
+        f"runtime: {{estimate_hours: 1, deadline: '{deadline}'}}\n"
+    )
+    result = load_manifests([path])
+    (error,) = result.errors
+    assert error.field == "runtime.deadline" and said in error.message
+
+
+def test_what_validates_never_overflows_the_planners_date_arithmetic():
+    """The largest deadlines that validate, through `RuntimeEstimate.deadline_at` and the
+    planner's hours left, for a job submitted as far in the future as a deadline may be."""
+    from dataclasses import replace
+    from datetime import UTC, datetime, timedelta
+
+    from broker.planner.plan import _hours_left
+    from broker.spec import RuntimeEstimate
+    from pricing.userio.bounds import MAX_HOURS
+    from tests.fakes.specs import job_spec
+
+    far = datetime.now(UTC) + timedelta(hours=MAX_HOURS)
+    for deadline in (timedelta(hours=MAX_HOURS), datetime(2999, 12, 31, 23, 59, tzinfo=UTC)):
+        spec = replace(job_spec(), runtime=RuntimeEstimate(MAX_HOURS, deadline))
+        assert spec.runtime.deadline_at(far) is not None
+        assert 0 < _hours_left(spec, far) < float("inf")

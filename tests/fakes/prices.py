@@ -12,7 +12,9 @@ One HTTP server (`PriceFake`) answers, under one base URL:
 Levers, by route key ("azure:1" is Azure's second page, "gcp:0", "aws-bulk:us-east-1",
 "advisor", "pricing-api:0"): `throttle[key] = n` answers 429 n times first,
 `malformed` answers a broken body, `stall` holds the answer until `release` is set
-(`stalled` is set when it starts holding). `calls` lists the keys served, in order.
+(`stalled` is set when it starts holding), `echo` answers an error that quotes the
+request back (its URL and its credential headers, as some error pages do: the canary of
+tests/cli/test_secrets_canary.py). `calls` lists the keys served, in order.
 
 `seeded_spot_history` seeds moto's DescribeSpotPriceHistory (moto has no API for it;
 offline-cloud-testing.md). The `*_world` functions give a small consistent data set.
@@ -53,6 +55,7 @@ class PriceFake:
     stall: str = ""
     stalled: threading.Event = field(default_factory=threading.Event)
     release: threading.Event = field(default_factory=threading.Event)
+    echo: set[str] = field(default_factory=set)
     calls: list[str] = field(default_factory=list)
     api_filters: list[list[dict]] = field(default_factory=list)
 
@@ -71,25 +74,26 @@ class PriceFake:
     def get(self, path: str, query: dict[str, str], headers: Any) -> tuple[int, str, bytes]:
         if path == "/azure/api/retail/prices":
             index = int(query.get("$skip", "0")) // AZURE_PAGE
-            return self._serve(f"azure:{index}", lambda: self._azure(index, query))
+            return self._serve(f"azure:{index}", lambda: self._azure(index, query), headers)
         if path == "/gcp/v1/services/6F81-5844-456A/skus":
             index = int(query.get("pageToken", "tok-0").split("-")[1])
             if headers.get("X-Goog-Api-Key") != GCP_KEY:
                 return 403, "application/json", _json({"error": {"message": "API key not valid"}})
             if query.get("currencyCode") != "USD":
                 return 400, "application/json", _json({"error": {"message": "currency"}})
-            return self._serve(f"gcp:{index}", lambda: self._gcp(index))
+            return self._serve(f"gcp:{index}", lambda: self._gcp(index), headers)
         if path.startswith("/aws/offers/v1.0/aws/AmazonEC2/current/"):
             region = path.split("/")[-2]
             if region not in self.aws_bulk:
                 return 404, "text/plain", b"NoSuchKey"
             body = self.aws_bulk[region].encode()
-            return self._serve(f"aws-bulk:{region}", lambda: (200, "text/csv", body))
+            return self._serve(f"aws-bulk:{region}", lambda: (200, "text/csv", body), headers)
         if path == "/advisor/spot-advisor-data.json" and self.advisor is not None:
-            return self._serve("advisor", lambda: (200, "application/json", _json(self.advisor)))
+            document = _json(self.advisor)
+            return self._serve("advisor", lambda: (200, "application/json", document), headers)
         return 404, "text/plain", b"not found"
 
-    def post(self, target: str, body: dict) -> tuple[int, str, bytes]:
+    def post(self, target: str, body: dict, headers: Any = None) -> tuple[int, str, bytes]:
         if target != "AWSPriceListService.GetProducts":
             return 400, "application/x-amz-json-1.1", _json({"__type": "UnknownOperation"})
         index = int(body.get("NextToken") or "0")
@@ -106,10 +110,12 @@ class PriceFake:
                 reply["NextToken"] = str(index + 1)
             return 200, "application/x-amz-json-1.1", _json(reply)
 
-        return self._serve(f"pricing-api:{index}", answer)
+        return self._serve(f"pricing-api:{index}", answer, headers)
 
-    def _serve(self, key: str, answer) -> tuple[int, str, bytes]:
+    def _serve(self, key: str, answer, headers: Any = None) -> tuple[int, str, bytes]:
         self.calls.append(key)
+        if key in self.echo:
+            return self._echoed(key, headers or {})
         if self.throttle.get(key, 0) > 0:
             self.throttle[key] -= 1
             if key.startswith("pricing-api"):
@@ -122,6 +128,15 @@ class PriceFake:
         if key in self.malformed:
             return 200, "application/json", b'{"Items": [{"unterminated'
         return answer()
+
+    def _echoed(self, key: str, heard: Any) -> tuple[int, str, bytes]:
+        """An error quoting the request's credentials back, in the shape of the route."""
+        names = ("Authorization", "X-Amz-Security-Token", "X-Amz-Date", "X-Goog-Api-Key")
+        quoted = "; ".join(f"{name}: {heard.get(name)}" for name in names if heard.get(name))
+        if key.startswith("pricing-api"):
+            error = {"__type": "UnrecognizedClientException", "message": f"bad request: {quoted}"}
+            return 400, "application/x-amz-json-1.1", _json(error)
+        return 403, "application/json", _json({"error": {"message": f"denied: {quoted}"}})
 
     def _azure(self, index: int, query: dict[str, str]) -> tuple[int, str, bytes]:
         items = self.azure_pages[index] if index < len(self.azure_pages) else []
@@ -160,8 +175,11 @@ class _Handler(BaseHTTPRequestHandler):
 
     def do_POST(self) -> None:  # noqa: N802
         length = int(self.headers.get("Content-Length") or 0)
-        body = json.loads(self.rfile.read(length) or b"{}")
-        self._send(*self.fake.post(self.headers.get("X-Amz-Target", ""), body))
+        try:
+            body = json.loads(self.rfile.read(length) or b"{}")
+        except ValueError:  # an EC2 query (form-encoded): not a route of this fake
+            body = {}
+        self._send(*self.fake.post(self.headers.get("X-Amz-Target", ""), body, self.headers))
 
     def _send(self, status: int, kind: str, body: bytes) -> None:
         self.send_response(status)

@@ -82,3 +82,61 @@ def test_an_undeclared_setting_is_a_programming_error():
 def test_docs_list_every_setting_with_its_variable():
     rows = re.findall(r"^\| `([a-z0-9_]+)` \| `(BROKER_[A-Z0-9_]+)` \|", DOCS.read_text(), re.M)
     assert rows == [(s.name, s.variable) for s in SETTINGS.values()]
+
+
+def test_a_toml_syntax_error_is_file_line_column_and_exit_2(isolated_user_dirs, capsys):
+    from tests.cli.runner import run_cli
+
+    (isolated_user_dirs / "broker.toml").write_text('catalog = "a.csv"\nfreshness_days = \n')
+    with pytest.raises(ConfigError, match=r"broker\.toml:2:\d+: TOML syntax error: Invalid value"):
+        resolve("catalog")
+    result = run_cli(capsys, "offers", "--summary")
+    assert result.code == 2
+    assert re.fullmatch(
+        r"broker: error: .*broker\.toml:2:\d+: TOML syntax error: .*\n", result.stderr
+    )
+
+
+def test_unknown_keys_warn_with_a_did_you_mean_and_their_line(isolated_user_dirs, capsys):
+    from pricing.userio.settings import unknown_keys
+    from tests.cli.runner import run_cli
+
+    (isolated_user_dirs / "broker.toml").write_text(
+        'freshness_days = 7\ncatalgo = "x.csv"\nzzz = 1\n\n[aws_endpiont]\nurl = "x"\n'
+    )
+    path = isolated_user_dirs / "broker.toml"
+    assert unknown_keys() == [
+        f"{path}:2: unknown setting 'catalgo' (did you mean 'catalog'?)",
+        f"{path}:3: unknown setting 'zzz'",
+        f"{path}:5: unknown setting 'aws_endpiont' (did you mean 'aws_endpoint'?)",
+    ]
+    result = run_cli(capsys, "offers", "--summary")
+    assert result.code == 0
+    assert f"broker: warning: {path}:2: unknown setting 'catalgo'" in result.stderr
+
+
+@pytest.mark.parametrize(
+    ("text", "said"),
+    [
+        ("freshness_days = 'abc'", "freshness_days: expected a whole number above 0"),
+        ("max_yaml_bytes = -1", "max_yaml_bytes: expected a whole number above 0"),
+        ("catalog = 5", "catalog: expected a path, got 5"),
+        ("x = " + "[" * 3000 + "]" * 3000, "nested too deep"),
+    ],
+)
+def test_a_setting_of_the_wrong_kind_is_bad_input_naming_the_file(
+    isolated_user_dirs, capsys, text, said
+):
+    from tests.cli.runner import run_cli
+
+    (isolated_user_dirs / "broker.toml").write_text(text + "\n")
+    result = run_cli(capsys, "offers", "--summary")
+    assert result.code == 2 and said in result.stderr and "broker.toml" in result.stderr
+
+
+def test_a_settings_file_that_is_no_regular_file_is_refused(isolated_user_dirs):
+    import os
+
+    os.mkfifo(isolated_user_dirs / "broker.toml")
+    with pytest.raises(ConfigError, match="is a FIFO"):
+        resolve("catalog")

@@ -7,6 +7,7 @@ import base64
 import math
 import re
 import socket
+import threading
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -571,3 +572,22 @@ def test_a_size_cooling_down_after_an_allocation_failure_is_not_offered(harness,
     assert math.isnan(row["price_spot"]) and row["price_on_demand"] == 3.67
     cooling = [u for u in provider.unavailable() if "cooling" in u.reason]
     assert [(u.region, u.instance_type, u.market) for u in cooling] == [(REGION, SIZE, "spot")]
+
+
+def test_check_answers_an_sdk_exception_instead_of_a_thread_traceback(harness, monkeypatch):
+    """An `http://` AZURE_AUTHORITY_HOST is a ValueError inside azure-identity, raised in
+    the check's own thread: it printed a thread traceback and answered nothing."""
+    for name, value in (
+        ("AZURE_AUTHORITY_HOST", "http://127.0.0.1:1"),
+        ("AZURE_CLIENT_ID", "id"),
+        ("AZURE_TENANT_ID", "tenant"),
+        ("AZURE_CLIENT_SECRET", "Abc8Q~NotARealSecret0123456789abcdEFgh"),
+    ):
+        monkeypatch.setenv(name, value)
+    seen: list[BaseException] = []
+    monkeypatch.setattr(threading, "excepthook", lambda args: seen.append(args.exc_value))
+    result = check(2.0, subscription_id=SUBSCRIPTION)
+    assert not result.usable
+    assert result.reason.startswith("check failed: ValueError:") and "https" in result.reason
+    assert seen == []
+    assert "NotARealSecret" not in result.reason

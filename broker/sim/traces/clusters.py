@@ -18,13 +18,14 @@ is usable (docs/simulate.md, "Trace formats").
 from __future__ import annotations
 
 import csv
-import gzip
+import io
 import math
 from collections import Counter
 from datetime import date
 from pathlib import Path
 
 from broker.sim.model import JobList, SimJob
+from pricing.userio.reading import read_text_maybe_gzip
 
 # Alibaba's GPU model names -> catalog names (pricing.gpus). G1-G3 are undisclosed.
 PAI_GPUS: dict[str, str] = {
@@ -40,8 +41,7 @@ SIA_COLUMNS = ("name", "time", "application", "num_replicas", "batch_size")
 
 def _table(path: Path) -> tuple[list[str], list[dict[str, str]]]:
     """Header and rows (the header alone tells a pod list without times, even empty)."""
-    opener = gzip.open if path.suffix == ".gz" else open
-    with opener(path, "rt", newline="") as handle:  # type: ignore[operator]
+    with io.StringIO(read_text_maybe_gzip(path, "trace"), newline="") as handle:
         reader = csv.DictReader(handle)
         return list(reader.fieldnames or ()), list(reader)
 
@@ -131,7 +131,7 @@ def read_sia_workload(path: Path) -> JobList:
     derives run time from per-application profiles (iterations to the target epoch x
     step time per placement) that are not in ../shared, and inventing one would not be
     the trace. Always raises ValueError (after checking the file is one)."""
-    with open(path, newline="") as handle:
+    with io.StringIO(read_text_maybe_gzip(path, "trace"), newline="") as handle:
         header = next(csv.reader(handle), [])
     if tuple(header[: len(SIA_COLUMNS)]) != SIA_COLUMNS:
         raise ValueError(f"{path}: not a Sia workload CSV (expected {','.join(SIA_COLUMNS)})")
@@ -146,7 +146,7 @@ def venus_vc_gpus(path: Path, day: date | str) -> dict[str, int]:
     """Helios Venus per-VC GPU quota on `day` (venus_cluster_gpu_number.csv) as
     {vc: gpus}, for on-prem pool sizes; VCs with no GPUs that day are left out."""
     wanted = day if isinstance(day, str) else day.isoformat()
-    with open(path, newline="") as handle:
+    with io.StringIO(read_text_maybe_gzip(path, "trace"), newline="") as handle:
         rows = list(csv.DictReader(handle))
     for r in rows:
         if r["date"] == wanted:

@@ -17,16 +17,16 @@ factor x its duration (None: no deadlines).
 from __future__ import annotations
 
 import csv
-import gzip
+import io
 from datetime import datetime
 from pathlib import Path
 
 from broker.sim.model import JobList, SimJob
+from pricing.userio.reading import read_text_maybe_gzip
 
 
 def _rows(path: Path) -> list[dict[str, str]]:
-    opener = gzip.open if path.suffix == ".gz" else open
-    with opener(path, "rt", newline="") as handle:  # type: ignore[operator]
+    with io.StringIO(read_text_maybe_gzip(path, "trace"), newline="") as handle:
         return list(csv.DictReader(handle))
 
 
@@ -117,12 +117,20 @@ def read_jobs_csv(path: Path) -> JobList:
 
 def read_jobs(path: Path, **options) -> JobList:
     """Detect the format from the header; `options` go to the Philly and Alibaba readers
-    (gpu, limit, deadline_factor)."""
+    (gpu, limit, deadline_factor). Every error names the file (a ValueError)."""
+    try:
+        return _read_jobs(Path(path), **options)
+    except KeyError as exc:
+        raise ValueError(f"{path}: no column {exc} in a row") from None
+    except (ValueError, TypeError, OverflowError, ArithmeticError) as exc:
+        text = str(exc)
+        raise ValueError(text if text.startswith(str(path)) else f"{path}: {text}") from None
+
+
+def _read_jobs(path: Path, **options) -> JobList:
     from broker.sim.traces import clusters
 
-    opener = gzip.open if Path(path).suffix == ".gz" else open
-    with opener(path, "rt") as handle:  # type: ignore[operator]
-        header = handle.readline()
+    header = read_text_maybe_gzip(path, "trace").partition("\n")[0]
     fields = set(header.strip().split(","))
     if header.startswith("timestamp,duration"):
         return read_philly(Path(path), **options)

@@ -5,18 +5,19 @@ and published costs of the V100 scenario), and the AWS inter-region egress table
 from __future__ import annotations
 
 import csv
-import gzip
-import json
+import io
 from dataclasses import replace
 from pathlib import Path
 
 from broker.sim.model import SpotTrace, TracePlace
+from pricing.userio.reading import load_json, read_text_maybe_gzip
 
 
 def read_v100_prices(path: Path) -> dict[str, tuple[float, ...]]:
     """{"us-east-1a": (USD/h per tick, ...)} from aws_v100_spot_prices.json.gz."""
-    with gzip.open(path, "rt") as handle:
-        data = json.load(handle)
+    data = load_json(path, "trace")
+    if not isinstance(data, dict):
+        raise ValueError(f"{path}: expected a JSON object of price series per zone")
     return {key.split("_")[0]: tuple(float(p) for p in values) for key, values in data.items()}
 
 
@@ -33,7 +34,7 @@ def with_prices(trace: SpotTrace, prices: dict[str, tuple[float, ...]]) -> SpotT
 
 def read_results(path: Path) -> list[dict[str, str]]:
     """Rows of a results/*.csv.gz table."""
-    with gzip.open(path, "rt", newline="") as handle:
+    with io.StringIO(read_text_maybe_gzip(path, "trace"), newline="") as handle:
         return list(csv.DictReader(handle))
 
 

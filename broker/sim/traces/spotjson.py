@@ -11,7 +11,6 @@ File names `<zone>_<kind>_<count>.json` give the zone and the GPU ("v100" -> V10
 
 from __future__ import annotations
 
-import json
 import re
 from collections.abc import Iterable
 from pathlib import Path
@@ -60,21 +59,31 @@ def read_availability(
 
 
 def read_spot(paths: Iterable[Path], *, preempted: bool = False) -> SpotTrace:
-    """Every JSON file of `paths` (files or folders, recursively, sorted)."""
+    """Every JSON file of `paths` (files or folders, recursively, sorted); a file that is
+    not availability data is a ValueError naming it."""
     places = {}
     files = []
     for path in map(Path, paths):
-        files += sorted(path.rglob("*.json")) if path.is_dir() else [path]
+        found = sorted(path.rglob("*.json")) if path.is_dir() else [path]
+        if not found:
+            raise ValueError(f"{path}: no availability files (*.json) in this folder")
+        files += found
     for file in files:
-        place, availability = read_availability(file, preempted=preempted)
+        try:
+            place, availability = read_availability(file, preempted=preempted)
+        except KeyError as exc:
+            raise ValueError(f"{file}: no {exc} in the availability data") from None
+        except (ValueError, TypeError, OverflowError) as exc:
+            text = str(exc)
+            raise ValueError(text if text.startswith(str(file)) else f"{file}: {text}") from None
         places[place] = availability
     return SpotTrace(places, ", ".join(str(p) for p in paths))
 
 
 def _load(path: Path) -> dict:
-    if path.suffix == ".gz":
-        import gzip
+    from pricing.userio.reading import load_json
 
-        with gzip.open(path, "rt") as handle:
-            return json.load(handle)
-    return json.loads(path.read_text())
+    data = load_json(path, "trace")
+    if not isinstance(data, dict):
+        raise ValueError(f"{path}: expected a JSON object with metadata and data")
+    return data

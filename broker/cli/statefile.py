@@ -1,0 +1,90 @@
+"""How a command opens the state file: the one place that decides what reading and
+writing commands do with a missing, foreign, damaged, newer or read-only state file.
+
+- nothing there: a read command (queue, status, logs, cost-report) gives an empty
+  result with one note on stderr and exits 0, creating nothing; a write command
+  creates the file;
+- a broker state file: opened; in a read-only location a read command opens it
+  read-only (no WAL switch, nothing created) and a write command is refused (exit 1);
+- not a broker state file, a damaged one, one written by a newer broker: refused
+  with one line (exit 2) naming the file (and the schema version it needs), unchanged.
+
+See docs/state.md ("Opening a state file").
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import TYPE_CHECKING, Literal
+
+from broker.cli.exits import BAD_INPUT, FAILED, fail
+
+if TYPE_CHECKING:
+    from broker.state import StateStore
+    from broker.state.files import Examined
+
+Mode = Literal["read", "write"]
+
+
+def state_path(flag: Path | None) -> Path:
+    """The state file in force: `--state`, else the `state` setting, else the default."""
+    from broker.state import default_state_path
+    from pricing.userio.settings import resolve_path
+
+    return resolve_path("state", flag) or default_state_path()
+
+
+def check_state(path: Path, mode: Mode) -> Examined:
+    """What is at `path`, when a command in `mode` may use it; else the command stops
+    with one line (a command checks this before it writes anything beside the file)."""
+    from broker.state.files import StateFileError, examine
+
+    try:
+        found = examine(path)
+    except StateFileError as exc:
+        fail(str(exc), BAD_INPUT)
+    if mode == "write" and not found.writable:
+        where = f"the state file {path} is in a read-only location"
+        fail(f"{where}: this command writes it", FAILED)
+    return found
+
+
+@contextmanager
+def opened_store(path: Path, mode: Mode) -> Iterator[StateStore | None]:
+    """The store at `path`, opened for `mode`; None for a read of a missing (or empty)
+    file, after a one-line note. A refusal, or SQLite finding the file damaged while
+    the command uses it, stops the command with one line (codes in the table above)."""
+    import sqlite3
+
+    from broker.clock import SystemClock
+    from broker.state import SchemaTooNew, StateStore
+    from broker.state.files import ReadOnlyState, StateFileError
+
+    found = check_state(path, mode)
+    try:
+        if mode == "read" and found.kind in ("missing", "empty"):
+            print(f"broker: no state file at {path} yet: nothing was submitted", file=sys.stderr)
+            store = None
+        else:
+            read_only = mode == "read" and not found.writable
+            store = StateStore.open(path, SystemClock(), read_only=read_only)
+    except ReadOnlyState as exc:
+        fail(str(exc), FAILED)
+    except (StateFileError, SchemaTooNew) as exc:
+        fail(str(exc), BAD_INPUT)
+    if store is None:
+        yield None
+        return
+    try:
+        yield store
+    except sqlite3.OperationalError as exc:
+        if "readonly" in str(exc):
+            fail(f"the state file {path} cannot be written here: {exc}", FAILED)
+        raise
+    except sqlite3.DatabaseError as exc:  # found while reading: "database disk image is malformed"
+        fail(f"the state file {path} is damaged ({exc}); it was not changed", BAD_INPUT)
+    finally:
+        store.close()

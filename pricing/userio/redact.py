@@ -1,0 +1,138 @@
+"""The one redaction of secrets, for every room: whatever leaves the process or is
+stored (an error, an event, a ledger detail, a status file, a log the broker writes, a
+report) passes through `redact` first, and a URI is stored without its user part
+(`without_userinfo`).
+
+`redact` masks, as `***`:
+- credentials after a name that says so (`password=`, `"client_secret": "..."`,
+  `SessionToken: ...`, `X-Amz-Signature=`, `sig=` of an Azure SAS, `AccountKey=`);
+- `Authorization:` and `Cookie:` header values, `Bearer` tokens;
+- the user part of a URI (`s3://user:PASS@host/` -> `s3://***@host/`);
+- keys known by their shape: AWS access key ids (`AKIA...`, `ASIA...`) and session
+  tokens, secret access keys, Google API keys and OAuth tokens, Azure AD client
+  secrets, GitHub and GitLab tokens, JWTs, PEM private key blocks, and any long token
+  mixing upper case, lower case and digits.
+It errs on the side of masking (a leaked secret cannot be taken back), while keeping
+what helps debugging: instance ids, request ids (UUIDs), paths, error codes.
+
+Only `re` is imported; the patterns compile on first use.
+"""
+
+from __future__ import annotations
+
+import functools
+import re
+
+MASK = "***"
+
+
+@functools.cache
+def _patterns() -> tuple[tuple[re.Pattern[str], str], ...]:
+    """(pattern, replacement) in the order they apply: named values first, shapes last."""
+    shapes = (
+        # PEM private keys (RSA, EC, OPENSSH, ENCRYPTED, PGP ... BLOCK), to their end
+        r"-----BEGIN [A-Z ]*PRIVATE KEY[A-Z ]*-----.*?"
+        r"(?:-----END [A-Z ]*PRIVATE KEY[A-Z ]*-----|$)",
+        r"\beyJ[A-Za-z0-9_-]+\.[A-Za-z0-9_-]+\.[A-Za-z0-9_-]*",  # JWT
+        r"\b(?:AKIA|ASIA|AGPA|AIDA|AROA|ANPA|ANVA|AIPA|ABIA|ACCA)[A-Z0-9]{16}\b",  # AWS key id
+        r"\b(?:FwoGZXIvYXdz|IQoJb3JpZ2lu)[A-Za-z0-9+/=_-]+",  # AWS session token
+        r"\bAIza[0-9A-Za-z_-]{35}",  # Google API key
+        r"\bya29\.[0-9A-Za-z_.-]+",  # Google OAuth access token
+        r"\b1//[0-9A-Za-z_-]{30,}",  # Google OAuth refresh token
+        r"(?<![A-Za-z0-9_~.-])[A-Za-z0-9_~.-]{3}\dQ~[A-Za-z0-9_~.-]{31,34}",  # Azure AD secret
+        r"\b(?:ghp|gho|ghs|ghu|ghr|github_pat|glpat|xox[abpr])[_-][A-Za-z0-9_-]{10,}",
+        # AWS secret access keys: 40 base64 characters mixing upper, lower and digits
+        r"(?<![A-Za-z0-9+/=])(?=[A-Za-z0-9+/]{0,39}[A-Z])(?=[A-Za-z0-9+/]{0,39}[a-z])"
+        r"(?=[A-Za-z0-9+/]{0,39}[0-9])[A-Za-z0-9+/]{40}(?![A-Za-z0-9+/=])",
+        # long base64 with + or = (Azure storage keys, tokens), mixing all three: not a path
+        r"(?<![A-Za-z0-9+/=_-])(?=[A-Za-z0-9+/=_-]*[A-Z])(?=[A-Za-z0-9+/=_-]*[a-z])"
+        r"(?=[A-Za-z0-9+/=_-]*[0-9])(?=[A-Za-z0-9+/=_-]*[+=])[A-Za-z0-9+/=_-]{40,}",
+        # any other long token mixing upper, lower and digits (ids and UUIDs are one case),
+        # but for a folder or file name in a path (errors must name the user's files)
+        r"(?<![A-Za-z0-9_+=/-])(?=[A-Za-z0-9_+=-]*[A-Z])(?=[A-Za-z0-9_+=-]*[a-z])"
+        r"(?=[A-Za-z0-9_+=-]*[0-9])[A-Za-z0-9_+=-]{32,}(?![A-Za-z0-9_+=-]|\.[A-Za-z]{1,5}\b|/)",
+    )
+    named = re.compile(
+        r"""(?ix)
+        (?P<name>["']?[\w.-]*(?:secret|token|passw(?:or)?d|pwd|credential|signature|api[_-]?key
+            |access[_-]?key|account[_-]?key|private[_-]?key|shared[_-]?access[_-]?key|\bsig\b
+            |session[_-]?key|client[_-]?key|\bauth\b)
+            [\w.-]*["']?)
+        (?P<sep>\s*[:=]\s*)
+        (?P<value>"[^"]*"|'[^']*'|[^\s,;&"'<>)}\]]+)
+        """
+    )
+    return (
+        (re.compile(r"(?i)\b([a-z][a-z0-9+.-]*://)[^/\s@?#]+@"), rf"\1{MASK}@"),  # userinfo
+        (
+            re.compile(r"(?i)\b(authorization\s*[:=]\s*)(?:(?:bearer|basic|token)\s+)?[^\s,;]+"),
+            rf"\1{MASK}",
+        ),
+        (re.compile(r"(?i)\b((?:set-)?cookie\s*:\s*)[^\r\n]+"), rf"\1{MASK}"),
+        (re.compile(r"(?i)\b(bearer\s+)[A-Za-z0-9._~+/=-]+"), rf"\1{MASK}"),
+        (named, ""),  # replaced by _mask_named
+        *((re.compile(shape, re.S), MASK) for shape in shapes),
+    )
+
+
+def redact(text: str) -> str:
+    """`text` with anything that looks like a key, token, password or signature masked."""
+    if not text:
+        return text
+    for pattern, replacement in _patterns():
+        if replacement:
+            text = pattern.sub(replacement, text)
+        else:
+            text = pattern.sub(_mask_named, text)
+    return text
+
+
+def redact_data(value: object) -> object:
+    """`redact` applied to every string in nested lists, tuples and dicts (keys too), and
+    a text value under a key that names a secret (`{"token": "..."}`) masked whole: an
+    event's or a status file's data before it is stored."""
+    if isinstance(value, str):
+        return redact(value)
+    if isinstance(value, dict):
+        return {
+            redact_data(key): MASK
+            if isinstance(key, str) and isinstance(item, str) and _secret_name().search(key)
+            else redact_data(item)
+            for key, item in value.items()
+        }
+    if isinstance(value, list):
+        return [redact_data(item) for item in value]
+    if isinstance(value, tuple):
+        return tuple(redact_data(item) for item in value)
+    return value
+
+
+@functools.cache
+def _secret_name() -> re.Pattern[str]:
+    """A key that names a secret (the names of `redact`'s named values)."""
+    return re.compile(
+        r"(?i)(?:secret|token|passw(?:or)?d|pwd|credential|signature|api[_-]?key|access[_-]?key"
+        r"|account[_-]?key|private[_-]?key|session[_-]?key|client[_-]?key|^sig$|^auth"
+        r"|authorization|cookie)"
+    )
+
+
+def without_userinfo(uri: str) -> str:
+    """`uri` without a user part: `s3://user:PASS@host/x` -> `s3://host/x` (what is
+    stored and shown of a URI); other text unchanged."""
+    scheme, sep, rest = uri.partition("://")
+    if not sep:
+        return uri
+    authority, slash, path = rest.partition("/")
+    if "@" in authority:
+        authority = authority.rsplit("@", 1)[1]
+    return f"{scheme}{sep}{authority}{slash}{path}"
+
+
+def _mask_named(match: re.Match[str]) -> str:
+    value = match["value"]
+    if value[:1] in "\"'" and value[-1:] == value[:1] and len(value) >= 2:
+        masked = f"{value[0]}{MASK}{value[0]}"
+    else:
+        masked = MASK
+    return f"{match['name']}{match['sep']}{masked}"

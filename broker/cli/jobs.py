@@ -251,8 +251,8 @@ def status(
             Column("where", "where"),
             Column("market", "market"),
             Column("price_per_hour", "$/h"),
-            Column("billed_hours", "hours"),
-            Column("cost_usd", "cost $"),
+            Column("billed_hours", "hours", number, True),  # exact in JSON, rounded here
+            Column("cost_usd", "cost $", usd, True),
             Column("exit_code", "exit"),
         ),
         output,

@@ -95,7 +95,7 @@ class Checkpoints:
         )
         return [entry] if entry is not None else []
 
-    def lost_work(self, job: Job, attempt: Attempt, instance: Instance, hours: float) -> str:
+    def lost_work(self, job: Job, attempt: Attempt, instance: Instance, hours) -> str:
         """Record when the interrupted attempt last checkpointed; say how much work it lost
         (billed hours since that checkpoint, or since its start without one)."""
         here = attempt.placed_on
@@ -109,5 +109,5 @@ class Checkpoints:
             at = start
         if at is None or start is None or end is None or end <= start:
             return ""
-        lost = hours * max(0.0, (end - at).total_seconds()) / (end - start).total_seconds()
+        lost = float(hours) * max(0.0, (end - at).total_seconds()) / (end - start).total_seconds()
         return f"; lost {lost:.2f} h of work since the last checkpoint"

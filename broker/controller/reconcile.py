@@ -19,6 +19,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from decimal import Decimal
 from typing import TYPE_CHECKING
 
 from broker.clock import Clock
@@ -247,7 +248,7 @@ class Controller(Launching):
         outcome: str,
         code: int | None,
         reason: str,
-        hours: float,
+        hours: Decimal | float,
         to: JobState | None,
     ) -> None:
         """End an attempt with its charges (time, data moved, the checkpoint's copy)."""
@@ -268,12 +269,14 @@ class Controller(Launching):
         entries = attempt_charges(attempt, hours, spec, outcome, earlier) + moved
         self.store.finish_attempt(attempt.id, outcome, code, reason, hours, entries, job_to=to)
 
-    def _billed_hours(self, instance: Instance) -> float:
+    def _billed_hours(self, instance: Instance) -> Decimal:
+        """The instance's billed time, in whole seconds (`broker.state.money`)."""
+        from broker.state.money import billed_hours
         from providers.base import launch_to_end_hours
 
         if self._billing is not None:
-            return float(self._billing.billed_hours(instance))
-        return launch_to_end_hours(instance)
+            return billed_hours(self._billing.billed_hours(instance))
+        return billed_hours(launch_to_end_hours(instance))
 
     def _record_notices(self, report: PassReport) -> None:
         """Record each interruption notice on its attempt (broker.interruption's table);

@@ -4,8 +4,10 @@ Lost work: the hourly entries of an interrupted attempt are lost in the share
 of the attempt that came after its last recorded checkpoint
 (`StateStore.record_checkpoint`), measured from the attempt's running time
 (or its start) to its end; with no checkpoint recorded the whole attempt is lost.
-That share of the entry's hours and cost is its lost work (hours rounded to
-1e-9 and dollars to 1e-6 when the share is not whole; sums stay exact).
+That share of the entry's hours and cost is its lost work, and the on-demand
+baseline is a rate times hours: these derived figures are rounded once, per entry,
+to the ledger's precisions (`broker.state.money`: 1e-6 h and 1e-6 USD); sums stay
+exact.
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ from typing import TYPE_CHECKING
 
 from broker.reports.query import ZERO, Line
 from broker.state.model import AttemptState, multiply, to_decimal, total
+from broker.state.money import HOURS_STEP, USD_STEP, money
 
 if TYPE_CHECKING:
     from broker.reports.savings import OnDemandPrices
@@ -25,8 +28,6 @@ if TYPE_CHECKING:
     from broker.state import Attempt, Job, LedgerEntry, StateStore
 
 _MICROSECOND = timedelta(microseconds=1)
-HOURS_STEP = Decimal("1e-9")
-USD_STEP = Decimal("1e-6")
 
 
 @dataclass(frozen=True, slots=True)
@@ -85,7 +86,7 @@ def _line(
     hourly = entry.kind != "egress"
     gpus = ZERO
     if hourly and placed is not None and placed.accelerator:
-        gpus = multiply(to_decimal(placed.accelerator_count), to_decimal(placed.nodes))
+        gpus = _whole(multiply(to_decimal(placed.accelerator_count), to_decimal(placed.nodes)))
     share = lost_share(attempt, ledger.checkpoints.get(entry.attempt_id or "")) if hourly else ZERO
     lost_hours = _portion(entry.quantity, share, HOURS_STEP)
     lost_usd = _portion(entry.amount_usd, share, USD_STEP)
@@ -93,7 +94,7 @@ def _line(
     if hourly and attempt is not None and rate_of is not None:
         rate = rate_of(attempt)
         if rate is not None:
-            baseline = multiply(rate, total((entry.quantity, -lost_hours)))
+            baseline = money(multiply(rate, total((entry.quantity, -lost_hours))))
     keys = {
         "job": f"{job.team}/{job.name}",
         "team": job.team,
@@ -113,6 +114,12 @@ def _line(
         keys=keys, detail=entry.detail, gpus=gpus, lost_hours=lost_hours, lost_usd=lost_usd,
         baseline_usd=baseline,
     )  # fmt: skip
+
+
+def _whole(gpus: Decimal) -> Decimal:
+    """8.0 GPUs as 8, so that GPU-hours keep the 6 places of the hours."""
+    integral = gpus.to_integral_value()
+    return integral if gpus == integral else gpus
 
 
 def _portion(value: Decimal, share: Decimal, step: Decimal) -> Decimal:

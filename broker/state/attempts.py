@@ -26,10 +26,11 @@ from broker.state.model import (
     decimal_text,
     json_text,
     ledger_columns,
-    to_decimal,
     total,
     ts_text,
 )
+from broker.state.money import billed_hours as billed
+from broker.state.money import hours_text, money_text
 from broker.state.placed import PlacedOn
 
 if TYPE_CHECKING:
@@ -136,7 +137,7 @@ class AttemptWrites:
         """
         if outcome not in OUTCOME_JOB_STATE:
             raise ValueError(f"outcome must be one of {sorted(OUTCOME_JOB_STATE)}: {outcome!r}")
-        hours = to_decimal(billed_hours)
+        hours = billed(billed_hours)  # whole seconds (broker.state.money)
         target = JobState(job_to) if job_to is not None else OUTCOME_JOB_STATE[outcome]
         with self._write() as now:
             att = self._attempt_row(attempt_id)
@@ -145,14 +146,14 @@ class AttemptWrites:
             job_id = att["job_id"]
             rows = [ledger_columns(entry, att, hours, now) for entry in ledger_entries]
             ended = {"state": AttemptState(outcome), "ended_at": now, "exit_code": exit_code}
-            ended |= {"reason": reason, "billed_hours": decimal_text(hours)}
+            ended |= {"reason": reason, "billed_hours": hours_text(hours)}
             self._update("attempts", {"id": attempt_id}, ended)
             for columns in rows:
                 ids = {"job_id": job_id, "attempt_id": attempt_id, "created_at": now}
                 self._insert("ledger", columns | ids)
-            charged = decimal_text(total(Decimal(columns["amount_usd"]) for columns in rows))
+            charged = money_text(total(Decimal(columns["amount_usd"]) for columns in rows))
             message = f"attempt {att['number']} {outcome}" + (f": {reason}" if reason else "")
-            data = {"outcome": outcome, "exit_code": exit_code, "billed_hours": decimal_text(hours)}
+            data = {"outcome": outcome, "exit_code": exit_code, "billed_hours": hours_text(hours)}
             data["charged_usd"] = charged
             state = self._job_state(job_id)
             if state in (JobState.LAUNCHING, JobState.RUNNING) and self._is_latest(att):

@@ -303,8 +303,9 @@ def ledger_columns(
 ) -> dict[str, str]:
     """The ledger columns of one entry of `finish_attempt`, every amount exact.
 
-    Keys: kind (compute|egress|onprem), quantity, unit, unit_price_usd, amount_usd
-    (default quantity x unit price, multiplied exactly), market, price_source,
+    Keys: kind (compute|egress|onprem), quantity (hourly kinds: billed hours, kept
+    in whole seconds), unit, unit_price_usd, amount_usd (default quantity x unit
+    price; rounded once to 1e-6 USD, `broker.state.money`), market, price_source,
     price_as_of (default the attempt's: the price in force at launch), period_start
     (default the attempt's start), period_end (default now), cloud and region (the
     place that bills the entry; default the attempt's placement) and detail (free
@@ -320,17 +321,21 @@ def ledger_columns(
     by_hour = kind != "egress"
     if not by_hour and ("quantity" not in entry or "unit_price_usd" not in entry):
         raise ValueError(f"a {kind} ledger entry needs quantity and unit_price_usd")
+    from broker.state.money import billed_hours, hours_text, money_text
+    from broker.state.placed import PlacedOn
+
     quantity = to_decimal(entry.get("quantity", hours))
+    if by_hour:
+        quantity = billed_hours(quantity)  # whole seconds (broker.state.money)
     unit_price = to_decimal(entry.get("unit_price_usd", attempt["price_per_hour_usd"]))
     given = entry.get("amount_usd")
     amount = to_decimal(given) if given is not None else multiply(quantity, unit_price)
-    from broker.state.placed import PlacedOn
 
     placed = PlacedOn.from_row(json.loads(attempt["placement_json"]))
     return {
         "kind": kind,
-        "amount_usd": decimal_text(amount),
-        "quantity": decimal_text(quantity),
+        "amount_usd": money_text(amount),  # rounded once, here
+        "quantity": hours_text(quantity) if by_hour else decimal_text(quantity),
         "unit": str(entry.get("unit", "hour" if by_hour else "GB")),
         "unit_price_usd": decimal_text(unit_price),
         "market": str(entry.get("market", attempt["market"])),

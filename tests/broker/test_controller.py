@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from decimal import ROUND_HALF_EVEN, Decimal
 from pathlib import Path
 
 import pytest
@@ -55,7 +56,8 @@ def test_a_job_runs_once_and_is_billed_once(rt):
     assert attempt.state == AttemptState.SUCCEEDED
     (charge,) = rt.store.ledger(job_id=job_id)
     assert charge.kind == "compute" and charge.amount_usd > 0
-    assert charge.amount_usd == attempt.price_per_hour * attempt.billed_hours
+    exact = attempt.price_per_hour * attempt.billed_hours  # rounded once, to 1e-6 USD
+    assert charge.amount_usd == exact.quantize(Decimal("1e-6"), ROUND_HALF_EVEN)
     rt.controller.run_pass()  # another pass changes nothing
     assert len(rt.store.ledger(job_id=job_id)) == 1
 

@@ -27,10 +27,14 @@ def interrupt(
 ) -> None:
     """Reclaim a running sandbox instance as a cloud would: the job gets SIGTERM (it
     checkpoints and exits), and the next `broker run` pass recovers it elsewhere."""
-    from broker.state import UnknownJob
+    from broker.state import OPEN_ATTEMPT, UnknownJob
 
     with runtime(state, catalog, pools, overlays) as rt:
-        running = {i.provider_id: i for i in rt.store.instances(state="running")}
+        running = {  # the live instance of an attempt still open (not an earlier one)
+            i.provider_id: i
+            for i in rt.store.instances(state="running")
+            if i.attempt_id and rt.store.attempt(i.attempt_id).state in OPEN_ATTEMPT
+        }
         if target not in running:
             try:
                 job = rt.store.job(target)

@@ -76,6 +76,7 @@ class Controller(Launching):
     settings: DispatchSettings = field(default_factory=DispatchSettings)
     _specs: dict[tuple[str, int], JobSpec] = field(default_factory=dict, init=False)
     _steered: dict[str, str] = field(default_factory=dict, init=False)  # job id -> say
+    _started: bool = field(default=False, init=False)
 
     def __post_init__(self) -> None:
         provider = self.provider  # its optional abilities, checked once
@@ -90,6 +91,9 @@ class Controller(Launching):
 
     def run_pass(self) -> PassReport:
         report = PassReport()
+        if not self._started:  # instance rows a broker from before left live
+            self.store.close_stale_instances()
+            self._started = True
         self._recover()
         self._observe(report)
         self._sweep(report)
@@ -233,7 +237,7 @@ class Controller(Launching):
         if verdict.outcome == "interrupted":
             reason += self.checkpoints.lost_work(job, attempt, instance, hours)
         code = instance.exit_code
-        self._close(attempt, verdict.outcome, code, reason, hours, verdict.next_state)
+        self._close(attempt, verdict.outcome, code, reason, hours, verdict.next_state, instance)
         if verdict.outcome == "interrupted":
             # Back to the queue: the next plan prices moving the checkpoint from where it
             # lives, the reclaimed place is closed for spot a while (broker.recovery).
@@ -250,8 +254,10 @@ class Controller(Launching):
         reason: str,
         hours: Decimal | float,
         to: JobState | None,
+        instance: Instance | None = None,
     ) -> None:
-        """End an attempt with its charges (time, data moved, the checkpoint's copy)."""
+        """End an attempt with its charges (time, data moved, the checkpoint's copy), and
+        its instance rows as `instance` last reported (terminated: gone, or never up)."""
         from broker.recovery import with_checkpoint_at
         from broker.state.charges import attempt_charges
         from pricing.regions import Place
@@ -267,7 +273,10 @@ class Controller(Launching):
                 spec = with_checkpoint_at(spec, Place(here.cloud, here.region))
                 moved = self.checkpoints.migration_charge(attempt, spec)
         entries = attempt_charges(attempt, hours, spec, outcome, earlier) + moved
-        self.store.finish_attempt(attempt.id, outcome, code, reason, hours, entries, job_to=to)
+        ended = instance.state if instance is not None else "terminated"
+        self.store.finish_attempt(
+            attempt.id, outcome, code, reason, hours, entries, job_to=to, instance_state=ended
+        )
 
     def _billed_hours(self, instance: Instance) -> Decimal:
         """The instance's billed time, in whole seconds (`broker.state.money`)."""
@@ -331,7 +340,7 @@ class Controller(Launching):
                 self.provider.terminate(known.provider_id)
                 instance = self.provider.describe(known.provider_id)
                 hours = self._billed_hours(instance)
-                self._close(attempt, outcome, instance.exit_code, reason, hours, None)
+                self._close(attempt, outcome, instance.exit_code, reason, hours, None, instance)
 
     # --- spot survival -----------------------------------------------------------------
 

@@ -15,6 +15,7 @@ from decimal import Decimal
 from typing import TYPE_CHECKING, Any
 
 from broker.state.model import (
+    LIVE_INSTANCE,
     OPEN_ATTEMPT,
     OUTCOME_JOB_STATE,
     TERMINATED,
@@ -125,8 +126,10 @@ class AttemptWrites:
         billed_hours: Any = 0,
         ledger_entries: Sequence[Mapping[str, Any]] = (),
         job_to: JobState | None = None,
+        instance_state: str = TERMINATED,
     ) -> bool:
-        """End an attempt, move its job and write its ledger entries, all in one transaction.
+        """End an attempt, move its job, write its ledger entries and close its instance
+        rows (to `instance_state`, what the provider last reported), in one transaction.
 
         False (no change, nothing billed) when the attempt has already ended: a
         restarted or second controller cannot bill twice. The job moves to
@@ -155,6 +158,9 @@ class AttemptWrites:
             message = f"attempt {att['number']} {outcome}" + (f": {reason}" if reason else "")
             data = {"outcome": outcome, "exit_code": exit_code, "billed_hours": hours_text(hours)}
             data["charged_usd"] = charged
+            closed = self._close_instances(attempt_id, instance_state, now)
+            if closed:
+                data["instances"] = closed
             state = self._job_state(job_id)
             if state in (JobState.LAUNCHING, JobState.RUNNING) and self._is_latest(att):
                 self._move(job_id, state, target, now, message, data, attempt_id)
@@ -215,6 +221,40 @@ class AttemptWrites:
 
     # --- instances ------------------------------------------------------------------
 
+    def close_stale_instances(self) -> int:
+        """Close the instance rows still live whose attempt has ended (left by a broker
+        from before attempts closed their instances); how many. A controller runs it on
+        start-up; it writes only when there is something to close."""
+        marks = ",".join("?" * len(OPEN_ATTEMPT))
+        live = ",".join("?" * len(LIVE_INSTANCE))
+        sql = (
+            "SELECT DISTINCT i.attempt_id FROM instances i JOIN attempts a ON a.id = i.attempt_id"
+            f" WHERE i.state IN ({live}) AND a.state NOT IN ({marks})"
+        )
+        stale = [row[0] for row in self._conn.execute(sql, (*LIVE_INSTANCE, *OPEN_ATTEMPT))]
+        if not stale:
+            return 0
+        count = 0
+        with self._write() as now:
+            for attempt_id in stale:
+                if self._attempt_row(attempt_id)["state"] not in OPEN_ATTEMPT:  # still ended
+                    count += len(self._close_instances(attempt_id, TERMINATED, now))
+        return count
+
+    def _close_instances(self, attempt_id: str, state: str, now: str) -> list[str]:
+        """Mark the attempt's live instance rows ended (`state`, stamped gone now); their
+        provider ids. Inside a write transaction."""
+        live = ",".join("?" * len(LIVE_INSTANCE))
+        sql = f"SELECT provider_id FROM instances WHERE attempt_id = ? AND state IN ({live})"
+        ids = [row[0] for row in self._conn.execute(sql, (attempt_id, *LIVE_INSTANCE))]
+        ended = state if state not in LIVE_INSTANCE else TERMINATED
+        update = (
+            "UPDATE instances SET state = ?, updated_at = ?, terminated_at = COALESCE("
+            f"terminated_at, ?) WHERE attempt_id = ? AND state IN ({live})"
+        )
+        self._conn.execute(update, (ended, now, now, attempt_id, *LIVE_INSTANCE))
+        return ids
+
     def record_instance(
         self,
         cloud: str,
@@ -230,7 +270,8 @@ class AttemptWrites:
         """Record what a provider reports about an instance (None keeps what is known).
 
         `provider_id` is unique within its cloud (adapters qualify names that are
-        not, e.g. GCP's `zone/name`). The state "terminated" stamps `terminated_at`.
+        not, e.g. GCP's `zone/name`). An ended state stamps `terminated_at` (when the
+        instance was seen gone).
         """
         given = {"region": region, "zone": zone, "instance_type": instance_type, "tags": tags}
         found = {k: v for k, v in given.items() if v is not None}
@@ -253,7 +294,7 @@ class AttemptWrites:
             row["tags_json"] = json_text(dict(found["tags"]))
         state = str(found["state"])
         row |= {"state": state, "updated_at": now}
-        if state == TERMINATED and not row.get("terminated_at"):
+        if state not in LIVE_INSTANCE and not row.get("terminated_at"):
             row["terminated_at"] = now
         if old is None:
             self._insert("instances", row | key | {"created_at": now})

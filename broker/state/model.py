@@ -105,7 +105,8 @@ OUTCOME_JOB_STATE: dict[str, JobState] = {
     "cancelled": JobState.CANCELLED,
 }
 LEDGER_KINDS = ("compute", "egress", "onprem")
-TERMINATED = "terminated"  # the instance state that sets `terminated_at`
+TERMINATED = "terminated"  # an instance row's state once its attempt ended, if not told
+LIVE_INSTANCE = ("pending", "running")  # instance rows in these states may still bill
 
 
 @dataclass(frozen=True, slots=True)

@@ -90,7 +90,8 @@ def test_interrupt_after_a_reclaim_picks_the_live_instance(rt, tmp_path, capsys)
         (attempt,) = rt.store.attempts(job_id, states=OPEN_ATTEMPT)
         place = attempt.placed_on
         store = Path(rt.provider.checkpoint_store(job_id, place.cloud, place.region))
-        assert wait_until(lambda: (store / "checkpoint.json").exists(), timeout=30)
+        saved = store / "checkpoint.json"
+        assert wait_until(saved.exists, timeout=30)
         interrupt = run_cli(capsys, "sandbox", "interrupt", "long-spot", "--state", state)
         assert interrupt.code == 0, interrupt.stderr
         (live,) = rt.store.instances(attempt_id=attempt.id)

@@ -143,6 +143,7 @@ class Controller(Launching):
     def _observe(self, report: PassReport) -> None:
         from broker.state import OPEN_ATTEMPT, AttemptState
 
+        self._record_notices(report)  # first: an ended attempt is judged knowing them
         for job in self.store.jobs(states=(*ACTIVE, JobState.CANCELLED)):
             for attempt in self.store.attempts(job.id, states=OPEN_ATTEMPT):
                 instance = self._instance_of(job, attempt, report)
@@ -163,7 +164,6 @@ class Controller(Launching):
                 report.finished.append((job.name, outcome))
                 if instance.state == "interrupted":
                     self._release(instance, report)
-        self._record_notices(report)
 
     def _instance_of(self, job: Job, attempt: Attempt, report: PassReport) -> Instance | None:
         """The attempt's instance; relaunched (idempotently) when the store has none yet,
@@ -233,11 +233,15 @@ class Controller(Launching):
                 max_restarts_on_error=spec.max_restarts_on_error,
             )
         )
-        reason = verdict.reason
+        reason, lost = verdict.reason, None
         if verdict.outcome == "interrupted":
-            reason += self.checkpoints.lost_work(job, attempt, instance, hours)
+            lost = self.checkpoints.lost_work(job, attempt, instance, hours, self._told(attempt))
+            reason += lost.text if lost is not None else ""
         code = instance.exit_code
-        self._close(attempt, verdict.outcome, code, reason, hours, verdict.next_state, instance)
+        share = lost.share if lost is not None else None
+        self._close(
+            attempt, verdict.outcome, code, reason, hours, verdict.next_state, instance, share
+        )
         if verdict.outcome == "interrupted":
             # Back to the queue: the next plan prices moving the checkpoint from where it
             # lives, the reclaimed place is closed for spot a while (broker.recovery).
@@ -255,6 +259,7 @@ class Controller(Launching):
         hours: Decimal | float,
         to: JobState | None,
         instance: Instance | None = None,
+        lost_share: Decimal | None = None,
     ) -> None:
         """End an attempt with its charges (time, data moved, the checkpoint's copy), and
         its instance rows as `instance` last reported (terminated: gone, or never up)."""
@@ -275,8 +280,9 @@ class Controller(Launching):
         entries = attempt_charges(attempt, hours, spec, outcome, earlier) + moved
         ended = instance.state if instance is not None else "terminated"
         self.store.finish_attempt(
-            attempt.id, outcome, code, reason, hours, entries, job_to=to, instance_state=ended
-        )
+            attempt.id, outcome, code, reason, hours, entries, job_to=to, instance_state=ended,
+            lost_share=lost_share,
+        )  # fmt: skip
 
     def _billed_hours(self, instance: Instance) -> Decimal:
         """The instance's billed time, in whole seconds (`broker.state.money`)."""
@@ -286,6 +292,20 @@ class Controller(Launching):
         if self._billing is not None:
             return billed_hours(self._billing.billed_hours(instance))
         return billed_hours(launch_to_end_hours(instance))
+
+    def _told(self, attempt: Attempt):
+        """When the provider told the attempt to stop: its first notice that expects a
+        reclaim (None: it was not told, as far as the store knows)."""
+        from datetime import datetime
+
+        times = [
+            datetime.fromisoformat(event.data["noticed_at"])
+            for event in self.store.events(attempt.job_id)
+            if event.kind == "interruption_notice"
+            and event.attempt_id == attempt.id
+            and event.data.get("action") == "expect-reclaim"
+        ]
+        return min(times, default=None)
 
     def _record_notices(self, report: PassReport) -> None:
         """Record each interruption notice on its attempt (broker.interruption's table);
@@ -335,12 +355,20 @@ class Controller(Launching):
         """Terminate the job's live instances and close their attempts, billed up to now."""
         from broker.state import OPEN_ATTEMPT
 
+        job = self.store.job(job_id)
         for attempt in self.store.attempts(job_id, states=OPEN_ATTEMPT):
             for known in self.store.instances(attempt_id=attempt.id):
+                told = self.clock.now()  # the SIGTERM: a job that saves on it lost nothing
                 self.provider.terminate(known.provider_id)
                 instance = self.provider.describe(known.provider_id)
                 hours = self._billed_hours(instance)
-                self._close(attempt, outcome, instance.exit_code, reason, hours, None, instance)
+                text, share = reason, None
+                if outcome == "interrupted":
+                    lost = self.checkpoints.lost_work(job, attempt, instance, hours, told)
+                    if lost is not None:
+                        text, share = reason + lost.text, lost.share
+                code = instance.exit_code
+                self._close(attempt, outcome, code, text, hours, None, instance, share)
 
     # --- spot survival -----------------------------------------------------------------
 

@@ -31,7 +31,7 @@ from broker.state.model import (
     ts_text,
 )
 from broker.state.money import billed_hours as billed
-from broker.state.money import hours_text, money_text
+from broker.state.money import hours_figure, hours_text, money_text
 from broker.state.placed import PlacedOn
 
 if TYPE_CHECKING:
@@ -127,6 +127,7 @@ class AttemptWrites:
         ledger_entries: Sequence[Mapping[str, Any]] = (),
         job_to: JobState | None = None,
         instance_state: str = TERMINATED,
+        lost_share: Decimal | None = None,
     ) -> bool:
         """End an attempt, move its job, write its ledger entries and close its instance
         rows (to `instance_state`, what the provider last reported), in one transaction.
@@ -136,7 +137,9 @@ class AttemptWrites:
         `job_to`, by default the outcome's state (e.g. QUEUED to retry a
         recoverable failure), when the job is still LAUNCHING or RUNNING on this
         attempt; a job that moved on (cancelled, interrupted) keeps its state.
-        Ledger entries: see `broker.state.model.ledger_columns`.
+        Ledger entries: see `broker.state.model.ledger_columns`. `lost_share`: of an
+        interrupted attempt, the share of its billed time the interruption threw away
+        (reports read it back: `lost_shares`).
         """
         if outcome not in OUTCOME_JOB_STATE:
             raise ValueError(f"outcome must be one of {sorted(OUTCOME_JOB_STATE)}: {outcome!r}")
@@ -158,6 +161,9 @@ class AttemptWrites:
             message = f"attempt {att['number']} {outcome}" + (f": {reason}" if reason else "")
             data = {"outcome": outcome, "exit_code": exit_code, "billed_hours": hours_text(hours)}
             data["charged_usd"] = charged
+            if lost_share is not None:
+                data["lost_share"] = decimal_text(lost_share)
+                data["lost_hours"] = format(hours_figure(hours * lost_share), "f")
             closed = self._close_instances(attempt_id, instance_state, now)
             if closed:
                 data["instances"] = closed

@@ -14,7 +14,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
-from broker.controller.pools import bursts, first_cloud, pool_full
+from broker.controller.isolation import ERROR
+from broker.controller.pools import bursts, first_cloud
 from broker.controller.steering import steer
 from broker.dispatch.home import stays_home
 from broker.dispatch.market import spot_only
@@ -36,6 +37,10 @@ if TYPE_CHECKING:
 _FULL = "capacity: every planned place is full"
 
 
+def _job_id(job: Job) -> str:
+    return job.id
+
+
 @dataclass(frozen=True, slots=True)
 class QueueLine:
     """One row of the queue as the controller sees it now: an active job with its
@@ -49,10 +54,11 @@ class QueueLine:
 
 @dataclass(frozen=True, slots=True)
 class _Planned:
-    """A queued job in the policy's order, with its plan and verdict."""
+    """A queued job in the policy's order, with its plan (None: held by an error) and
+    verdict."""
 
     job: Job
-    decision: Decision
+    decision: Decision | None
     verdict: Verdict
     best: Placement | None
 
@@ -69,6 +75,7 @@ class Launching:
     pool_gpus: dict[tuple[str, str], float]
     settings: DispatchSettings
     _steered: dict[str, str]
+    _held: set[str]  # jobs held by an error on the last look (tried alone first)
     _capacity: Capacity | None
     _spot_market: SpotMarket | None
 
@@ -83,11 +90,15 @@ class Launching:
         if not queued:
             return lines
         room = self._room()
-        for position, item in enumerate(self._ordered(queued, self._decisions(queued)), 1):
+        for position, item in enumerate(self._queue(queued), 1):
             verdict = item.verdict
             placement = None
             if verdict.action == "launch":
                 placement = self._first_free(item.decision, room)
+            failing = self._launch_error(item.job) if placement is not None else None
+            if failing is not None:  # its last launch raised: it waits held (isolation)
+                lines.append(QueueLine(item.job, PlacedOn.of(placement), failing, position))
+                continue
             if placement is not None:
                 self._take(room, placement)
                 why = "starts on the next pass" + (f" ({verdict.reason})" if verdict.reason else "")
@@ -108,25 +119,63 @@ class Launching:
         room = self._room()
         running = None  # read once, when a full pool first asks
         ahead: dict[str, float] = {}  # pool -> GPUs of the jobs this pass left waiting for it
-        for item in self._ordered(queued, self._decisions(queued)):
+        for item in self._queue(queued):
             job, verdict, best = item.job, item.verdict, item.best
-            burst = False  # held for a pool, it takes its best cloud placement instead
-            if verdict.action != "launch":
-                held = pool_full(verdict, best)
-                if held and running is None:
-                    running = self._running()
-                burst = held and self._bursts(job, item.decision, running, ahead)
-                if not burst:
-                    if held:
-                        gpus = best.accelerator_count * best.nodes
-                        ahead[best.zone] = ahead.get(best.zone, 0.0) + gpus
-                    report.waiting[job.name] = verdict.reason
-                    continue
-            for victim in verdict.preempts:
-                self.preempt(victim, f"preempted by {job.team}/{job.name}")
-            if verdict.preempts:
-                room = self._room()  # the victims' nodes are free again
-            self._place(job, item.decision, burst, room, report)
+            if verdict.category == ERROR:
+                self._hold(job, verdict.reason, report)
+                continue
+            try:
+                burst = False  # held for a pool, it takes its best cloud placement instead
+                if verdict.action != "launch":
+                    from broker.controller.pools import pool_full
+
+                    held = pool_full(verdict, best)
+                    if held and running is None:
+                        running = self._running()
+                    burst = held and self._bursts(job, item.decision, running, ahead)
+                    if not burst:
+                        if held:
+                            gpus = best.accelerator_count * best.nodes
+                            ahead[best.zone] = ahead.get(best.zone, 0.0) + gpus
+                        report.waiting[job.name] = verdict.reason
+                        continue
+                for victim in verdict.preempts:
+                    self.preempt(victim, f"preempted by {job.team}/{job.name}")
+                if verdict.preempts:
+                    room = self._room()  # the victims' nodes are free again
+                self._place(job, item.decision, burst, room, report)
+            except Exception as exc:  # noqa: BLE001 (one job's error: broker.controller.isolation)
+                self._failed_launch(job, exc, report)
+
+    def _launch_error(self, job: Job) -> str | None:
+        """The error its last launch raised, while nothing happened to the job since."""
+        events = self.store.events(job.id)
+        last = events[-1] if events else None
+        if last is not None and last.kind == "error" and last.attempt_id is None:
+            return str(last.data.get("reason", last.message))
+        return None
+
+    def _hold(self, job: Job, reason: str, report: PassReport) -> None:
+        """Keep a job the broker's code raised on in the queue, its error noted once."""
+        self.store.record_error(job.id, reason)
+        report.waiting[job.name] = reason
+
+    def _failed_launch(self, job: Job, exc: Exception, report: PassReport) -> None:
+        """Launching `job` raised: an attempt it opened is closed failed (retried a few
+        times); without one, the job is held, back in the queue if it was planned."""
+        from broker.controller.isolation import error_reason
+        from broker.state import OPEN_ATTEMPT
+
+        open_attempts = self.store.attempts(job.id, states=OPEN_ATTEMPT)
+        for attempt in open_attempts:
+            self._fail_attempt(job, attempt, "launching", exc)
+            report.finished.append((job.name, "failed"))
+        if open_attempts:
+            return
+        reason = error_reason("launching", exc)
+        if self.store.job(job.id).state is JobState.PLANNED:
+            self.store.transition(job.id, JobState.QUEUED, reason, expect=JobState.PLANNED)
+        self._hold(job, reason, report)
 
     def _place(
         self, job: Job, decision: Decision, burst: bool, room: dict, report: PassReport
@@ -156,14 +205,31 @@ class Launching:
         self._instance_of(job, self.store.attempt(attempt_id), report)
         report.launched.append((job.name, f"{placed.where} {placement.market}"))
 
-    def _decisions(self, queued: list[Job]) -> list[Decision]:
+    def _queue(self, queued: list[Job]) -> list[_Planned]:
+        """The queued jobs with their plans and verdicts, in the policy's order; a job
+        whose planning or ordering raises is held at the end, its error as its reason
+        (broker.controller.isolation)."""
+        from broker.queue import Verdict
+
+        jobs, decisions, broken = self._decisions(queued)
+        items, unordered = self._ordered(jobs, decisions)
+        broken |= unordered
+        self._held = set(broken)
+        for job in queued:
+            if job.id in broken:
+                verdict = Verdict(job.id, "wait", broken[job.id], category=ERROR)
+                items.append(_Planned(job, None, verdict, None))
+        return items
+
+    def _decisions(self, queued: list[Job]) -> tuple[list[Job], list[Decision], dict[str, str]]:
         """One plan per queued job, in one batch, over the offers as the provider sells
-        them now (spot closed where it cools down, learned interruption rates)."""
+        them now (spot closed where it cools down, learned interruption rates): the jobs
+        planned, their plans, and why the others could not be."""
+        from broker.controller.isolation import isolate
         from broker.planner.plan import plan_many
         from broker.recovery import adjust_index
 
         now = self.clock.now()
-        specs = [self._steered_spec(job, now) for job in queued]
         index = adjust_index(
             self.index_of(self.provider), self.store, now, self.settings.cooldown_scale
         )
@@ -171,7 +237,11 @@ class Launching:
             from broker.scheduling import with_whole_pools
 
             index = with_whole_pools(index, self.pool_gpus)  # a full pool may be waited for
-        return plan_many(specs, index, now)
+
+        def plan(jobs: list[Job]) -> list[Decision]:
+            return plan_many([self._steered_spec(job, now) for job in jobs], index, now)
+
+        return isolate(queued, plan, _job_id, "planning", sorted(self._held))
 
     def _steered_spec(self, job: Job, now) -> JobSpec:
         """The spec to plan now: its checkpoint where it lives, its market as its spot
@@ -237,27 +307,31 @@ class Launching:
         ends = [a.ended_at for a in self.store.attempts(job.id) if a.ended_at is not None]
         return max([job.queued_at, *ends])
 
-    def _ordered(self, queued: list[Job], decisions: list[Decision]) -> list[_Planned]:
-        """The queued jobs with their plans and verdicts, in the policy's order."""
+    def _ordered(
+        self, queued: list[Job], decisions: list[Decision]
+    ) -> tuple[list[_Planned], dict[str, str]]:
+        """The queued jobs with their plans and verdicts, in the policy's order, and why
+        the jobs whose ordering raised could not be ordered."""
+        from broker.controller.isolation import isolate
         from broker.queue import Policy
         from broker.scheduling import verdicts
 
-        decided = verdicts(
-            self.store,
-            self.policy or Policy(),
-            queued,
-            decisions,
-            self._spec,
-            self.active(),
-            self.clock.now(),
-            self.pool_gpus,
-        )
-        items = [
-            _Planned(job, decision, *decided[job.id])
-            for job, decision in zip(queued, decisions, strict=True)
-        ]
-        return sorted(items, key=lambda item: (item.verdict.position or 10**9, item.job.queued_at))
+        active, now = self.active(), self.clock.now()
 
+        def decide(pairs: list[tuple[Job, Decision]]) -> dict:
+            jobs, plans = [job for job, _ in pairs], [decision for _, decision in pairs]
+            policy = self.policy or Policy()
+            return verdicts(
+                self.store, policy, jobs, plans, self._spec, active, now, self.pool_gpus
+            )
+
+        pairs = list(zip(queued, decisions, strict=True))
+        kept, decided, broken = isolate(
+            pairs, decide, lambda pair: pair[0].id, "ordering", sorted(self._held)
+        )
+        items = [_Planned(job, decision, *decided[job.id]) for job, decision in kept]
+        items.sort(key=lambda item: (item.verdict.position or 10**9, item.job.queued_at))
+        return items, broken
 
     def _first_free(self, decision: Decision, room: dict[tuple[str, str], int]) -> Placement | None:
         """The best placement whose place still has room (`room`: nodes left per place

@@ -19,13 +19,12 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from decimal import Decimal
 from typing import TYPE_CHECKING
 
 from broker.clock import Clock
 from broker.controller.checkpoints import Checkpoints
+from broker.controller.closing import Closing
 from broker.controller.launching import Launching
-from broker.controller.outcomes import Ending, judge
 from broker.controller.steering import steer
 from broker.dispatch.settings import DispatchSettings
 from broker.state import JobState
@@ -63,7 +62,7 @@ class PassReport:
 
 
 @dataclass
-class Controller(Launching):
+class Controller(Launching, Closing):
     """Reconciles `store` with `provider`; `index_of` turns the provider's offers
     (with current capacity) into the index the planner reads."""
 
@@ -77,6 +76,7 @@ class Controller(Launching):
     _specs: dict[tuple[str, int], JobSpec] = field(default_factory=dict, init=False)
     _steered: dict[str, str] = field(default_factory=dict, init=False)  # job id -> say
     _started: bool = field(default=False, init=False)
+    _held: set[str] = field(default_factory=set, init=False)  # job ids held by an error
 
     def __post_init__(self) -> None:
         provider = self.provider  # its optional abilities, checked once
@@ -141,29 +141,46 @@ class Controller(Launching):
     # --- (1) what the provider says about open attempts -----------------------------
 
     def _observe(self, report: PassReport) -> None:
-        from broker.state import OPEN_ATTEMPT, AttemptState
+        from broker.state import OPEN_ATTEMPT
+        from providers.errors import ProviderError
 
         self._record_notices(report)  # first: an ended attempt is judged knowing them
         for job in self.store.jobs(states=(*ACTIVE, JobState.CANCELLED)):
             for attempt in self.store.attempts(job.id, states=OPEN_ATTEMPT):
-                instance = self._instance_of(job, attempt, report)
-                if instance is None:
-                    continue
-                if job.state is JobState.CANCELLED and instance.active:
-                    self.provider.terminate(instance.id)
-                    report.terminated.append(instance.id)
-                    instance = self.provider.describe(instance.id)
-                if instance.active:
-                    if attempt.state is AttemptState.LAUNCHING:
-                        self.store.attempt_running(attempt.id, _instance_row(instance))
-                    elif self._back_to_spot(job, attempt):
-                        self.preempt(job.id, "back to spot: the deadline's slack is rebuilt")
-                        report.finished.append((job.name, "back to spot"))
-                    continue
-                outcome = self._finish(job, attempt, instance)
-                report.finished.append((job.name, outcome))
-                if instance.state == "interrupted":
-                    self._release(instance, report)
+                try:
+                    self._observe_one(job, attempt, report)
+                except ProviderError as exc:  # the provider cannot answer now: next pass
+                    report.unreachable.append(f"attempt {attempt.id}: {exc}")
+                except Exception as exc:  # noqa: BLE001 (one job's error: broker.controller.isolation)
+                    self._fail_attempt(job, attempt, "observing", exc)
+                    report.finished.append((job.name, "failed"))
+
+    def _observe_one(self, job: Job, attempt: Attempt, report: PassReport) -> None:
+        """One open attempt: launched if it never was, running, or ended (closed)."""
+        from broker.state import AttemptState
+
+        instance = self._instance_of(job, attempt, report)
+        if instance is None:
+            return
+        if job.state is JobState.CANCELLED and instance.active:
+            self.provider.terminate(instance.id)
+            report.terminated.append(instance.id)
+            instance = self.provider.describe(instance.id)
+        if instance.active:
+            if attempt.state is AttemptState.LAUNCHING:
+                self.store.attempt_running(attempt.id, _instance_row(instance))
+            elif self._back_to_spot(job, attempt):
+                self.preempt(job.id, "back to spot: the deadline's slack is rebuilt")
+                report.finished.append((job.name, "back to spot"))
+            return
+        try:
+            outcome = self._finish(job, attempt, instance)
+        except Exception as exc:  # noqa: BLE001 (one job's error: broker.controller.isolation)
+            self._fail_attempt(job, attempt, "finishing", exc)
+            outcome = "failed"
+        report.finished.append((job.name, outcome))
+        if instance.state == "interrupted":
+            self._release(instance, report)
 
     def _instance_of(self, job: Job, attempt: Attempt, report: PassReport) -> Instance | None:
         """The attempt's instance; relaunched (idempotently) when the store has none yet,
@@ -216,97 +233,6 @@ class Controller(Launching):
         self.store.attempt_running(attempt.id, _instance_row(instance))
         return instance
 
-    def _finish(self, job: Job, attempt: Attempt, instance: Instance) -> str:
-        """Close an ended attempt: outcome, billing and the job's next state in one write
-        (the outcome table: broker.controller.outcomes)."""
-        spec = self._spec(job)
-        hours = self._billed_hours(instance)
-        failed = [a for a in self.store.attempts(job.id) if a.state == "failed"]
-        verdict = judge(
-            Ending(
-                instance_state=instance.state,
-                exit_code=instance.exit_code,
-                job_cancelled=job.state is JobState.CANCELLED,
-                recover_on_exit_codes=spec.recover_on_exit_codes,
-                failed_before=len(failed),
-                failed_without_code=sum(1 for a in failed if a.exit_code is None),
-                max_restarts_on_error=spec.max_restarts_on_error,
-            )
-        )
-        reason, lost = verdict.reason, None
-        if verdict.outcome == "interrupted":
-            lost = self.checkpoints.lost_work(job, attempt, instance, hours, self._told(attempt))
-            reason += lost.text if lost is not None else ""
-        code = instance.exit_code
-        share = lost.share if lost is not None else None
-        self._close(
-            attempt, verdict.outcome, code, reason, hours, verdict.next_state, instance, share
-        )
-        if verdict.outcome == "interrupted":
-            # Back to the queue: the next plan prices moving the checkpoint from where it
-            # lives, the reclaimed place is closed for spot a while (broker.recovery).
-            self.store.transition(
-                job.id, JobState.QUEUED, "re-queued after interruption", expect=JobState.INTERRUPTED
-            )
-        return verdict.outcome
-
-    def _close(
-        self,
-        attempt: Attempt,
-        outcome: str,
-        code: int | None,
-        reason: str,
-        hours: Decimal | float,
-        to: JobState | None,
-        instance: Instance | None = None,
-        lost_share: Decimal | None = None,
-    ) -> None:
-        """End an attempt with its charges (time, data moved, the checkpoint's copy), and
-        its instance rows as `instance` last reported (terminated: gone, or never up)."""
-        from broker.recovery import with_checkpoint_at
-        from broker.state.charges import attempt_charges
-        from pricing.regions import Place
-
-        spec = self._spec(self.store.job(attempt.job_id)) if hours > 0 else None
-        earlier = self.store.attempts(attempt.job_id) if hours > 0 else []
-        moved = []
-        here = attempt.placed_on
-        if spec is not None and spec.checkpoint is not None:
-            if self.checkpoints.kept_per_place(attempt.job_id, here.cloud, here.region):
-                # Checkpoints live in the place's own store: writes and restores are local;
-                # what crossed places is the migration, charged once, from where it came.
-                spec = with_checkpoint_at(spec, Place(here.cloud, here.region))
-                moved = self.checkpoints.migration_charge(attempt, spec)
-        entries = attempt_charges(attempt, hours, spec, outcome, earlier) + moved
-        ended = instance.state if instance is not None else "terminated"
-        self.store.finish_attempt(
-            attempt.id, outcome, code, reason, hours, entries, job_to=to, instance_state=ended,
-            lost_share=lost_share,
-        )  # fmt: skip
-
-    def _billed_hours(self, instance: Instance) -> Decimal:
-        """The instance's billed time, in whole seconds (`broker.state.money`)."""
-        from broker.state.money import billed_hours
-        from providers.base import launch_to_end_hours
-
-        if self._billing is not None:
-            return billed_hours(self._billing.billed_hours(instance))
-        return billed_hours(launch_to_end_hours(instance))
-
-    def _told(self, attempt: Attempt):
-        """When the provider told the attempt to stop: its first notice that expects a
-        reclaim (None: it was not told, as far as the store knows)."""
-        from datetime import datetime
-
-        times = [
-            datetime.fromisoformat(event.data["noticed_at"])
-            for event in self.store.events(attempt.job_id)
-            if event.kind == "interruption_notice"
-            and event.attempt_id == attempt.id
-            and event.data.get("action") == "expect-reclaim"
-        ]
-        return min(times, default=None)
-
     def _record_notices(self, report: PassReport) -> None:
         """Record each interruption notice on its attempt (broker.interruption's table);
         asked only while some spot attempt is open, as clouds answer per region."""
@@ -351,25 +277,6 @@ class Controller(Launching):
                 self.provider.terminate(instance.id)
                 report.terminated.append(instance.id)
 
-    def _stop(self, job_id: str, outcome: str, reason: str) -> None:
-        """Terminate the job's live instances and close their attempts, billed up to now."""
-        from broker.state import OPEN_ATTEMPT
-
-        job = self.store.job(job_id)
-        for attempt in self.store.attempts(job_id, states=OPEN_ATTEMPT):
-            for known in self.store.instances(attempt_id=attempt.id):
-                told = self.clock.now()  # the SIGTERM: a job that saves on it lost nothing
-                self.provider.terminate(known.provider_id)
-                instance = self.provider.describe(known.provider_id)
-                hours = self._billed_hours(instance)
-                text, share = reason, None
-                if outcome == "interrupted":
-                    lost = self.checkpoints.lost_work(job, attempt, instance, hours, told)
-                    if lost is not None:
-                        text, share = reason + lost.text, lost.share
-                code = instance.exit_code
-                self._close(attempt, outcome, code, text, hours, None, instance, share)
-
     # --- spot survival -----------------------------------------------------------------
 
     def _back_to_spot(self, job: Job, attempt: Attempt) -> bool:
@@ -408,7 +315,6 @@ class Controller(Launching):
         if key not in self._specs:
             self._specs[key] = self.store.version(job.id, job.version).spec
         return self._specs[key]
-
 
 
 def _instance_row(instance: Instance) -> dict:

@@ -186,6 +186,23 @@ class AttemptWrites:
             message = f"attempt {att['number']} checkpointed"
             self._event(att["job_id"], attempt_id, now, "checkpoint", message, data)
 
+    def record_error(self, job_id: str, reason: str, attempt_id: str | None = None) -> bool:
+        """Note that the broker's own code failed on a job (`reason`: the stage and the
+        error, one line): an event of kind "error", written once while the reason stays
+        the same (a job held on every pass is not noted on every pass). False when the
+        job's last error event already says it."""
+        with self._write() as now:
+            self._job_row(job_id)
+            sql = (
+                "SELECT data_json FROM events WHERE kind = 'error' AND job_id = ?"
+                " ORDER BY id DESC LIMIT 1"
+            )
+            last = self._conn.execute(sql, (job_id,)).fetchone()
+            if last is not None and json.loads(last["data_json"]).get("reason") == reason:
+                return False
+            self._event(job_id, attempt_id, now, "error", reason, {"reason": reason})
+            return True
+
     def record_notice(
         self, attempt_id: str, notice: InterruptionNotice, action: str, meaning: str
     ) -> bool:

@@ -262,8 +262,10 @@ def recover(tmp_path: Path, clock: FixedClock, source: Side, target: Side, spot:
         assert first.billed_hours == round(Decimal(seconds) / 3600, 6)
         moves = [e.message for e in store.events(job_id) if e.kind == "transition"]
         assert "interrupted -> queued: re-queued after interruption" in moves
-        notices = fleet.interruptions()  # the cloud's own record of the reclaim, once
-        assert [(n.instance_id, n.kind) for n in notices] == [(known.provider_id, "spot-reclaim")]
+        # the cloud's own record of the reclaim, read (once) by the pass before it judged
+        # the attempt, and recorded on it
+        noticed = [e.data for e in store.events(job_id) if e.kind == "interruption_notice"]
+        assert [(n["kind"], n["action"]) for n in noticed] == [("spot-reclaim", "expect-reclaim")]
         assert fleet.interruptions() == []
 
         assert second.number == 2 and second.state == AttemptState.RUNNING

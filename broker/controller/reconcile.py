@@ -19,6 +19,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from datetime import datetime
 from typing import TYPE_CHECKING
 
 from broker.clock import Clock
@@ -55,6 +56,7 @@ class PassReport:
     waiting: dict[str, str] = field(default_factory=dict)  # job name -> reason
     terminated: list[str] = field(default_factory=list)  # instance ids
     unreachable: list[str] = field(default_factory=list)  # "<instance id>: <why>", retried
+    wake_at: datetime | None = None  # the first cool-down a waiting job waits for ends
 
     @property
     def changed(self) -> bool:

@@ -11,7 +11,7 @@ from typing import Any
 
 import typer
 
-from broker.cli.exits import BAD_INPUT, FAILED, fail
+from broker.cli.exits import BAD_INPUT, FAILED, OVER_BUDGET, fail
 from broker.cli.jobs import PolicyOption, StateOption, runtime
 from broker.cli.options import CatalogOption, OverlaysOption, PoolsOption
 from broker.cli.render import Column, Output, render, usd
@@ -133,7 +133,9 @@ def _loop(rt, once: bool, poll: float, limit_s: float | None, live, after_pass) 
                     print(f"{name} waits: {why}", file=sys.stderr)
             if report.wake_at is None:  # nothing will change by itself: name what waits
                 waiting = "; ".join(f"{name}: {why}" for name, why in report.waiting.items())
-                fail(f"the queue is stuck: nothing runs and nothing can start ({waiting})", FAILED)
+                budget = all(why.startswith("budget:") for why in report.waiting.values())
+                code = OVER_BUDGET if report.waiting and budget else FAILED
+                fail(f"the queue is stuck: nothing runs and nothing can start ({waiting})", code)
             # A cool-down is a wait, not a failure: sleep until the first one ends.
             pause = max(poll, (report.wake_at - rt.controller.clock.now()).total_seconds())
         if limit_s is not None:

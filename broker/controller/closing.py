@@ -86,6 +86,16 @@ class Closing:
     ) -> None:
         """End an attempt with its charges (time, data moved, the checkpoint's copy), and
         its instance rows as `instance` last reported (terminated: gone, or never up)."""
+        entries = self._charges(attempt, hours, outcome)
+        ended = instance.state if instance is not None else "terminated"
+        self.store.finish_attempt(
+            attempt.id, outcome, code, reason, hours, entries, job_to=to, instance_state=ended,
+            lost_share=lost_share,
+        )  # fmt: skip
+
+    def _charges(self, attempt: Attempt, hours: Decimal | float, outcome: str) -> list[dict]:
+        """What ending `attempt` after `hours` of billed time with `outcome` is charged:
+        its time, the data it moved, the checkpoint's copy into it (ledger entries)."""
         from broker.recovery import with_checkpoint_at
         from broker.state.charges import attempt_charges
         from pricing.regions import Place
@@ -100,12 +110,7 @@ class Closing:
                 # what crossed places is the migration, charged once, from where it came.
                 spec = with_checkpoint_at(spec, Place(here.cloud, here.region))
                 moved = self.checkpoints.migration_charge(attempt, spec)
-        entries = attempt_charges(attempt, hours, spec, outcome, earlier) + moved
-        ended = instance.state if instance is not None else "terminated"
-        self.store.finish_attempt(
-            attempt.id, outcome, code, reason, hours, entries, job_to=to, instance_state=ended,
-            lost_share=lost_share,
-        )  # fmt: skip
+        return attempt_charges(attempt, hours, spec, outcome, earlier) + moved
 
     def _billed_hours(self, instance: Instance) -> Decimal:
         """The instance's billed time, in whole seconds (`broker.state.money`)."""

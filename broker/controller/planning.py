@@ -88,7 +88,9 @@ class Planning:
     _held: set[str]  # jobs held by an error on the last look (tried alone first)
     _capacity: Capacity | None
     _spot_market: SpotMarket | None
+    _committed: dict[str, float]  # job id -> USD its running attempt counts for (budgets)
     _spec: Callable[[Job], JobSpec]
+    _projection: Callable[[], tuple[dict[str, float], list]]
     active: Callable[[], list[Job]]
 
     def queue_lines(self) -> list[QueueLine]:
@@ -102,6 +104,8 @@ class Planning:
         if not queued:
             return lines
         room = self._room()
+        _, burning = self._projection()  # what running jobs commit of their budgets
+        self._committed = {b.job_id: b.accrued + b.burn for b in burning}
         for position, item in enumerate(self._queue(queued), 1):
             verdict = item.verdict
             placement = None
@@ -254,8 +258,9 @@ class Planning:
             jobs, plans = [job for job, _ in pairs], [decision for _, decision in pairs]
             policy = self.policy or Policy()
             return verdicts(
-                self.store, policy, jobs, plans, self._spec, active, now, self.pool_gpus
-            )
+                self.store, policy, jobs, plans, self._spec, active, now, self.pool_gpus,
+                committed=self._committed,
+            )  # fmt: skip
 
         pairs = list(zip(queued, decisions, strict=True))
         kept, decided, broken = isolate(

@@ -23,6 +23,7 @@ from datetime import datetime
 from typing import TYPE_CHECKING
 
 from broker.clock import Clock
+from broker.controller.budgets import Budgets
 from broker.controller.checkpoints import Checkpoints
 from broker.controller.closing import Closing
 from broker.controller.launching import Launching
@@ -64,7 +65,7 @@ class PassReport:
 
 
 @dataclass
-class Controller(Launching, Closing):
+class Controller(Launching, Closing, Budgets):
     """Reconciles `store` with `provider`; `index_of` turns the provider's offers
     (with current capacity) into the index the planner reads."""
 
@@ -79,6 +80,8 @@ class Controller(Launching, Closing):
     _steered: dict[str, str] = field(default_factory=dict, init=False)  # job id -> say
     _started: bool = field(default=False, init=False)
     _held: set[str] = field(default_factory=set, init=False)  # job ids held by an error
+    _looked: dict[str, float] = field(default_factory=dict, init=False)  # budgets
+    _committed: dict[str, float] = field(default_factory=dict, init=False)  # budgets
 
     def __post_init__(self) -> None:
         provider = self.provider  # its optional abilities, checked once
@@ -98,6 +101,7 @@ class Controller(Launching, Closing):
             self._started = True
         self._recover()
         self._observe(report)
+        self._enforce_budgets(report)
         self._sweep(report)
         self._launch(report)
         return report
@@ -233,6 +237,7 @@ class Controller(Launching, Closing):
             self._close(attempt, "failed", None, str(exc), 0.0, retry)
             return None
         self.store.attempt_running(attempt.id, _instance_row(instance))
+        self._looked[attempt.id] = 0.0  # its burn by the next pass is all it will run
         return instance
 
     def _record_notices(self, report: PassReport) -> None:

@@ -15,7 +15,7 @@ from broker.runtime import open_runtime
 from broker.state import OPEN_ATTEMPT, JobState
 from broker.submit import submit_manifests
 from tests.cli.runner import run_cli
-from tests.waiting import wait_until
+from tests.waiting import running_program, wait_until
 
 REPO = Path(__file__).resolve().parents[2]
 DEMO = REPO / "examples" / "demo"
@@ -90,8 +90,10 @@ def test_interrupt_after_a_reclaim_picks_the_live_instance(rt, tmp_path, capsys)
         (attempt,) = rt.store.attempts(job_id, states=OPEN_ATTEMPT)
         place = attempt.placed_on
         store = Path(rt.provider.checkpoint_store(job_id, place.cloud, place.region))
-        saved = store / "checkpoint.json"
+        saved = store / "checkpoint.json"  # (copied there before a resumed attempt starts)
         assert wait_until(saved.exists, timeout=30)
+        # the command runs (python exec'd): the SIGTERM reaches it, none is lost
+        assert wait_until(lambda a=attempt.id: running_program(a, "python3"), timeout=30)
         interrupt = run_cli(capsys, "sandbox", "interrupt", "long-spot", "--state", state)
         assert interrupt.code == 0, interrupt.stderr
         (live,) = rt.store.instances(attempt_id=attempt.id)
@@ -105,6 +107,7 @@ def test_interrupt_after_a_reclaim_picks_the_live_instance(rt, tmp_path, capsys)
         (closed,) = rt.store.instances(attempt_id=attempt.id)
         assert closed.state == "interrupted" and closed.terminated_at is not None
     assert len(rt.store.attempts(job_id)) >= 2
+    rt.provider.terminate_grace = 1.0  # a relaunch may not have exec'd its command yet
     rt.controller.cancel(job_id)
     assert rt.store.instances(state="running") == []
 

@@ -11,7 +11,9 @@ for one job (a spec nothing validated, a bug reached by one job's data).
   of its own, which the outcome table retries a few times and then fails
   (`broker.controller.outcomes.INFRA_RETRIES`).
 
-KeyboardInterrupt and SystemExit are not caught: they stop the pass, as before.
+KeyboardInterrupt and SystemExit are not caught, nor the state store's own errors
+(`sqlite3.Error`: a locked or broken file is no job's fault): they stop the pass, as
+before.
 """
 
 from __future__ import annotations
@@ -23,6 +25,14 @@ T = TypeVar("T")
 R = TypeVar("R")
 
 ERROR = "error"  # the category (and first word) of the reason of a job held by an error
+
+
+def not_one_jobs(exc: BaseException) -> bool:
+    """Whether `exc` is the state store's (or the machine's), not one job's: it stops
+    the pass rather than holding or failing a job."""
+    import sqlite3
+
+    return isinstance(exc, (sqlite3.Error, MemoryError))
 
 
 def error_reason(stage: str, exc: BaseException) -> str:
@@ -52,8 +62,9 @@ def isolate(
     kept = [item for item in items if key(item) not in broken]
     try:
         return kept, batch(kept), broken
-    except Exception:  # noqa: BLE001 (which job? each is tried alone below)
-        pass
+    except Exception as exc:  # noqa: BLE001 (which job? each is tried alone below)
+        if not_one_jobs(exc):
+            raise
     for item in kept:
         _alone(item, batch, key, stage, broken)
     kept = [item for item in kept if key(item) not in broken]
@@ -66,4 +77,6 @@ def _alone(
     try:
         batch([item])
     except Exception as exc:  # noqa: BLE001 (this job's own error: it is held)
+        if not_one_jobs(exc):
+            raise
         broken[key(item)] = error_reason(stage, exc)

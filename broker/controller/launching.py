@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from broker.controller.isolation import ERROR
+from broker.controller.isolation import ERROR, not_one_jobs
 from broker.controller.planning import FULL, Planning
 from broker.state import IllegalTransition, JobState
 from broker.state.placed import PlacedOn
@@ -63,6 +63,8 @@ class Launching(Planning):
                     room = self._room()  # the victims' nodes are free again
                 self._place(job, item.decision, burst, room, report)
             except Exception as exc:  # noqa: BLE001 (one job's error: broker.controller.isolation)
+                if not_one_jobs(exc):
+                    raise
                 self._failed_launch(job, exc, report)
 
     def _hold(self, job: Job, reason: str, report: PassReport) -> None:

@@ -26,6 +26,7 @@ from broker.clock import Clock
 from broker.controller.budgets import Budgets
 from broker.controller.checkpoints import Checkpoints
 from broker.controller.closing import Closing
+from broker.controller.isolation import not_one_jobs
 from broker.controller.launching import Launching
 from broker.controller.steering import steer
 from broker.dispatch.settings import DispatchSettings
@@ -158,6 +159,8 @@ class Controller(Launching, Closing, Budgets):
                 except ProviderError as exc:  # the provider cannot answer now: next pass
                     report.unreachable.append(f"attempt {attempt.id}: {exc}")
                 except Exception as exc:  # noqa: BLE001 (one job's error: broker.controller.isolation)
+                    if not_one_jobs(exc):
+                        raise
                     self._fail_attempt(job, attempt, "observing", exc)
                     report.finished.append((job.name, "failed"))
 
@@ -182,6 +185,8 @@ class Controller(Launching, Closing, Budgets):
         try:
             outcome = self._finish(job, attempt, instance)
         except Exception as exc:  # noqa: BLE001 (one job's error: broker.controller.isolation)
+            if not_one_jobs(exc):
+                raise
             self._fail_attempt(job, attempt, "finishing", exc)
             outcome = "failed"
         report.finished.append((job.name, outcome))

@@ -26,8 +26,8 @@ NOTES = (
     "savings: against the on-demand price of the same GPUs in the cheapest region of each "
     "job's first-choice cloud, from the offers in force, leaving out lost work "
     "(docs/reports.md)",
-    "lost work: interrupted attempts' time after their last recorded checkpoint "
-    "(the whole attempt when none was recorded)",
+    "lost work: interrupted attempts' time after their last checkpoint (none when the job "
+    "saved once told to stop; the whole attempt when it never checkpointed)",
 )
 
 

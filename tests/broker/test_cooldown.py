@@ -12,14 +12,10 @@ import pytest
 
 from broker.cli.exits import CliExit
 from broker.cli.run import drive
-from broker.clock import SystemClock
 from broker.dispatch.settings import DispatchSettings
-from broker.manifest.load import load_manifests
-from broker.offers import load_offers
 from broker.recovery import cooldown
-from broker.runtime import open_runtime
 from broker.state import AttemptState, JobState
-from broker.submit import submit_manifests
+from tests.broker.sandbox import sandbox, submit_text
 from tests.cli.runner import run_cli
 from tests.waiting import wait_until
 
@@ -60,18 +56,12 @@ PLACE = "aws/us-east-1/p5.48xlarge"
 
 @pytest.fixture
 def rt(tmp_path):
-    runtime = open_runtime(tmp_path / "state.db", load_offers(), clock=SystemClock())
-    yield runtime
-    for instance in runtime.provider.list_instances():
-        runtime.provider.terminate(instance.id)
-    runtime.close()
+    with sandbox(tmp_path) as runtime:
+        yield runtime
 
 
 def submit(rt, text: str) -> str:
-    path = rt.workdir.parent / "job.yaml"
-    path.write_text(text)
-    (result,) = submit_manifests(rt.store, load_manifests([path]).manifests)
-    return result.job_id
+    return submit_text(rt, text.split("name: ")[1].split()[0], text)
 
 
 def reclaim(rt, job_id: str):

@@ -14,6 +14,7 @@ from broker.offers import load_offers
 from broker.runtime import open_runtime
 from broker.state import OPEN_ATTEMPT, JobState
 from broker.submit import submit_manifests
+from tests.broker.sandbox import sandbox
 from tests.cli.runner import run_cli
 from tests.waiting import running_program, wait_until
 
@@ -40,13 +41,8 @@ checkpoint:
 
 @pytest.fixture
 def rt(tmp_path):
-    view = load_offers(pools_path=REPO / "examples" / "pools.yaml")
-    runtime = open_runtime(tmp_path / "state.db", view, clock=SystemClock())
-    (runtime.workdir / "train.py").write_text((REPO / "examples" / "train.py").read_text())
-    yield runtime
-    for instance in runtime.provider.list_instances():
-        runtime.provider.terminate(instance.id)
-    runtime.close()
+    with sandbox(tmp_path, pools=True) as runtime:
+        yield runtime
 
 
 def drain(rt, passes: int = 80) -> None:

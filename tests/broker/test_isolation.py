@@ -12,15 +12,13 @@ from pathlib import Path
 
 import pytest
 
-from broker.clock import SystemClock
 from broker.controller import Controller
 from broker.controller.launching import Launching
 from broker.controller.outcomes import INFRA_RETRIES
 from broker.manifest.load import load_manifests
-from broker.offers import load_offers
-from broker.runtime import open_runtime
 from broker.state import OPEN_ATTEMPT, TERMINAL, AttemptState, JobState
 from broker.submit import submit_manifests
+from tests.broker.sandbox import sandbox
 from tests.cli.runner import run_cli
 
 REPO = Path(__file__).resolve().parents[2]
@@ -42,17 +40,13 @@ BAD = "job-4"
 
 @pytest.fixture
 def rt(tmp_path):
-    view = load_offers(pools_path=REPO / "examples" / "pools.yaml")
-    runtime = open_runtime(tmp_path / "state.db", view, clock=SystemClock())
-    folder = tmp_path / "jobs"
-    folder.mkdir()
-    for i in range(10):
-        (folder / f"job-{i}.yaml").write_text(TEMPLATE.format(i=i, team=i % 2))
-    submit_manifests(runtime.store, load_manifests([folder]).manifests)
-    yield runtime
-    for instance in runtime.provider.list_instances():
-        runtime.provider.terminate(instance.id)
-    runtime.close()
+    with sandbox(tmp_path, pools=True) as runtime:
+        folder = tmp_path / "jobs"
+        folder.mkdir()
+        for i in range(10):
+            (folder / f"job-{i}.yaml").write_text(TEMPLATE.format(i=i, team=i % 2))
+        submit_manifests(runtime.store, load_manifests([folder]).manifests)
+        yield runtime
 
 
 def bad_id(rt) -> str:

@@ -15,13 +15,9 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from broker.clock import SystemClock
-from broker.manifest.load import load_manifests
-from broker.offers import load_offers
 from broker.reports.report import build_report
-from broker.runtime import open_runtime
 from broker.state import AttemptState, JobState
-from broker.submit import submit_manifests
+from tests.broker.sandbox import sandbox, submit_text
 from tests.cli.runner import run_cli
 from tests.waiting import running_program, wait_until
 
@@ -54,18 +50,12 @@ STUBBORN = (
 
 @pytest.fixture
 def rt(tmp_path):
-    runtime = open_runtime(tmp_path / "state.db", load_offers(), clock=SystemClock())
-    yield runtime
-    for instance in runtime.provider.list_instances():
-        runtime.provider.terminate(instance.id)
-    runtime.close()
+    with sandbox(tmp_path) as runtime:
+        yield runtime
 
 
 def submit(rt, name: str, command: str) -> str:
-    path = rt.workdir.parent / f"{name}.yaml"
-    path.write_text(JOB.format(name=name, command=command))
-    (result,) = submit_manifests(rt.store, load_manifests([path]).manifests)
-    return result.job_id
+    return submit_text(rt, name, JOB.format(name=name, command=command))
 
 
 def launched(rt, job_id: str, marker: bool = True):

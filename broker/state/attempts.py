@@ -26,12 +26,11 @@ from broker.state.model import (
     Outcome,
     decimal_text,
     json_text,
-    ledger_columns,
     total,
     ts_text,
 )
 from broker.state.money import billed_hours as billed
-from broker.state.money import hours_figure, hours_text, money_text
+from broker.state.money import hours_figure, hours_text, ledger_columns, money_text
 from broker.state.placed import PlacedOn
 
 if TYPE_CHECKING:
@@ -137,7 +136,7 @@ class AttemptWrites:
         `job_to`, by default the outcome's state (e.g. QUEUED to retry a
         recoverable failure), when the job is still LAUNCHING or RUNNING on this
         attempt; a job that moved on (cancelled, interrupted) keeps its state.
-        Ledger entries: see `broker.state.model.ledger_columns`. `lost_share`: of an
+        Ledger entries: see `broker.state.money.ledger_columns`. `lost_share`: of an
         interrupted attempt, the share of its billed time the interruption threw away
         (reports read it back: `lost_shares`).
         """
@@ -212,8 +211,7 @@ class AttemptWrites:
         with self._write() as now:
             att = self._attempt_row(attempt_id)
             sql = (
-                "SELECT data_json FROM events WHERE kind = 'interruption_notice'"
-                " AND attempt_id = ?"
+                "SELECT data_json FROM events WHERE kind = 'interruption_notice' AND attempt_id = ?"
             )
             for row in self._conn.execute(sql, (attempt_id,)):
                 if json.loads(row["data_json"]).get("kind") == notice.kind:

@@ -79,17 +79,16 @@ class Budgets:
         for entry in self.store.ledger(since=datetime(now.year, now.month, 1, tzinfo=UTC)):
             if entry.team in teams:
                 spent[entry.team] = spent.get(entry.team, 0.0) + float(entry.amount_usd)
+        jobs = {job.id: job for job in self.store.jobs() if job.team in teams}
         looks: list[tuple[Attempt, str, int, float, float | None]] = []
-        for job in self.store.jobs():
-            if job.team not in teams:
+        for attempt in self.store.attempts(states=OPEN_ATTEMPT):
+            job = jobs.get(attempt.job_id)
+            instance = self._live_instance(attempt) if job is not None else None
+            if job is None or instance is None:
                 continue
-            for attempt in self.store.attempts(job.id, states=OPEN_ATTEMPT):
-                instance = self._live_instance(attempt)
-                if instance is None:
-                    continue
-                hours = self._hours_so_far(instance, now)
-                looks.append((attempt, job.team, job.priority, hours, self._looked.get(attempt.id)))
-                self._looked[attempt.id] = hours
+            hours = self._hours_so_far(instance, now)
+            looks.append((attempt, job.team, job.priority, hours, self._looked.get(attempt.id)))
+            self._looked[attempt.id] = hours
         known = [hours - before for _, _, _, hours, before in looks if before is not None]
         interval = max([*known, self.settings.pass_hours])  # hours until the next pass
         burning = []
@@ -124,11 +123,18 @@ class Budgets:
 
     def _accrued(self, attempt: Attempt, hours: float) -> float:
         """USD stopping the attempt now would be charged (broker.state.charges)."""
+        from broker.controller.isolation import not_one_jobs
         from broker.state.charges import charged_usd
         from broker.state.money import billed_hours
 
         billed = billed_hours(hours)
-        return float(charged_usd(attempt, billed, self._charges(attempt, billed, "interrupted")))
+        try:
+            entries = self._charges(attempt, billed, "interrupted")
+        except Exception as exc:  # noqa: BLE001 (one job's data: count its time alone)
+            if not_one_jobs(exc):
+                raise
+            entries = [{"kind": "compute"}]
+        return float(charged_usd(attempt, billed, entries))
 
     def _policy(self) -> Policy:
         from broker.queue import Policy

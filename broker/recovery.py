@@ -174,12 +174,16 @@ def spot_exposure(store: StateStore, now: datetime) -> dict[tuple[str, str, str]
 
 
 def adjust_index(
-    index: OfferIndex, store: StateStore, now: datetime, cooldown_scale: float = 1.0
+    index: OfferIndex,
+    store: StateStore,
+    now: datetime,
+    cooldown_scale: float = 1.0,
+    reclaims: list[Reclaim] | None = None,
 ) -> OfferIndex:
     """`index` with spot closed where it is cooling down (`cooldown_scale` x the
     cool-down) and learned interruption rates applied; the same index when nothing was
-    reclaimed lately (the common case)."""
-    reclaims = recent_reclaims(store, now)
+    reclaimed lately (the common case). `reclaims`: `recent_reclaims`, when read already."""
+    reclaims = recent_reclaims(store, now) if reclaims is None else reclaims
     if not reclaims:
         return index
     import numpy as np

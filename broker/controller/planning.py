@@ -15,7 +15,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
-from broker.controller.isolation import ERROR
+from broker.controller.isolation import ERROR, not_one_jobs
 from broker.state.placed import PlacedOn
 
 if TYPE_CHECKING:
@@ -157,17 +157,25 @@ class Planning:
         without a placement waits for."""
         from broker.controller.isolation import isolate
         from broker.planner.plan import plan_many
-        from broker.recovery import adjust_index
+        from broker.recovery import adjust_index, cooling_places, recent_reclaims
 
         now = self.clock.now()
         offered = self.index_of(self.provider)
-        index = self._pools(adjust_index(offered, self.store, now, self.settings.cooldown_scale))
+        reclaims = recent_reclaims(self.store, now)
+        scale = self.settings.cooldown_scale
+        index = self._pools(adjust_index(offered, self.store, now, scale, reclaims))
+        specs: dict[str, JobSpec] = {}  # steered once per pass, whoever plans it
 
         def plan(jobs: list[Job]) -> list[Decision]:
-            return plan_many([self._steered_spec(job, now) for job in jobs], index, now)
+            for job in jobs:
+                if job.id not in specs:
+                    specs[job.id] = self._steered_spec(job, now)
+            return plan_many([specs[job.id] for job in jobs], index, now)
 
         jobs, decisions, broken = isolate(queued, plan, _job_id, "planning", sorted(self._held))
-        return Plans(jobs, decisions, broken, self._cooling(jobs, decisions, offered, now))
+        cooling = cooling_places(reclaims, now, scale)
+        waits = self._cooling(jobs, decisions, specs, offered, cooling) if cooling else {}
+        return Plans(jobs, decisions, broken, waits)
 
     def _pools(self, index: OfferIndex) -> OfferIndex:
         """`index` with every pool node offered when a full pool may be waited for."""
@@ -178,28 +186,35 @@ class Planning:
         return index
 
     def _cooling(
-        self, jobs: list[Job], decisions: list[Decision], offered: OfferIndex, now: datetime
+        self,
+        jobs: list[Job],
+        decisions: list[Decision],
+        specs: dict[str, JobSpec],
+        offered: OfferIndex,
+        cooling: list[Cooling],
     ) -> dict[str, tuple[Cooling, Placement]]:
         """Job id -> (the cool-down it waits for, the placement that reopens then), for
-        each job without a placement that would have one were no place cooling down
-        (planned again, alone, as if none were). Nothing when no place cools down."""
+        each job without a placement that would have one were no place cooling down:
+        planned again, in one batch, on the cooling places alone, sold as the provider
+        sells them (spot open); a job that plans there waits for them, and nowhere else."""
         from broker.planner.plan import plan_many
-        from broker.recovery import adjust_index, cooling_places, cooling_wait, recent_reclaims
+        from broker.recovery import cooling_wait
+        from pricing.query import OfferIndex
 
         infeasible = [job for job, d in zip(jobs, decisions, strict=True) if not d.placements]
-        if not infeasible:
+        rows = _rows_at(offered.offers, cooling) if infeasible else []
+        if not len(rows):
             return {}
-        scale = self.settings.cooldown_scale
-        cooling = cooling_places(recent_reclaims(self.store, now), now, scale)
-        if not cooling:
+        reopened = OfferIndex(offered.offers.take(rows), extra_countries=offered.extra_countries)
+        now = self.clock.now()
+        try:
+            plans = plan_many([specs[job.id] for job in infeasible], reopened, now)
+        except Exception as exc:  # noqa: BLE001 (it planned in the batch: this is only a hint)
+            if not_one_jobs(exc):
+                raise
             return {}
-        reopened = self._pools(adjust_index(offered, self.store, now, 0.0))  # rates, no closing
         waits = {}
-        for job in infeasible:
-            try:
-                (decision,) = plan_many([self._steered_spec(job, now)], reopened, now)
-            except Exception:  # noqa: BLE001 (it planned in the batch: this is only a hint)
-                continue
+        for job, decision in zip(infeasible, plans, strict=True):
             wait = cooling_wait(decision.placements, cooling)
             if wait is not None:
                 waits[job.id] = wait
@@ -300,3 +315,17 @@ def _cooled(item: Planned, cooling: dict[str, tuple[Cooling, Placement]]) -> Pla
     until, placement = wait
     verdict = replace(item.verdict, reason=cooling_reason(until), category="cooling down")
     return Planned(item.job, item.decision, verdict, placement, until.until)
+
+
+def _rows_at(table, cooling: list[Cooling]):
+    """Rows of `table` at a cooling place (a zone-less cool-down covers its region)."""
+    import numpy as np
+
+    cloud, region, zone, itype = (
+        table.text(n) for n in ("cloud", "region", "zone", "instance_type")
+    )
+    mask = np.zeros(len(table), dtype=bool)
+    for c in cooling:
+        here = (cloud == c.cloud) & (region == c.region) & (itype == c.instance_type)
+        mask |= here & (zone == c.zone) if c.zone else here
+    return np.flatnonzero(mask)

@@ -18,9 +18,11 @@ REPO = Path(__file__).resolve().parents[2]
 
 @contextmanager
 def sandbox(folder: Path, pools: bool = False) -> Iterator[BrokerSession]:
-    """A runtime on `folder/state.db` (the example pools too, with `pools`)."""
+    """A runtime on `folder/state.db` (the example pools too, with `pools`), with the
+    example trainer where jobs find it as `../train.py` (beside the attempts' folders)."""
     view = load_offers(pools_path=REPO / "examples" / "pools.yaml") if pools else load_offers()
     runtime = open_runtime(folder / "state.db", view, clock=SystemClock())
+    (runtime.workdir / "train.py").write_text((REPO / "examples" / "train.py").read_text())
     try:
         yield runtime
     finally:

@@ -25,6 +25,7 @@ from broker.sim.synthetic import ZONES, synthetic_offers
 from broker.state import AttemptState, JobState, StateStore
 from tests.cli.runner import run_cli
 
+REPO = Path(__file__).resolve().parents[2]
 ORIGIN = datetime(2026, 3, 2, tzinfo=UTC)
 PRICE = 3.06  # the synthetic V100's on-demand USD/h
 SIM_JOB = """\
@@ -182,6 +183,7 @@ def test_broker_run_stops_a_sandbox_job_at_its_cap_and_says_why(tmp_path, capsys
     # the job expects its 10 h estimate at the price of its plan, and really runs 20 h
     (tmp_path / "job.yaml").write_text(BUDGETED)
     rt = open_runtime(tmp_path / "state.db", load_offers(), clock=SystemClock())
+    (rt.workdir / "train.py").write_text((REPO / "examples" / "train.py").read_text())
     try:
         submit_manifests(rt.store, load_manifests([tmp_path / "job.yaml"]).manifests)
         (line,) = rt.controller.queue_lines()

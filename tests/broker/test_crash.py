@@ -104,7 +104,8 @@ placement:
   clouds: [gcp, aws]
   spot: prefer
 run:
-  command: python3 ../train.py --steps {steps} --checkpoint-every 10
+  workdir: {examples}
+  command: python3 train.py --steps {steps} --checkpoint-every 10
 runtime:
   estimate_hours: {estimate}
 checkpoint:
@@ -112,6 +113,7 @@ checkpoint:
   interval_minutes: 30
   size_gb: 0
 """
+EXAMPLES = REPO / "examples"
 CAP, QUOTA = 1.5, 2  # the budgeted team's USD a month, and its GPUs at once
 # What each of its jobs may run between two looks at its budget: a wall second is billed
 # as an hour, and a pass on a machine this busy (two controllers, the test suite) may
@@ -127,10 +129,12 @@ def test_sigkill_with_two_controllers_random_reclaims_and_a_budget(tmp_path):
     jobs = tmp_path / "jobs"
     jobs.mkdir()
     for i in range(8):  # short checkpointed spot jobs of a team without a budget
-        text = SPOT.format(name=f"free-{i}", team="free", steps=120, estimate=1)
+        text = SPOT.format(name=f"free-{i}", team="free", steps=120, estimate=1, examples=EXAMPLES)
         (jobs / f"free-{i}.yaml").write_text(text)
     for i in range(6):  # 12 h jobs estimated at 1 h, of a team with a budget
-        text = SPOT.format(name=f"capped-{i}", team="capped", steps=2400, estimate=1)
+        text = SPOT.format(
+            name=f"capped-{i}", team="capped", steps=2400, estimate=1, examples=EXAMPLES
+        )
         (jobs / f"capped-{i}.yaml").write_text(text)
     policy = tmp_path / "policy.yaml"
     policy.write_text(f"teams:\n  capped: {{monthly_budget: {CAP}, max_gpus: {QUOTA}}}\n")

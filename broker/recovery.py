@@ -19,7 +19,7 @@ from __future__ import annotations
 
 from collections import defaultdict
 from dataclasses import dataclass, replace
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
@@ -77,28 +77,77 @@ def cooldown(reclaims_here: int, scale: float = 1.0) -> timedelta:
     return min(COOLDOWN_BASE * 2 ** max(0, reclaims_here - 1), COOLDOWN_MAX) * scale
 
 
+@dataclass(frozen=True)
+class Cooling:
+    """A place whose spot market is closed until `until` after `reclaims` reclaims."""
+
+    cloud: str
+    region: str
+    zone: str
+    instance_type: str
+    until: datetime
+    reclaims: int
+
+    @property
+    def where(self) -> str:
+        """`cloud/region[/zone]/instance_type`, as reasons name it."""
+        zone = f"/{self.zone}" if self.zone else ""
+        return f"{self.cloud}/{self.region}{zone}/{self.instance_type}"
+
+    def covers(self, cloud: str, region: str, zone: str, instance_type: str) -> bool:
+        """Whether a spot placement there is closed by this cool-down (a zone-less one
+        closes every zone of the region, as `restrict_offers` does)."""
+        same = (self.cloud, self.region, self.instance_type) == (cloud, region, instance_type)
+        return same and (not self.zone or self.zone == zone)
+
+
+def cooling_places(reclaims: list[Reclaim], now: datetime, scale: float = 1.0) -> list[Cooling]:
+    """Places whose spot market is still cooling down at `now`, and until when."""
+    by_place: dict[tuple[str, str, str, str], list[datetime]] = defaultdict(list)
+    for r in reclaims:
+        by_place[(r.cloud, r.region, r.zone, r.instance_type)].append(r.at)
+    cooling = []
+    for (cloud, region, zone, instance_type), times in sorted(by_place.items()):
+        until = max(times) + cooldown(len(times), scale)
+        if now < until:
+            cooling.append(Cooling(cloud, region, zone, instance_type, until, len(times)))
+    return cooling
+
+
 def closed_places(reclaims: list[Reclaim], now: datetime, scale: float = 1.0) -> list[Unavailable]:
     """Places whose spot market is still cooling down, with the reason shown to users."""
     from providers.cloud import Unavailable
 
-    by_place: dict[tuple[str, str, str, str], list[datetime]] = defaultdict(list)
-    for r in reclaims:
-        by_place[(r.cloud, r.region, r.zone, r.instance_type)].append(r.at)
-    closed = []
-    for (cloud, region, zone, instance_type), times in sorted(by_place.items()):
-        until = max(times) + cooldown(len(times), scale)
-        if now < until:
-            closed.append(
-                Unavailable(
-                    cloud,
-                    region,
-                    zone,
-                    instance_type,
-                    "spot",
-                    f"{REASON} {len(times)}x in 24 h: closed until {until:%H:%M} UTC",
-                )
-            )
-    return closed
+    return [
+        Unavailable(
+            c.cloud, c.region, c.zone, c.instance_type, "spot",
+            f"{REASON} {c.reclaims}x in 24 h: closed until {c.until:%H:%M} UTC",
+        )
+        for c in cooling_places(reclaims, now, scale)
+    ]  # fmt: skip
+
+
+def cooling_wait(placements, cooling: list[Cooling]):
+    """Of the cool-downs closing one of `placements` (planned as if nothing cooled), the
+    one that ends first, with the best placement it closes: when and where the job may
+    start by itself. None when no placement is closed by one (it waits for something
+    else)."""
+    closing = [
+        (c.until, rank, c.where, c, p)
+        for rank, p in enumerate(placements)
+        if p.market == "spot"
+        for c in cooling
+        if c.covers(p.cloud, p.region, p.zone, p.instance_type)
+    ]
+    if not closing:
+        return None
+    *_, wait, placement = min(closing, key=lambda row: row[:3])
+    return wait, placement
+
+
+def cooling_reason(wait: Cooling) -> str:
+    """`cooling down until 2026-11-01T03:10:00Z (aws/us-east-1/p5.48xlarge)`."""
+    return f"cooling down until {wait.until.astimezone(UTC):%Y-%m-%dT%H:%M:%SZ} ({wait.where})"
 
 
 def learned_rates(reclaims: list[Reclaim], spot_hours: dict) -> dict[tuple[str, str, str], float]:
@@ -125,12 +174,16 @@ def spot_exposure(store: StateStore, now: datetime) -> dict[tuple[str, str, str]
 
 
 def adjust_index(
-    index: OfferIndex, store: StateStore, now: datetime, cooldown_scale: float = 1.0
+    index: OfferIndex,
+    store: StateStore,
+    now: datetime,
+    cooldown_scale: float = 1.0,
+    reclaims: list[Reclaim] | None = None,
 ) -> OfferIndex:
     """`index` with spot closed where it is cooling down (`cooldown_scale` x the
     cool-down) and learned interruption rates applied; the same index when nothing was
-    reclaimed lately (the common case)."""
-    reclaims = recent_reclaims(store, now)
+    reclaimed lately (the common case). `reclaims`: `recent_reclaims`, when read already."""
+    reclaims = recent_reclaims(store, now) if reclaims is None else reclaims
     if not reclaims:
         return index
     import numpy as np

@@ -90,11 +90,11 @@ def open_runtime(
     if onprem is not None:
         routes["onprem"] = onprem
         closers.append(onprem.close)
-    provider: Provider = sandbox
-    if routes:
-        from providers.fleet import Fleet
+    from providers.fleet import Fleet
 
-        provider = Fleet(routes, default=sandbox)
+    # Always a fleet, even with the sandbox alone: the instance ids it records carry
+    # their member's name, so a later session with other clouds or pools finds them.
+    provider: Provider = Fleet(routes, default=sandbox)
     store = store or StateStore.open(state_path, clock)
     countries = view.index.extra_countries
 

@@ -7,7 +7,7 @@ GPU usage and its spend this month. The controller launches what comes back.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING
 
@@ -27,9 +27,12 @@ def verdicts(
     active: Sequence[Job],
     now: datetime,
     pool_gpus: dict[tuple[str, str], float],
+    committed: Mapping[str, float] | None = None,
 ) -> dict[str, tuple[Verdict, Placement | None]]:
     """Job id -> (verdict, the placement to launch on). Jobs without any feasible
-    placement wait with the planner's reason and never reach the policy.
+    placement wait with the planner's reason and never reach the policy. `committed`:
+    job id -> USD a running job is counted for against its team's budget when that is
+    more than its plan's expected cost (what it accrued and will burn by the next pass).
 
     Capacity-limited places, where the policy may preempt and backfill, are the
     on-prem pools: `pool_gpus` maps ("onprem", pool name) to the pool's GPUs, and a
@@ -76,7 +79,7 @@ def verdicts(
         running,
         policy=policy,
         usage=usage,
-        spent_this_month=spent_this_month(store, active, now),
+        spent_this_month=spent_this_month(store, active, now, committed),
         free_gpus=free_pool_gpus(pool_gpus, running),
         now=now,
     ):
@@ -112,9 +115,15 @@ def running_jobs(store: StateStore, active: Sequence[Job], spec_of) -> list:
     return running
 
 
-def spent_this_month(store: StateStore, active: Sequence[Job], now: datetime) -> dict[str, float]:
-    """Per team: charges since the first of this month (UTC), plus the expected cost of
-    jobs still running (a budget is hard: what is running is as good as spent)."""
+def spent_this_month(
+    store: StateStore,
+    active: Sequence[Job],
+    now: datetime,
+    committed: Mapping[str, float] | None = None,
+) -> dict[str, float]:
+    """Per team: charges since the first of this month (UTC), plus, for each job still
+    running, its plan's expected cost or what it is `committed` for by the next pass
+    when that is more (a budget is hard: what is running is as good as spent)."""
     start = datetime(now.year, now.month, 1, tzinfo=UTC)
     spent: dict[str, float] = {}
     for entry in store.ledger(since=start):
@@ -122,7 +131,7 @@ def spent_this_month(store: StateStore, active: Sequence[Job], now: datetime) ->
     for job in active:
         attempts = store.attempts(job.id)
         if attempts:
-            cost = attempts[-1].placed_on.expected_cost
+            cost = max(attempts[-1].placed_on.expected_cost, (committed or {}).get(job.id, 0.0))
             spent[job.team] = spent.get(job.team, 0.0) + cost
     return spent
 

@@ -3,6 +3,8 @@
 It keeps the broker's job contract, which any real job should keep too:
 - checkpoint (step + weights, JSON, written atomically) into $BROKER_CHECKPOINT_DIR
   every --checkpoint-every steps, and at once on SIGTERM, then exit 143;
+- after each checkpoint, write the time it was taken to .broker-checkpoint beside it
+  (the broker counts lost work from that time: docs/spot.md);
 - resume from $BROKER_RESUME_FROM (a checkpoint file or a directory holding one).
 The sample used at a step depends only on the step, so a run that is interrupted and
 resumed ends with exactly the weights of a run that never stopped.
@@ -20,9 +22,11 @@ import random
 import signal
 import sys
 import time
+from datetime import UTC, datetime
 from pathlib import Path
 
 CHECKPOINT = "checkpoint.json"
+MARKER = ".broker-checkpoint"  # when the last checkpoint was taken (ISO 8601, UTC)
 EXIT_INTERRUPTED = 128 + signal.SIGTERM
 FEATURES, SAMPLES = 4, 256
 
@@ -67,15 +71,22 @@ def sgd_step(
 
 
 def save(directory: Path, step: int, weights: list[float], bias: float, done: bool) -> None:
-    """Write the checkpoint atomically: a kill leaves the old one or the new one."""
+    """Write the checkpoint atomically (a kill leaves the old one or the new one), then
+    the marker with the time its state was taken."""
+    taken = datetime.now(UTC)
     directory.mkdir(parents=True, exist_ok=True)
     state = {"step": step, "weights": weights, "bias": bias, "done": done}
-    tmp = directory / f".{CHECKPOINT}.{os.getpid()}.tmp"
+    _write_atomically(directory / CHECKPOINT, json.dumps(state))
+    _write_atomically(directory / MARKER, f"{taken.isoformat()}\nstep {step}\n")
+
+
+def _write_atomically(path: Path, text: str) -> None:
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
     with tmp.open("w") as handle:
-        json.dump(state, handle)
+        handle.write(text)
         handle.flush()
         os.fsync(handle.fileno())
-    os.replace(tmp, directory / CHECKPOINT)
+    os.replace(tmp, path)
 
 
 def restore(resume_from: str) -> dict | None:

@@ -4,7 +4,9 @@ The controller speaks to one provider. With real clouds enabled (BROKER_CLOUDS),
 the fleet sends AWS requests to the AWS adapter, GCP ones to the GCP adapter, and
 everything else (on-prem pools, clouds not enabled) to the sandbox. Instance ids
 carry their member's name (`aws:us-east-1/i-0abc`), so describe and terminate
-reach the right member even after a restart.
+reach the right member even after a restart, whichever clouds and pools the next
+session enables (the runtime always speaks through a fleet; an id without a member's
+name is the default member's, as ids were before).
 """
 
 from __future__ import annotations
@@ -62,7 +64,11 @@ class Fleet(Capacity, Billing, CheckpointStores, PlayedReclaims):
     def _split(self, instance_id: str) -> tuple[Provider, str]:
         name, sep, own_id = instance_id.partition(SEPARATOR)
         if not sep:
-            raise NotFound(self.name, f"instance {instance_id!r} is not a fleet id")
+            # An id recorded before the broker always spoke through a fleet: the
+            # sandbox's (the default member's) own id.
+            if self.default is None:
+                raise NotFound(self.name, f"instance {instance_id!r} is not a fleet id")
+            return self.default, instance_id
         member = self.members.get(name)
         if member is None:
             # Launched by a member not enabled now: its fate is unknown, not "gone".

@@ -41,3 +41,4 @@ def wait_ended(provider, instance_id: str, timeout: float = 30.0) -> bool:
     """True once the provider reports the instance ended (any provider: it polls
     `describe`); False after `timeout` seconds."""
     return wait_until(lambda: not provider.describe(instance_id).active, timeout)
+

@@ -35,8 +35,8 @@ NOTES = (
     "savings: against the on-demand price of the same GPUs in the cheapest region of each "
     "job's first-choice cloud, from the offers in force, leaving out lost work "
     "(docs/reports.md)",
-    "lost work: interrupted attempts' time after their last recorded checkpoint "
-    "(the whole attempt when none was recorded)",
+    "lost work: interrupted attempts' time after their last checkpoint (none when the job "
+    "saved once told to stop; the whole attempt when it never checkpointed)",
 )
 
 
@@ -186,15 +186,29 @@ def _reconcile(store, report: Report, bills) -> Reconciliation:
 
 
 def _text(value: Any) -> Any:
+    """A Decimal as exact text with the places it carries."""
     from decimal import Decimal
 
-    from broker.state.model import decimal_text
+    return format(value, "f") if isinstance(value, Decimal) else value
 
-    return decimal_text(value) if isinstance(value, Decimal) else value
+
+def _ledger_text(value: Any) -> Any:
+    """Money and hours as the ledger keeps them: exact, with at least its 6 places
+    (`"32.784410"`, `"0.000000"`); padding only, never rounding (broker.state.money)."""
+    from decimal import Decimal
+
+    from broker.state.money import PLACES, USD_STEP
+
+    if isinstance(value, Decimal) and value.as_tuple().exponent > -PLACES:  # type: ignore[operator]
+        value = value.quantize(USD_STEP)
+    return _text(value)
 
 
 def _figures(figures: Figures) -> dict[str, Any]:
-    return {key: _text(value) for key, value in figures.as_dict().items()}
+    return {
+        key: _ledger_text(value) if key.endswith(("_usd", "_hours")) else _text(value)
+        for key, value in figures.as_dict().items()
+    }
 
 
 def _group_rows(report: Report) -> list[dict[str, Any]]:
@@ -213,7 +227,7 @@ def _egress_rows(report: Report) -> list[dict[str, Any]]:
             "detail": redact(line.detail),  # a ledger row written before details were redacted
             "gb": _text(line.quantity),
             "usd_per_gb": _text(line.unit_price),
-            "amount_usd": _text(line.amount),
+            "amount_usd": _ledger_text(line.amount),
         }
         for line in report.egress
     ]

@@ -11,7 +11,7 @@ from typing import Any
 
 import typer
 
-from broker.cli.exits import BAD_INPUT, FAILED, PROVIDER, fail
+from broker.cli.exits import BAD_INPUT, FAILED, OVER_BUDGET, PROVIDER, fail
 from broker.cli.formats import count, hours
 from broker.cli.options import CatalogOption, OverlaysOption, PoolsOption, WideOption
 from broker.cli.render import Column, Output, render, state_colour, usd
@@ -137,6 +137,7 @@ def _jobs_table(rows: list[dict]):
 
 def _loop(rt, once: bool, poll: float, limit_s: float | None, live, after_pass) -> None:
     started = time.monotonic()
+    told: set[tuple[str, str]] = set()  # waits already printed
     while True:
         report = rt.controller.run_pass()
         if report.blocked:  # e.g. credentials: no later pass can do better
@@ -155,13 +156,25 @@ def _loop(rt, once: bool, poll: float, limit_s: float | None, live, after_pass) 
         queued, active = rt.store.queued(), rt.controller.active()
         if not active and not queued:
             return
+        pause = poll  # the controller polls its providers between passes
         if not active and not report.launched:
             for name, why in report.waiting.items():
-                print(f"{name} waits: {why}", file=sys.stderr)
-            fail("the queue is stuck: nothing runs and nothing can start", FAILED)
-        if limit_s is not None and time.monotonic() - started > limit_s:
-            fail(f"gave up after {limit_s:g} s with work still in flight", FAILED)
-        time.sleep(poll)  # the controller polls its providers between passes
+                if (name, why) not in told:
+                    told.add((name, why))
+                    print(f"{name} waits: {why}", file=sys.stderr)
+            if report.wake_at is None:  # nothing will change by itself: name what waits
+                waiting = "; ".join(f"{name}: {why}" for name, why in report.waiting.items())
+                budget = all(why == "budget" for why in report.waiting_for.values())
+                code = OVER_BUDGET if report.waiting and budget else FAILED
+                fail(f"the queue is stuck: nothing runs and nothing can start ({waiting})", code)
+            # A cool-down is a wait, not a failure: sleep until the first one ends.
+            pause = max(poll, (report.wake_at - rt.controller.clock.now()).total_seconds())
+        if limit_s is not None:
+            left = limit_s - (time.monotonic() - started)
+            if left < 0:
+                fail(f"gave up after {limit_s:g} s with work still in flight", FAILED)
+            pause = min(pause, left + poll)
+        time.sleep(pause)
 
 
 def demo(

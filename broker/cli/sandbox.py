@@ -28,9 +28,14 @@ def interrupt(
     """Reclaim a running sandbox instance as a cloud would: the job gets SIGTERM (it
     checkpoints and exits), and the next `broker run` pass recovers it elsewhere."""
     from broker.cli.jobref import find_job
+    from broker.state import OPEN_ATTEMPT
 
     with runtime(state, catalog, pools, overlays) as rt:
-        running = {i.provider_id: i for i in rt.store.instances(state="running")}
+        running = {  # the live instance of an attempt still open (not an earlier one)
+            i.provider_id: i
+            for i in rt.store.instances(state="running")
+            if i.attempt_id and rt.store.attempt(i.attempt_id).state in OPEN_ATTEMPT
+        }
         if target not in running:
             job = find_job(rt.store, target)
             mine = [i for i in running.values() if rt.store.attempt(i.attempt_id).job_id == job.id]

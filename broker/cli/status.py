@@ -85,7 +85,10 @@ def status(
 
 def _view(store: StateStore, job: Job) -> dict[str, Any]:
     """One job as `status` shows it (money as exact decimal text)."""
+    from decimal import Decimal
+
     from broker.state.model import decimal_text, total
+    from broker.state.money import money_text
 
     charges: dict[str | None, list] = {}
     for entry in store.ledger(job_id=job.id):
@@ -102,8 +105,8 @@ def _view(store: StateStore, job: Job) -> dict[str, Any]:
             "where": a.placed_on.where,
             "market": a.market,
             "price_per_hour": decimal_text(a.price_per_hour),
-            "billed_hours": decimal_text(a.billed_hours or 0),
-            "cost_usd": decimal_text(total(charges.get(a.id, []))),
+            "billed_hours": format(a.billed_hours or Decimal(0), "f"),  # as stored: 6 places
+            "cost_usd": money_text(total(charges.get(a.id, []))),
             "exit_code": a.exit_code,
             "time_scale": a.placed_on.time_scale,
         }

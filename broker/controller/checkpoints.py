@@ -11,8 +11,15 @@ reads (`file://`, `s3://`, `gs://`, `az://`).
 from __future__ import annotations
 
 from dataclasses import dataclass
-from pathlib import PurePosixPath
+from datetime import datetime
+from decimal import Decimal
+from pathlib import Path, PurePosixPath
 from typing import TYPE_CHECKING, Any
+
+# The job contract (docs/spot.md): after each complete checkpoint the job writes, in its
+# checkpoint folder, this file holding the time (ISO 8601) its checkpoint was taken.
+MARKER = ".broker-checkpoint"
+MARKER_MAX_BYTES = 4096
 
 if TYPE_CHECKING:
     from broker.spec import JobSpec
@@ -95,19 +102,84 @@ class Checkpoints:
         )
         return [entry] if entry is not None else []
 
-    def lost_work(self, job: Job, attempt: Attempt, instance: Instance, hours: float) -> str:
-        """Record when the interrupted attempt last checkpointed; say how much work it lost
-        (billed hours since that checkpoint, or since its start without one)."""
-        here = attempt.placed_on
-        at = None
-        if self.stores is not None:
-            at = self.stores.last_checkpoint_at(job.id, here.cloud, here.region)
+    def lost_work(
+        self, job: Job, attempt: Attempt, instance: Instance, hours: Decimal, told: datetime | None
+    ) -> Lost | None:
+        """The work an interrupted attempt lost (docs/spot.md, "Lost work"): its billed
+        time after its last checkpoint, none when it checkpointed once told to stop
+        (`told`: the notice, or the broker's own SIGTERM). The checkpoint is recorded.
+        None when the instance's times are not known."""
+        from broker.reports.lines import share_lost
+        from broker.state.money import hours_figure
+
         start, end = instance.launched_at, instance.ended_at
-        if at is not None and start is not None and at > start:
-            self.store.record_checkpoint(attempt.id, at)
-        else:
-            at = start
-        if at is None or start is None or end is None or end <= start:
-            return ""
-        lost = hours * max(0.0, (end - at).total_seconds()) / (end - start).total_seconds()
-        return f"; lost {lost:.2f} h of work since the last checkpoint"
+        if start is None or end is None or end <= start:
+            return None
+        saved = self.saved_at(job, attempt, start, end)
+        if saved is not None:
+            self.store.record_checkpoint(attempt.id, saved)
+        share = share_lost(start, end, saved, told)
+        return Lost(share, hours_figure(Decimal(hours) * share), saved)
+
+    def saved_at(self, job: Job, attempt: Attempt, start: datetime, end: datetime):
+        """When the attempt last checkpointed: the time the job wrote in its marker
+        (`MARKER` in its checkpoint store), else what the provider can tell (e.g. file
+        times); None when it did not checkpoint during [start, end]."""
+        here = attempt.placed_on
+        at = self._marker(job.id, here.cloud, here.region)
+        if at is None and self.stores is not None:
+            at = self.stores.last_checkpoint_at(job.id, here.cloud, here.region)
+        if at is None or at <= start:
+            return None  # none, or an earlier attempt's in the same store
+        return min(at, end)
+
+    def _marker(self, job_id: str, cloud: str, region: str) -> datetime | None:
+        """The time in the job's `MARKER` file, read through the provider's ObjectStore
+        from the place's store; None when there is none (or it cannot be read)."""
+        import tempfile
+
+        from providers.errors import ProviderError
+
+        location = self.location(job_id, cloud, region)
+        if location is None:
+            return None  # the clouds: the marker is in the job's own URI, not read here
+        uri = folder_uri(location) + MARKER
+        objects = self.provider.object_store()
+        try:
+            if objects.size(uri) > MARKER_MAX_BYTES:
+                return None
+            with tempfile.TemporaryDirectory(prefix="broker-marker-") as tmp:
+                copy = Path(tmp) / MARKER
+                objects.get(uri, copy)
+                text = copy.read_text(encoding="utf-8", errors="replace")
+        except (ProviderError, OSError):
+            return None
+        return parse_marker(text)
+
+
+@dataclass(frozen=True, slots=True)
+class Lost:
+    """What an interruption threw away: a share of the attempt's billed time."""
+
+    share: Decimal  # 0..1
+    hours: Decimal  # billed hours x share, at the ledger's 6 places
+    saved_at: datetime | None  # the last checkpoint it counts from (None: the start)
+
+    @property
+    def text(self) -> str:
+        """What `broker status` says of it, after the attempt's reason."""
+        if self.share == 0:
+            return "; no work lost: it checkpointed when told to stop"
+        return f"; lost {self.hours:.2f} h of work since the last checkpoint"
+
+
+def parse_marker(text: str) -> datetime | None:
+    """The time on the marker's first line (ISO 8601; without an offset: UTC)."""
+    from datetime import UTC
+
+    first = text.strip().splitlines()[0].strip() if text.strip() else ""
+    try:
+        moment = datetime.fromisoformat(first.replace("Z", "+00:00"))
+    except ValueError:
+        return None
+    return moment if moment.tzinfo else moment.replace(tzinfo=UTC)

@@ -19,12 +19,15 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from datetime import datetime
 from typing import TYPE_CHECKING
 
 from broker.clock import Clock
+from broker.controller.budgets import Budgets
 from broker.controller.checkpoints import Checkpoints
+from broker.controller.closing import Closing
+from broker.controller.isolation import not_one_jobs
 from broker.controller.launching import Launching
-from broker.controller.outcomes import Ending, judge
 from broker.controller.steering import steer
 from broker.dispatch.settings import DispatchSettings
 from broker.state import JobState
@@ -54,8 +57,10 @@ class PassReport:
     launched: list[tuple[str, str]] = field(default_factory=list)  # (job name, where)
     finished: list[tuple[str, str]] = field(default_factory=list)  # (job name, outcome)
     waiting: dict[str, str] = field(default_factory=dict)  # job name -> reason
+    waiting_for: dict[str, str] = field(default_factory=dict)  # job name -> its category
     terminated: list[str] = field(default_factory=list)  # instance ids
     unreachable: list[str] = field(default_factory=list)  # "<instance id>: <why>", retried
+    wake_at: datetime | None = None  # the first cool-down a waiting job waits for ends
     blocked: list[str] = field(default_factory=list)  # what a human must fix (credentials)
 
     @property
@@ -73,7 +78,7 @@ class PassReport:
 
 
 @dataclass
-class Controller(Launching):
+class Controller(Launching, Closing, Budgets):
     """Reconciles `store` with `provider`; `index_of` turns the provider's offers
     (with current capacity) into the index the planner reads."""
 
@@ -86,6 +91,10 @@ class Controller(Launching):
     settings: DispatchSettings = field(default_factory=DispatchSettings)
     _specs: dict[tuple[str, int], JobSpec] = field(default_factory=dict, init=False)
     _steered: dict[str, str] = field(default_factory=dict, init=False)  # job id -> say
+    _started: bool = field(default=False, init=False)
+    _held: set[str] = field(default_factory=set, init=False)  # job ids held by an error
+    _looked: dict[str, float] = field(default_factory=dict, init=False)  # budgets
+    _committed: dict[str, float] = field(default_factory=dict, init=False)  # budgets
 
     def __post_init__(self) -> None:
         provider = self.provider  # its optional abilities, checked once
@@ -100,8 +109,12 @@ class Controller(Launching):
 
     def run_pass(self) -> PassReport:
         report = PassReport()
+        if not self._started:  # instance rows a broker from before left live
+            self.store.close_stale_instances()
+            self._started = True
         self._recover()
         self._observe(report)
+        self._enforce_budgets(report)
         self._sweep(report)
         self._launch(report)
         return report
@@ -147,29 +160,50 @@ class Controller(Launching):
     # --- (1) what the provider says about open attempts -----------------------------
 
     def _observe(self, report: PassReport) -> None:
-        from broker.state import OPEN_ATTEMPT, AttemptState
+        from broker.state import OPEN_ATTEMPT
+        from providers.errors import ProviderError
 
+        self._record_notices(report)  # first: an ended attempt is judged knowing them
         for job in self.store.jobs(states=(*ACTIVE, JobState.CANCELLED)):
             for attempt in self.store.attempts(job.id, states=OPEN_ATTEMPT):
-                instance = self._instance_of(job, attempt, report)
-                if instance is None:
-                    continue
-                if job.state is JobState.CANCELLED and instance.active:
-                    self.provider.terminate(instance.id)
-                    report.terminated.append(instance.id)
-                    instance = self.provider.describe(instance.id)
-                if instance.active:
-                    if attempt.state is AttemptState.LAUNCHING:
-                        self.store.attempt_running(attempt.id, _instance_row(instance))
-                    elif self._back_to_spot(job, attempt):
-                        self.preempt(job.id, "back to spot: the deadline's slack is rebuilt")
-                        report.finished.append((job.name, "back to spot"))
-                    continue
-                outcome = self._finish(job, attempt, instance)
-                report.finished.append((job.name, outcome))
-                if instance.state == "interrupted":
-                    self._release(instance, report)
-        self._record_notices(report)
+                try:
+                    self._observe_one(job, attempt, report)
+                except ProviderError as exc:  # the provider cannot answer now: next pass
+                    report.cannot_reach(f"attempt {attempt.id}", exc)
+                except Exception as exc:  # noqa: BLE001 (one job's error: broker.controller.isolation)
+                    if not_one_jobs(exc):
+                        raise
+                    self._fail_attempt(job, attempt, "observing", exc)
+                    report.finished.append((job.name, "failed"))
+
+    def _observe_one(self, job: Job, attempt: Attempt, report: PassReport) -> None:
+        """One open attempt: launched if it never was, running, or ended (closed)."""
+        from broker.state import AttemptState
+
+        instance = self._instance_of(job, attempt, report)
+        if instance is None:
+            return
+        if job.state is JobState.CANCELLED and instance.active:
+            self.provider.terminate(instance.id)
+            report.terminated.append(instance.id)
+            instance = self.provider.describe(instance.id)
+        if instance.active:
+            if attempt.state is AttemptState.LAUNCHING:
+                self.store.attempt_running(attempt.id, _instance_row(instance))
+            elif self._back_to_spot(job, attempt):
+                self.preempt(job.id, "back to spot: the deadline's slack is rebuilt")
+                report.finished.append((job.name, "back to spot"))
+            return
+        try:
+            outcome = self._finish(job, attempt, instance)
+        except Exception as exc:  # noqa: BLE001 (one job's error: broker.controller.isolation)
+            if not_one_jobs(exc):
+                raise
+            self._fail_attempt(job, attempt, "finishing", exc)
+            outcome = "failed"
+        report.finished.append((job.name, outcome))
+        if instance.state == "interrupted":
+            self._release(instance, report)
 
     def _instance_of(self, job: Job, attempt: Attempt, report: PassReport) -> Instance | None:
         """The attempt's instance; relaunched (idempotently) when the store has none yet,
@@ -220,71 +254,8 @@ class Controller(Launching):
             self._close(attempt, "failed", None, str(exc), 0.0, retry)
             return None
         self.store.attempt_running(attempt.id, _instance_row(instance))
+        self._looked[attempt.id] = 0.0  # its burn by the next pass is all it will run
         return instance
-
-    def _finish(self, job: Job, attempt: Attempt, instance: Instance) -> str:
-        """Close an ended attempt: outcome, billing and the job's next state in one write
-        (the outcome table: broker.controller.outcomes)."""
-        spec = self._spec(job)
-        hours = self._billed_hours(instance)
-        failed = [a for a in self.store.attempts(job.id) if a.state == "failed"]
-        verdict = judge(
-            Ending(
-                instance_state=instance.state,
-                exit_code=instance.exit_code,
-                job_cancelled=job.state is JobState.CANCELLED,
-                recover_on_exit_codes=spec.recover_on_exit_codes,
-                failed_before=len(failed),
-                failed_without_code=sum(1 for a in failed if a.exit_code is None),
-                max_restarts_on_error=spec.max_restarts_on_error,
-            )
-        )
-        reason = verdict.reason
-        if verdict.outcome == "interrupted":
-            reason += self.checkpoints.lost_work(job, attempt, instance, hours)
-        code = instance.exit_code
-        self._close(attempt, verdict.outcome, code, reason, hours, verdict.next_state)
-        if verdict.outcome == "interrupted":
-            # Back to the queue: the next plan prices moving the checkpoint from where it
-            # lives, the reclaimed place is closed for spot a while (broker.recovery).
-            self.store.transition(
-                job.id, JobState.QUEUED, "re-queued after interruption", expect=JobState.INTERRUPTED
-            )
-        return verdict.outcome
-
-    def _close(
-        self,
-        attempt: Attempt,
-        outcome: str,
-        code: int | None,
-        reason: str,
-        hours: float,
-        to: JobState | None,
-    ) -> None:
-        """End an attempt with its charges (time, data moved, the checkpoint's copy)."""
-        from broker.recovery import with_checkpoint_at
-        from broker.state.charges import attempt_charges
-        from pricing.regions import Place
-
-        spec = self._spec(self.store.job(attempt.job_id)) if hours > 0 else None
-        earlier = self.store.attempts(attempt.job_id) if hours > 0 else []
-        moved = []
-        here = attempt.placed_on
-        if spec is not None and spec.checkpoint is not None:
-            if self.checkpoints.kept_per_place(attempt.job_id, here.cloud, here.region):
-                # Checkpoints live in the place's own store: writes and restores are local;
-                # what crossed places is the migration, charged once, from where it came.
-                spec = with_checkpoint_at(spec, Place(here.cloud, here.region))
-                moved = self.checkpoints.migration_charge(attempt, spec)
-        entries = attempt_charges(attempt, hours, spec, outcome, earlier) + moved
-        self.store.finish_attempt(attempt.id, outcome, code, reason, hours, entries, job_to=to)
-
-    def _billed_hours(self, instance: Instance) -> float:
-        from providers.base import launch_to_end_hours
-
-        if self._billing is not None:
-            return float(self._billing.billed_hours(instance))
-        return launch_to_end_hours(instance)
 
     def _record_notices(self, report: PassReport) -> None:
         """Record each interruption notice on its attempt (broker.interruption's table);
@@ -330,17 +301,6 @@ class Controller(Launching):
                 self.provider.terminate(instance.id)
                 report.terminated.append(instance.id)
 
-    def _stop(self, job_id: str, outcome: str, reason: str) -> None:
-        """Terminate the job's live instances and close their attempts, billed up to now."""
-        from broker.state import OPEN_ATTEMPT
-
-        for attempt in self.store.attempts(job_id, states=OPEN_ATTEMPT):
-            for known in self.store.instances(attempt_id=attempt.id):
-                self.provider.terminate(known.provider_id)
-                instance = self.provider.describe(known.provider_id)
-                hours = self._billed_hours(instance)
-                self._close(attempt, outcome, instance.exit_code, reason, hours, None)
-
     # --- spot survival -----------------------------------------------------------------
 
     def _back_to_spot(self, job: Job, attempt: Attempt) -> bool:
@@ -379,7 +339,6 @@ class Controller(Launching):
         if key not in self._specs:
             self._specs[key] = self.store.version(job.id, job.version).spec
         return self._specs[key]
-
 
 
 def _instance_row(instance: Instance) -> dict:

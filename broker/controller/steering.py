@@ -42,10 +42,12 @@ def work_done(store: StateStore, job: Job, spec: JobSpec, now: datetime, overhea
     checkpoint = spec.checkpoint
     reclaimed = any(a.state == AttemptState.INTERRUPTED for a in attempts)
     checkpoints = store.checkpoints() if reclaimed and checkpoint is not None else {}
+    recorded = store.lost_shares(job.id) if reclaimed and checkpoint is not None else {}
     done = 0.0
     for attempt in attempts:
         if attempt.state == AttemptState.INTERRUPTED and checkpoint is not None:
-            kept = 1 - float(lost_share(attempt, checkpoints.get(attempt.id)))
+            share = lost_share(attempt, checkpoints.get(attempt.id), recorded.get(attempt.id))
+            kept = 1 - float(share)
             done += max(0.0, float(attempt.billed_hours or 0) * kept - overhead)
         elif attempt.state == AttemptState.RUNNING and attempt.running_at is not None:
             ran = (now - attempt.running_at).total_seconds() / 3600

@@ -1,11 +1,16 @@
 """From the state store to report lines: each ledger entry with its job, attempt and place.
 
-Lost work: the hourly entries of an interrupted attempt are lost in the share
-of the attempt that came after its last recorded checkpoint
-(`StateStore.record_checkpoint`), measured from the attempt's running time
-(or its start) to its end; with no checkpoint recorded the whole attempt is lost.
-That share of the entry's hours and cost is its lost work (hours rounded to
-1e-9 and dollars to 1e-6 when the share is not whole; sums stay exact).
+Lost work: the hourly entries of an interrupted attempt are lost in the share of
+its billed time the controller recorded when it closed the attempt (nothing when
+the job checkpointed once told to stop, else what came after its last checkpoint:
+docs/spot.md); for attempts closed before shares were recorded, the share after
+its last recorded checkpoint (`StateStore.record_checkpoint`), measured from the
+attempt's running time (or its start) to its end; with no checkpoint recorded the
+whole attempt is lost.
+That share of the entry's hours and cost is its lost work, and the on-demand
+baseline is a rate times hours: these derived figures are rounded once, per entry,
+to the ledger's precisions (`broker.state.money`: 1e-6 h and 1e-6 USD); sums stay
+exact.
 """
 
 from __future__ import annotations
@@ -18,6 +23,7 @@ from typing import TYPE_CHECKING
 
 from broker.reports.query import ZERO, Line
 from broker.state.model import AttemptState, multiply, to_decimal, total
+from broker.state.money import HOURS_STEP, USD_STEP, money
 
 if TYPE_CHECKING:
     from broker.reports.savings import OnDemandPrices
@@ -25,8 +31,6 @@ if TYPE_CHECKING:
     from broker.state import Attempt, Job, LedgerEntry, StateStore
 
 _MICROSECOND = timedelta(microseconds=1)
-HOURS_STEP = Decimal("1e-9")
-USD_STEP = Decimal("1e-6")
 
 
 @dataclass(frozen=True, slots=True)
@@ -37,7 +41,13 @@ class Ledger:
     jobs: dict[str, Job]
     attempts: dict[str, Attempt]
     checkpoints: dict[str, datetime]
+    lost: dict[str, Decimal]  # attempt id -> the share lost, as the controller recorded it
     specs: dict[tuple[str, int], JobSpec]  # (job id, version) -> its spec
+
+    @classmethod
+    def empty(cls) -> Ledger:
+        """The ledger of a machine where nothing ran yet (no state file)."""
+        return cls([], {}, {}, {}, {}, {})
 
     @classmethod
     def read(
@@ -52,19 +62,39 @@ class Ledger:
             for job_id in sorted(wanted)
             for version in store.versions(job_id)
         }
-        return cls(entries, jobs, attempts, store.checkpoints(), specs)
+        return cls(entries, jobs, attempts, store.checkpoints(), store.lost_shares(), specs)
 
 
-def lost_share(attempt: Attempt | None, checkpoint: datetime | None) -> Decimal:
-    """The share (0..1) of an attempt's billed time lost to its interruption."""
+def lost_share(
+    attempt: Attempt | None, checkpoint: datetime | None, recorded: Decimal | None = None
+) -> Decimal:
+    """The share (0..1) of an attempt's billed time lost to its interruption: what the
+    controller `recorded` when it closed the attempt, else (attempts closed before it
+    recorded one) from the last checkpoint to the end."""
     if attempt is None or attempt.state != AttemptState.INTERRUPTED:
         return ZERO
+    if recorded is not None:
+        return recorded
     start, end = attempt.running_at or attempt.started_at, attempt.ended_at
-    if checkpoint is None or end is None or end <= start:
+    if end is None or end <= start:
         return Decimal(1)
-    at = min(max(checkpoint, start), end)
-    lost = Decimal((end - at) // _MICROSECOND)
-    return lost / Decimal((end - start) // _MICROSECOND)
+    return share_lost(start, end, checkpoint, None)
+
+
+def share_lost(
+    start: datetime, end: datetime, saved: datetime | None, told: datetime | None
+) -> Decimal:
+    """The share of [start, end] an interruption threw away: none when the job saved
+    at or after `told` (when it was told to stop: it kept the contract and checkpointed
+    on SIGTERM); else what came after the last checkpoint `saved` (all without one)."""
+    if end <= start:
+        return Decimal(1) if saved is None else ZERO
+    if saved is not None and told is not None and saved >= told:
+        return ZERO
+    if saved is None:
+        return Decimal(1)
+    at = min(max(saved, start), end)
+    return Decimal((end - at) // _MICROSECOND) / Decimal((end - start) // _MICROSECOND)
 
 
 def to_lines(ledger: Ledger, prices: OnDemandPrices | None = None) -> list[Line]:
@@ -85,15 +115,18 @@ def _line(
     hourly = entry.kind != "egress"
     gpus = ZERO
     if hourly and placed is not None and placed.accelerator:
-        gpus = multiply(to_decimal(placed.accelerator_count), to_decimal(placed.nodes))
-    share = lost_share(attempt, ledger.checkpoints.get(entry.attempt_id or "")) if hourly else ZERO
+        gpus = _whole(multiply(to_decimal(placed.accelerator_count), to_decimal(placed.nodes)))
+    share = ZERO
+    if hourly:
+        key = entry.attempt_id or ""
+        share = lost_share(attempt, ledger.checkpoints.get(key), ledger.lost.get(key))
     lost_hours = _portion(entry.quantity, share, HOURS_STEP)
     lost_usd = _portion(entry.amount_usd, share, USD_STEP)
     baseline = None
     if hourly and attempt is not None and rate_of is not None:
         rate = rate_of(attempt)
         if rate is not None:
-            baseline = multiply(rate, total((entry.quantity, -lost_hours)))
+            baseline = money(multiply(rate, total((entry.quantity, -lost_hours))))
     keys = {
         "job": f"{job.team}/{job.name}",
         "team": job.team,
@@ -113,6 +146,12 @@ def _line(
         keys=keys, detail=entry.detail, gpus=gpus, lost_hours=lost_hours, lost_usd=lost_usd,
         baseline_usd=baseline,
     )  # fmt: skip
+
+
+def _whole(gpus: Decimal) -> Decimal:
+    """8.0 GPUs as 8, so that GPU-hours keep the 6 places of the hours."""
+    integral = gpus.to_integral_value()
+    return integral if gpus == integral else gpus
 
 
 def _portion(value: Decimal, share: Decimal, step: Decimal) -> Decimal:

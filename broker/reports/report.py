@@ -45,7 +45,7 @@ def build_report(
     `prices`: the on-demand prices in force, for savings (None: no baselines). No
     `store` (no state file yet) is an empty ledger: a report of nothing, not an error.
     """
-    ledger = Ledger.read(store, since, until) if store is not None else Ledger([], {}, {}, {}, {})
+    ledger = Ledger.read(store, since, until) if store is not None else Ledger.empty()
     lines = to_lines(ledger, prices)
     days, series = daily(lines, by)
     return Report(

@@ -15,6 +15,7 @@ from decimal import Decimal
 from typing import TYPE_CHECKING, Any
 
 from broker.state.model import (
+    LIVE_INSTANCE,
     OPEN_ATTEMPT,
     OUTCOME_JOB_STATE,
     TERMINATED,
@@ -25,11 +26,11 @@ from broker.state.model import (
     Outcome,
     decimal_text,
     json_text,
-    ledger_columns,
-    to_decimal,
     total,
     ts_text,
 )
+from broker.state.money import billed_hours as billed
+from broker.state.money import hours_figure, hours_text, ledger_columns, money_text
 from broker.state.placed import PlacedOn
 
 if TYPE_CHECKING:
@@ -124,19 +125,24 @@ class AttemptWrites:
         billed_hours: Any = 0,
         ledger_entries: Sequence[Mapping[str, Any]] = (),
         job_to: JobState | None = None,
+        instance_state: str = TERMINATED,
+        lost_share: Decimal | None = None,
     ) -> bool:
-        """End an attempt, move its job and write its ledger entries, all in one transaction.
+        """End an attempt, move its job, write its ledger entries and close its instance
+        rows (to `instance_state`, what the provider last reported), in one transaction.
 
         False (no change, nothing billed) when the attempt has already ended: a
         restarted or second controller cannot bill twice. The job moves to
         `job_to`, by default the outcome's state (e.g. QUEUED to retry a
         recoverable failure), when the job is still LAUNCHING or RUNNING on this
         attempt; a job that moved on (cancelled, interrupted) keeps its state.
-        Ledger entries: see `broker.state.model.ledger_columns`.
+        Ledger entries: see `broker.state.money.ledger_columns`. `lost_share`: of an
+        interrupted attempt, the share of its billed time the interruption threw away
+        (reports read it back: `lost_shares`).
         """
         if outcome not in OUTCOME_JOB_STATE:
             raise ValueError(f"outcome must be one of {sorted(OUTCOME_JOB_STATE)}: {outcome!r}")
-        hours = to_decimal(billed_hours)
+        hours = billed(billed_hours)  # whole seconds (broker.state.money)
         target = JobState(job_to) if job_to is not None else OUTCOME_JOB_STATE[outcome]
         with self._write() as now:
             att = self._attempt_row(attempt_id)
@@ -145,15 +151,21 @@ class AttemptWrites:
             job_id = att["job_id"]
             rows = [ledger_columns(entry, att, hours, now) for entry in ledger_entries]
             ended = {"state": AttemptState(outcome), "ended_at": now, "exit_code": exit_code}
-            ended |= {"reason": reason, "billed_hours": decimal_text(hours)}
+            ended |= {"reason": reason, "billed_hours": hours_text(hours)}
             self._update("attempts", {"id": attempt_id}, ended)
             for columns in rows:
                 ids = {"job_id": job_id, "attempt_id": attempt_id, "created_at": now}
                 self._insert("ledger", columns | ids)
-            charged = decimal_text(total(Decimal(columns["amount_usd"]) for columns in rows))
+            charged = money_text(total(Decimal(columns["amount_usd"]) for columns in rows))
             message = f"attempt {att['number']} {outcome}" + (f": {reason}" if reason else "")
-            data = {"outcome": outcome, "exit_code": exit_code, "billed_hours": decimal_text(hours)}
+            data = {"outcome": outcome, "exit_code": exit_code, "billed_hours": hours_text(hours)}
             data["charged_usd"] = charged
+            if lost_share is not None:
+                data["lost_share"] = decimal_text(lost_share)
+                data["lost_hours"] = format(hours_figure(hours * lost_share), "f")
+            closed = self._close_instances(attempt_id, instance_state, now)
+            if closed:
+                data["instances"] = closed
             state = self._job_state(job_id)
             if state in (JobState.LAUNCHING, JobState.RUNNING) and self._is_latest(att):
                 self._move(job_id, state, target, now, message, data, attempt_id)
@@ -173,6 +185,23 @@ class AttemptWrites:
             message = f"attempt {att['number']} checkpointed"
             self._event(att["job_id"], attempt_id, now, "checkpoint", message, data)
 
+    def record_error(self, job_id: str, reason: str, attempt_id: str | None = None) -> bool:
+        """Note that the broker's own code failed on a job (`reason`: the stage and the
+        error, one line): an event of kind "error", written once while the reason stays
+        the same (a job held on every pass is not noted on every pass). False when the
+        job's last error event already says it."""
+        with self._write() as now:
+            self._job_row(job_id)
+            sql = (
+                "SELECT data_json FROM events WHERE kind = 'error' AND job_id = ?"
+                " ORDER BY id DESC LIMIT 1"
+            )
+            last = self._conn.execute(sql, (job_id,)).fetchone()
+            if last is not None and json.loads(last["data_json"]).get("reason") == reason:
+                return False
+            self._event(job_id, attempt_id, now, "error", reason, {"reason": reason})
+            return True
+
     def record_notice(
         self, attempt_id: str, notice: InterruptionNotice, action: str, meaning: str
     ) -> bool:
@@ -182,8 +211,7 @@ class AttemptWrites:
         with self._write() as now:
             att = self._attempt_row(attempt_id)
             sql = (
-                "SELECT data_json FROM events WHERE kind = 'interruption_notice'"
-                " AND attempt_id = ?"
+                "SELECT data_json FROM events WHERE kind = 'interruption_notice' AND attempt_id = ?"
             )
             for row in self._conn.execute(sql, (attempt_id,)):
                 if json.loads(row["data_json"]).get("kind") == notice.kind:
@@ -214,6 +242,40 @@ class AttemptWrites:
 
     # --- instances ------------------------------------------------------------------
 
+    def close_stale_instances(self) -> int:
+        """Close the instance rows still live whose attempt has ended (left by a broker
+        from before attempts closed their instances); how many. A controller runs it on
+        start-up; it writes only when there is something to close."""
+        marks = ",".join("?" * len(OPEN_ATTEMPT))
+        live = ",".join("?" * len(LIVE_INSTANCE))
+        sql = (
+            "SELECT DISTINCT i.attempt_id FROM instances i JOIN attempts a ON a.id = i.attempt_id"
+            f" WHERE i.state IN ({live}) AND a.state NOT IN ({marks})"
+        )
+        stale = [row[0] for row in self._conn.execute(sql, (*LIVE_INSTANCE, *OPEN_ATTEMPT))]
+        if not stale:
+            return 0
+        count = 0
+        with self._write() as now:
+            for attempt_id in stale:
+                if self._attempt_row(attempt_id)["state"] not in OPEN_ATTEMPT:  # still ended
+                    count += len(self._close_instances(attempt_id, TERMINATED, now))
+        return count
+
+    def _close_instances(self, attempt_id: str, state: str, now: str) -> list[str]:
+        """Mark the attempt's live instance rows ended (`state`, stamped gone now); their
+        provider ids. Inside a write transaction."""
+        live = ",".join("?" * len(LIVE_INSTANCE))
+        sql = f"SELECT provider_id FROM instances WHERE attempt_id = ? AND state IN ({live})"
+        ids = [row[0] for row in self._conn.execute(sql, (attempt_id, *LIVE_INSTANCE))]
+        ended = state if state not in LIVE_INSTANCE else TERMINATED
+        update = (
+            "UPDATE instances SET state = ?, updated_at = ?, terminated_at = COALESCE("
+            f"terminated_at, ?) WHERE attempt_id = ? AND state IN ({live})"
+        )
+        self._conn.execute(update, (ended, now, now, attempt_id, *LIVE_INSTANCE))
+        return ids
+
     def record_instance(
         self,
         cloud: str,
@@ -229,7 +291,8 @@ class AttemptWrites:
         """Record what a provider reports about an instance (None keeps what is known).
 
         `provider_id` is unique within its cloud (adapters qualify names that are
-        not, e.g. GCP's `zone/name`). The state "terminated" stamps `terminated_at`.
+        not, e.g. GCP's `zone/name`). An ended state stamps `terminated_at` (when the
+        instance was seen gone).
         """
         given = {"region": region, "zone": zone, "instance_type": instance_type, "tags": tags}
         found = {k: v for k, v in given.items() if v is not None}
@@ -252,7 +315,7 @@ class AttemptWrites:
             row["tags_json"] = json_text(dict(found["tags"]))
         state = str(found["state"])
         row |= {"state": state, "updated_at": now}
-        if state == TERMINATED and not row.get("terminated_at"):
+        if state not in LIVE_INSTANCE and not row.get("terminated_at"):
             row["terminated_at"] = now
         if old is None:
             self._insert("instances", row | key | {"created_at": now})

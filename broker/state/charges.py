@@ -124,3 +124,20 @@ def egress_entry(
         "detail": f"{what}: {source.cloud}:{source.region} -> {target[0]}:{target[1]}"
         f" ({price.scope.replace('_', ' ')})",
     }
+
+
+def charged_usd(attempt: Attempt, hours: Decimal, entries: Iterable[Mapping[str, Any]]) -> Decimal:
+    """What `entries` (of `attempt_charges`, for `hours` of billed time) come to in USD,
+    as the ledger would write them: each amount quantity x unit price, rounded once."""
+    from broker.state.model import total
+    from broker.state.money import money
+
+    amounts = []
+    for entry in entries:
+        if "amount_usd" in entry:
+            amounts.append(money(entry["amount_usd"]))
+            continue
+        quantity = to_decimal(entry.get("quantity", hours))
+        price = to_decimal(entry.get("unit_price_usd", attempt.price_per_hour))
+        amounts.append(money(multiply(quantity, price)))
+    return total(amounts)

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import json
 import math
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable
 from dataclasses import dataclass, field, replace
 from datetime import UTC, date, datetime, timedelta
 from decimal import (
@@ -23,8 +23,6 @@ from decimal import (
 )
 from enum import StrEnum
 from typing import TYPE_CHECKING, Any, Literal
-
-from pricing.userio.redact import redact
 
 if TYPE_CHECKING:
     from broker.spec import JobSpec
@@ -105,7 +103,8 @@ OUTCOME_JOB_STATE: dict[str, JobState] = {
     "cancelled": JobState.CANCELLED,
 }
 LEDGER_KINDS = ("compute", "egress", "onprem")
-TERMINATED = "terminated"  # the instance state that sets `terminated_at`
+TERMINATED = "terminated"  # an instance row's state once its attempt ended, if not told
+LIVE_INSTANCE = ("pending", "running")  # instance rows in these states may still bill
 
 
 @dataclass(frozen=True, slots=True)
@@ -294,64 +293,6 @@ def _json_default(value: object) -> object:
 def json_text(value: Any) -> str:
     """Canonical JSON (sorted keys); datetimes, timedeltas and Decimals as text/seconds."""
     return json.dumps(value, sort_keys=True, separators=(",", ":"), default=_json_default)
-
-
-_LEDGER_KEYS = {
-    "kind", "quantity", "unit", "unit_price_usd", "amount_usd", "market", "price_source",
-    "price_as_of", "period_start", "period_end", "cloud", "region", "detail",
-}  # fmt: skip
-
-
-def ledger_columns(
-    entry: Mapping[str, Any], attempt: Any, hours: Decimal, now: str
-) -> dict[str, str]:
-    """The ledger columns of one entry of `finish_attempt`, every amount exact.
-
-    Keys: kind (compute|egress|onprem), quantity, unit, unit_price_usd, amount_usd
-    (default quantity x unit price, multiplied exactly), market, price_source,
-    price_as_of (default the attempt's: the price in force at launch), period_start
-    (default the attempt's start), period_end (default now), cloud and region (the
-    place that bills the entry; default the attempt's placement) and detail (free
-    text). Compute and onprem entries default to the billed hours at the attempt's
-    hourly price; egress entries must give quantity (GB) and unit_price_usd.
-    """
-    unknown = set(entry) - _LEDGER_KEYS
-    if unknown:
-        raise ValueError(f"unknown ledger entry keys: {sorted(unknown)}")
-    kind = entry.get("kind")
-    if kind not in LEDGER_KINDS:
-        raise ValueError(f"ledger kind must be one of {LEDGER_KINDS}: {kind!r}")
-    by_hour = kind != "egress"
-    if not by_hour and ("quantity" not in entry or "unit_price_usd" not in entry):
-        raise ValueError(f"a {kind} ledger entry needs quantity and unit_price_usd")
-    quantity = to_decimal(entry.get("quantity", hours))
-    unit_price = to_decimal(entry.get("unit_price_usd", attempt["price_per_hour_usd"]))
-    given = entry.get("amount_usd")
-    amount = to_decimal(given) if given is not None else multiply(quantity, unit_price)
-    from broker.state.placed import PlacedOn
-
-    placed = PlacedOn.from_row(json.loads(attempt["placement_json"]))
-    return {
-        "kind": kind,
-        "amount_usd": decimal_text(amount),
-        "quantity": decimal_text(quantity),
-        "unit": str(entry.get("unit", "hour" if by_hour else "GB")),
-        "unit_price_usd": decimal_text(unit_price),
-        "market": str(entry.get("market", attempt["market"])),
-        "price_source": str(entry.get("price_source", attempt["price_source"])),
-        "price_as_of": str(entry.get("price_as_of", attempt["price_as_of"])),
-        "period_start": _ts_arg(entry.get("period_start"), attempt["started_at"]),
-        "period_end": _ts_arg(entry.get("period_end"), now),
-        "cloud": str(entry.get("cloud", placed.cloud)),
-        "region": str(entry.get("region", placed.region)),
-        "detail": redact(str(entry.get("detail", ""))),
-    }
-
-
-def _ts_arg(value: datetime | str | None, default: str) -> str:
-    if value is None:
-        return default
-    return ts_text(value if isinstance(value, datetime) else datetime.fromisoformat(value))
 
 
 # --- rows to values (a row is anything indexable by column name, e.g. sqlite3.Row) ---

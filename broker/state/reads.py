@@ -10,6 +10,7 @@ import json
 import sqlite3
 from collections.abc import Callable, Iterable
 from datetime import datetime
+from decimal import Decimal
 from typing import Any
 
 from broker.state.listing import (
@@ -222,6 +223,21 @@ class StateReads:
             if row["attempt_id"] is not None and at > last.get(row["attempt_id"], ""):
                 last[row["attempt_id"]] = at
         return {attempt: datetime.fromisoformat(at) for attempt, at in last.items()}
+
+    def lost_shares(self, job_id: str | None = None) -> dict[str, Decimal]:
+        """The share of each interrupted attempt's billed time its interruption lost, as
+        the controller judged it when closing the attempt (`finish_attempt`'s
+        `lost_share`), of one job or all; attempts closed without one are absent."""
+        sql = "SELECT attempt_id, data_json FROM events WHERE kind = 'attempt_finished'"
+        params: tuple[str, ...] = ()
+        if job_id is not None:
+            sql, params = sql + " AND job_id = ?", (job_id,)
+        shares: dict[str, Decimal] = {}
+        for row in self._conn.execute(sql, params):
+            share = json.loads(row["data_json"]).get("lost_share")
+            if share is not None and row["attempt_id"] is not None:
+                shares[row["attempt_id"]] = Decimal(share)
+        return shares
 
 
 def _period_ended(

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from decimal import ROUND_HALF_EVEN, Decimal
 from pathlib import Path
 
 import pytest
@@ -55,7 +56,8 @@ def test_a_job_runs_once_and_is_billed_once(rt):
     assert attempt.state == AttemptState.SUCCEEDED
     (charge,) = rt.store.ledger(job_id=job_id)
     assert charge.kind == "compute" and charge.amount_usd > 0
-    assert charge.amount_usd == attempt.price_per_hour * attempt.billed_hours
+    exact = attempt.price_per_hour * attempt.billed_hours  # rounded once, to 1e-6 USD
+    assert charge.amount_usd == exact.quantize(Decimal("1e-6"), ROUND_HALF_EVEN)
     rt.controller.run_pass()  # another pass changes nothing
     assert len(rt.store.ledger(job_id=job_id)) == 1
 
@@ -175,6 +177,7 @@ def test_a_higher_priority_job_preempts_checkpointed_work_on_a_full_pool(tmp_pat
         view,
         clock=SystemClock(),
         policy=Policy(preemption_protect_minutes=0),
+        time_scale=3600,  # billed in whole seconds: the victim's short run bills minutes
     )
     (rt.workdir / "train.py").write_text((REPO / "examples" / "train.py").read_text())
     jobs = tmp_path / "jobs"

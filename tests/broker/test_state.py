@@ -12,7 +12,7 @@ import uuid
 from collections import deque
 from collections.abc import Callable, Iterator
 from datetime import UTC, datetime, timedelta
-from decimal import Context, Decimal
+from decimal import ROUND_CEILING, ROUND_HALF_EVEN, Context, Decimal
 from pathlib import Path
 from typing import Any
 
@@ -567,7 +567,7 @@ def test_finish_attempt_twice_bills_once_even_from_another_controller(store, pat
     assert (egress.amount_usd, egress.unit) == (Decimal("4.5"), "GB")
     done = store.attempt(attempt)
     assert (done.state, done.exit_code, done.billed_hours) == (AttemptState.SUCCEEDED, 0, 3)
-    assert store.events(job)[-1].data["charged_usd"] == "102.8178"
+    assert store.events(job)[-1].data["charged_usd"] == "102.817800"  # all 6 places
 
 
 def test_finish_attempt_with_an_illegal_job_move_writes_nothing(store, path):
@@ -611,9 +611,9 @@ def test_money_is_exact(store):
     job, attempt = running(store, price=32.7726)
     store.finish_attempt(attempt, "succeeded", 0, "", 3, [{"kind": "compute"}])
     (entry,) = store.ledger(job_id=job)
-    assert entry.amount_usd == Decimal("98.3178") and str(entry.amount_usd) == "98.3178"
+    assert entry.amount_usd == Decimal("98.3178") and str(entry.amount_usd) == "98.317800"
     with sqlite3.connect(store.path) as conn:
-        assert conn.execute("SELECT amount_usd FROM ledger").fetchone()[0] == "98.3178"
+        assert conn.execute("SELECT amount_usd FROM ledger").fetchone()[0] == "98.317800"
     assert 32.7726 * 3 != 98.3178  # what a REAL column would have stored
 
 
@@ -634,8 +634,18 @@ def test_money_round_trips_exactly(shared, price, hours, gb):
     compute, transfer = shared.ledger(job_id=job)
     assert shared.attempt(attempt).price_per_hour == as_decimal(price)
     assert compute.unit_price_usd == as_decimal(price)
-    assert compute.amount_usd == EXACT.multiply(as_decimal(price), as_decimal(hours))
-    assert transfer.amount_usd == EXACT.multiply(as_decimal(gb), Decimal("0.02"))
+    # billed time in whole seconds, each amount rounded once to 1e-6 USD (half to even)
+    # (a started second counts whole; float noise under 10 ms is no started second)
+    centis = (as_decimal(hours) * 3600).quantize(Decimal("0.01"), ROUND_HALF_EVEN)
+    seconds = centis.to_integral_value(ROUND_CEILING)
+    billed = EXACT.divide(seconds, Decimal(3600)).quantize(Decimal("1e-6"), ROUND_HALF_EVEN)
+    assert shared.attempt(attempt).billed_hours == billed == compute.quantity
+    assert EXACT.multiply(billed, Decimal(3600)).to_integral_value(ROUND_HALF_EVEN) == seconds
+    product = EXACT.multiply(as_decimal(price), billed)
+    assert compute.amount_usd == product.quantize(Decimal("1e-6"), ROUND_HALF_EVEN)
+    transfer_exact = EXACT.multiply(as_decimal(gb), Decimal("0.02"))
+    assert transfer.amount_usd == transfer_exact.quantize(Decimal("1e-6"), ROUND_HALF_EVEN)
+    assert abs(transfer.amount_usd - transfer_exact) <= Decimal("5e-7")
 
 
 # --- crashes -------------------------------------------------------------------------------

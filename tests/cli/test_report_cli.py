@@ -22,6 +22,11 @@ BILLING = Path(__file__).resolve().parents[1] / "fakes" / "billing"
 D = Decimal
 
 
+def six(amount: str | Decimal) -> str:
+    """An exact amount as the report's JSON and CSV carry it: with the ledger's 6 places."""
+    return f"{D(amount):.6f}"
+
+
 @pytest.fixture(scope="module")
 def files(tmp_path_factory) -> tuple[str, str]:
     """(state file, catalog file) holding the fixed ledger and the offers for savings."""
@@ -41,8 +46,9 @@ def test_every_grouping_in_json_is_exact(capsys, files, name):
     result = report(capsys, files, "--by", name, "-o", "json")
     assert result.code == 0, result.stderr
     document = json.loads(result.stdout)
-    assert {row[name]: row["total_usd"] for row in document["groups"]} == fixed.BY[name]
-    assert document["totals"]["total_usd"] == str(fixed.TOTAL)
+    expected = {key: six(value) for key, value in fixed.BY[name].items()}
+    assert {row[name]: row["total_usd"] for row in document["groups"]} == expected
+    assert document["totals"]["total_usd"] == six(fixed.TOTAL)
     assert document["by"] == [name]
 
 
@@ -51,7 +57,9 @@ def test_every_grouping_in_csv_adds_up(capsys, files, name):
     result = report(capsys, files, "--by", name, "-o", "csv")
     assert result.code == 0, result.stderr
     rows = list(csv.DictReader(io.StringIO(result.stdout)))
-    assert {row[name]: row["total_usd"] for row in rows} == fixed.BY[name]
+    assert {row[name]: row["total_usd"] for row in rows} == {
+        key: six(value) for key, value in fixed.BY[name].items()
+    }
     assert sum(D(row["total_usd"]) for row in rows) == fixed.TOTAL  # no total row in data
     assert "savings: against the on-demand price" in result.stderr  # notes off stdout
 
@@ -73,17 +81,17 @@ def test_the_team_report_shows_savings_lost_work_spot_share_and_egress(capsys, f
     result = report(capsys, files, "--by", "team", "-o", "json")
     document = json.loads(result.stdout)
     nlp = next(row for row in document["groups"] if row["team"] == "nlp")
-    assert (nlp["lost_gpu_hours"], nlp["lost_usd"]) == ("8", "32.7726")
-    assert (nlp["on_demand_usd"], nlp["savings_usd"]) == ("360", "201.6822")
-    assert (nlp["egress_usd"], nlp["spot_share"]) == ("24.8", "1")
+    assert (nlp["lost_gpu_hours"], nlp["lost_usd"]) == (six("8"), six("32.7726"))
+    assert (nlp["on_demand_usd"], nlp["savings_usd"]) == (six("360"), six("201.6822"))
+    assert (nlp["egress_usd"], nlp["spot_share"]) == (six("24.8"), "1.0000")
     totals = document["totals"]
     assert (totals["savings_usd"], totals["spot_share"], totals["gpu_hours"]) == (
-        "363.9743",
+        six("363.9743"),
         "0.7744",
-        "87",
+        six("87"),
     )
     egress = document["egress"]
-    assert sorted(row["amount_usd"] for row in egress) == ["0.8", "12", "12"]
+    assert sorted(row["amount_usd"] for row in egress) == [six("0.8"), six("12"), six("12")]
     assert {row["sender"] for row in egress} == {"gcp:us-central1", "aws:us-east-1"}
     table = report(capsys, files, "--by", "team")
     assert "Egress" in table.stdout and "checkpoint restore s3://ckpt/llama" in table.stdout
@@ -97,11 +105,11 @@ def test_since_and_until_are_utc_days_until_inclusive(capsys, files):
         assert result.code == 0, result.stderr
         return json.loads(result.stdout)["totals"]["total_usd"]
 
-    assert total("--until", "2026-11-01") == "183.1178"
-    assert total("--since", "2026-11-02", "--until", "2026-11-30") == "47.4"
-    assert total("--since", "2026-12-01") == "4.4079"
-    assert total("--since", "2026-11-01T05:00:00Z", "--until", "2026-11-02T15:00:00") == "76.2"
-    assert total("--since", "2027-01-01") == "0"  # nothing: an empty report, not an error
+    assert total("--until", "2026-11-01") == six("183.1178")
+    assert total("--since", "2026-11-02", "--until", "2026-11-30") == six("47.4")
+    assert total("--since", "2026-12-01") == six("4.4079")
+    assert total("--since", "2026-11-01T05:00:00Z", "--until", "2026-11-02T15:00:00") == six("76.2")
+    assert total("--since", "2027-01-01") == six("0")  # nothing: an empty report, not an error
 
 
 def test_bad_input_exits_2(capsys, files, tmp_path):

@@ -1,0 +1,332 @@
+"""Planning the queue: the queued jobs planned in one batch and ordered by the queue
+policy, and the queue view (`broker queue`).
+
+The queued jobs are planned in one batch over the offers as the provider sells them
+now (spot closed where it cools down, learned interruption rates), each spec steered
+by `broker.dispatch` (market, stay-home); the queue policy orders and gates them.
+A job whose only places are cooling down waits for the first to reopen; a job whose
+planning or ordering raises is held (broker.controller.isolation). `queue_lines`
+answers what the pass would do, without acting.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING
+
+from broker.controller.isolation import ERROR, not_one_jobs
+from broker.state.placed import PlacedOn
+
+if TYPE_CHECKING:
+    from datetime import datetime
+
+    from broker.clock import Clock
+    from broker.dispatch.settings import DispatchSettings
+    from broker.planner.decision import Decision, Placement
+    from broker.queue import Policy, Verdict
+    from broker.recovery import Cooling
+    from broker.spec import JobSpec
+    from broker.state import Job, StateStore
+    from pricing.query import OfferIndex
+    from providers.base import Provider
+    from providers.capabilities import Billing, Capacity, SpotMarket
+
+FULL = "capacity: every planned place is full"
+
+
+def _job_id(job: Job) -> str:
+    return job.id
+
+
+@dataclass(frozen=True, slots=True)
+class QueueLine:
+    """One row of the queue as the controller sees it now: an active job with its
+    placement, or a queued one with the plan it would get and why it waits."""
+
+    job: Job
+    placed: PlacedOn | None
+    why: str
+    position: int | None  # in the policy's order; None for an active job
+
+
+@dataclass(frozen=True, slots=True)
+class Planned:
+    """A queued job in the policy's order, with its plan (None: held by an error) and
+    verdict."""
+
+    job: Job
+    decision: Decision | None
+    verdict: Verdict
+    best: Placement | None
+    wake: datetime | None = None  # cooling down: when its first place reopens
+
+
+@dataclass(frozen=True, slots=True)
+class Plans:
+    """One batch of plans: the jobs planned, their plans, why the others could not be
+    planned, and the cool-down each infeasible job waits for."""
+
+    jobs: list[Job]
+    decisions: list[Decision]
+    broken: dict[str, str]
+    cooling: dict[str, tuple[Cooling, Placement]]
+
+
+class Planning:
+    """The controller's planning of the queue: a part of `Controller`, which provides
+    the attributes below and `_spec` and `active`."""
+
+    store: StateStore
+    provider: Provider
+    clock: Clock
+    index_of: Callable[[Provider], OfferIndex]
+    policy: Policy | None
+    pool_gpus: dict[tuple[str, str], float]
+    settings: DispatchSettings
+    _steered: dict[str, str]
+    _held: set[str]  # jobs held by an error on the last look (tried alone first)
+    _capacity: Capacity | None
+    _billing: Billing | None
+    _spot_market: SpotMarket | None
+    _committed: dict[str, float]  # job id -> USD its running attempt counts for (budgets)
+    _spec: Callable[[Job], JobSpec]
+    _projection: Callable[[], tuple[dict[str, float], list]]
+    active: Callable[[], list[Job]]
+
+    def queue_lines(self) -> list[QueueLine]:
+        """The queue now: active jobs, then queued ones in the policy's order, with the
+        plan each would get and why it waits (what `broker queue` shows)."""
+        lines = []
+        for job in self.active():
+            attempts = self.store.attempts(job.id)
+            lines.append(QueueLine(job, attempts[-1].placed_on if attempts else None, "", None))
+        queued = self.store.queued()
+        if not queued:
+            return lines
+        room = self._room()
+        _, burning = self._projection()  # what running jobs commit of their budgets
+        self._committed = {b.job_id: b.accrued + b.burn for b in burning}
+        for position, item in enumerate(self._queue(queued), 1):
+            verdict = item.verdict
+            placement = None
+            if verdict.action == "launch":
+                placement = self._first_free(item.decision, room)
+            failing = self._launch_error(item.job) if placement is not None else None
+            if failing is not None:  # its last launch raised: it waits held (isolation)
+                lines.append(QueueLine(item.job, PlacedOn.of(placement), failing, position))
+                continue
+            if placement is not None:
+                self._take(room, placement)
+                why = "starts on the next pass" + (f" ({verdict.reason})" if verdict.reason else "")
+                lines.append(QueueLine(item.job, PlacedOn.of(placement), why, position))
+                continue
+            shown = PlacedOn.of(item.best) if item.best is not None else None
+            why = verdict.reason if verdict.action == "wait" else FULL
+            lines.append(QueueLine(item.job, shown, why, position))
+        return lines
+
+    def _launch_error(self, job: Job) -> str | None:
+        """The error its last launch raised, while nothing happened to the job since."""
+        events = self.store.events(job.id)
+        last = events[-1] if events else None
+        if last is not None and last.kind == "error" and last.attempt_id is None:
+            return str(last.data.get("reason", last.message))
+        return None
+
+    def _queue(self, queued: list[Job]) -> list[Planned]:
+        """The queued jobs with their plans and verdicts, in the policy's order; a job
+        whose planning or ordering raises is held at the end, its error as its reason
+        (broker.controller.isolation)."""
+        from broker.queue import Verdict
+
+        plans = self._decisions(queued)
+        items, unordered = self._ordered(plans.jobs, plans.decisions)
+        broken = plans.broken | unordered
+        self._held = set(broken)
+        items = [_cooled(item, plans.cooling) for item in items]
+        for job in queued:
+            if job.id in broken:
+                verdict = Verdict(job.id, "wait", broken[job.id], category=ERROR)
+                items.append(Planned(job, None, verdict, None))
+        return items
+
+    def _decisions(self, queued: list[Job]) -> Plans:
+        """One plan per queued job, in one batch, over the offers as the provider sells
+        them now (spot closed where it cools down, learned interruption rates): the jobs
+        planned, their plans, why the others could not be, and what cool-down each job
+        without a placement waits for."""
+        from broker.controller.isolation import isolate
+        from broker.planner.plan import plan_many
+        from broker.recovery import adjust_index, cooling_places, recent_reclaims
+
+        now = self.clock.now()
+        offered = self.index_of(self.provider)
+        reclaims = recent_reclaims(self.store, now)
+        scale = self.settings.cooldown_scale
+        index = self._pools(adjust_index(offered, self.store, now, scale, reclaims))
+        specs: dict[str, JobSpec] = {}  # steered once per pass, whoever plans it
+
+        def plan(jobs: list[Job]) -> list[Decision]:
+            for job in jobs:
+                if job.id not in specs:
+                    specs[job.id] = self._steered_spec(job, now)
+            return plan_many([specs[job.id] for job in jobs], index, now)
+
+        jobs, decisions, broken = isolate(queued, plan, _job_id, "planning", sorted(self._held))
+        cooling = cooling_places(reclaims, now, scale)
+        waits = self._cooling(jobs, decisions, specs, offered, cooling) if cooling else {}
+        return Plans(jobs, decisions, broken, waits)
+
+    def _pools(self, index: OfferIndex) -> OfferIndex:
+        """`index` with every pool node offered when a full pool may be waited for."""
+        if self.settings.pool_wait_factor > 0 and self.pool_gpus:
+            from broker.scheduling import with_whole_pools
+
+            return with_whole_pools(index, self.pool_gpus)
+        return index
+
+    def _cooling(
+        self,
+        jobs: list[Job],
+        decisions: list[Decision],
+        specs: dict[str, JobSpec],
+        offered: OfferIndex,
+        cooling: list[Cooling],
+    ) -> dict[str, tuple[Cooling, Placement]]:
+        """Job id -> (the cool-down it waits for, the placement that reopens then), for
+        each job without a placement that would have one were no place cooling down:
+        planned again, in one batch, on the cooling places alone, sold as the provider
+        sells them (spot open); a job that plans there waits for them, and nowhere else."""
+        from broker.planner.plan import plan_many
+        from broker.recovery import cooling_wait
+        from pricing.query import OfferIndex
+
+        infeasible = [job for job, d in zip(jobs, decisions, strict=True) if not d.placements]
+        rows = _rows_at(offered.offers, cooling) if infeasible else []
+        if not len(rows):
+            return {}
+        reopened = OfferIndex(offered.offers.take(rows), extra_countries=offered.extra_countries)
+        now = self.clock.now()
+        try:
+            plans = plan_many([specs[job.id] for job in infeasible], reopened, now)
+        except Exception as exc:  # noqa: BLE001 (it planned in the batch: this is only a hint)
+            if not_one_jobs(exc):
+                raise
+            return {}
+        waits = {}
+        for job, decision in zip(infeasible, plans, strict=True):
+            wait = cooling_wait(decision.placements, cooling)
+            if wait is not None:
+                waits[job.id] = wait
+        return waits
+
+    def _steered_spec(self, job: Job, now) -> JobSpec:
+        """The spec to plan now: its checkpoint where it lives, its market as its spot
+        policy says (broker.dispatch.market), its spot kept home while it would wait
+        there (broker.dispatch.home)."""
+        from broker.controller.steering import steer
+        from broker.dispatch.home import stays_home
+        from broker.dispatch.market import spot_only
+        from broker.recovery import checkpoint_place, with_checkpoint_at
+
+        home = checkpoint_place(self.store, job)
+        spec = with_checkpoint_at(self._spec(job), home)
+        spec, choice = steer(
+            spec, job, self.store, now, self.settings, spot_available=self._spot_open(spec)
+        )
+        self._steered[job.id] = choice
+        if not spot_only(choice, self.settings):
+            return spec
+        requirements = replace(spec.requirements, spot="only")
+        checkpoint = spec.checkpoint
+        if home is not None and stays_home(
+            self.settings,
+            has_home=True,
+            checkpoint_gb=checkpoint.size_gb if checkpoint else 0.0,
+            choice=choice,
+            choice_without_spot=lambda: steer(
+                spec, job, self.store, now, self.settings, spot_available=False
+            )[1],
+        ):
+            requirements = replace(requirements, clouds=(home.cloud,), regions=(home.region,))
+        return replace(spec, requirements=requirements)
+
+    def _spot_open(self, spec: JobSpec) -> bool:
+        """Whether spot is on sale for the job's GPUs, where the provider can tell and
+        the settings ask (spot_strict); else assumed so."""
+        if not self.settings.spot_strict or self._spot_market is None:
+            return True
+        return self._spot_market.spot_open(tuple(a.gpu for a in spec.requirements.accelerators))
+
+    def _ordered(
+        self, queued: list[Job], decisions: list[Decision]
+    ) -> tuple[list[Planned], dict[str, str]]:
+        """The queued jobs with their plans and verdicts, in the policy's order, and why
+        the jobs whose ordering raised could not be ordered."""
+        from broker.controller.isolation import isolate
+        from broker.queue import Policy
+        from broker.scheduling import verdicts
+
+        active, now = self.active(), self.clock.now()
+
+        def decide(pairs: list[tuple[Job, Decision]]) -> dict:
+            jobs, plans = [job for job, _ in pairs], [decision for _, decision in pairs]
+            policy = self.policy or Policy()
+            return verdicts(
+                self.store, policy, jobs, plans, self._spec, active, now, self.pool_gpus,
+                committed=self._committed,
+            )  # fmt: skip
+
+        pairs = list(zip(queued, decisions, strict=True))
+        kept, decided, broken = isolate(
+            pairs, decide, lambda pair: pair[0].id, "ordering", sorted(self._held)
+        )
+        items = [Planned(job, decision, *decided[job.id]) for job, decision in kept]
+        items.sort(key=lambda item: (item.verdict.position or 10**9, item.job.queued_at))
+        return items, broken
+
+    def _first_free(self, decision: Decision, room: dict[tuple[str, str], int]) -> Placement | None:
+        """The best placement whose place still has room (`room`: nodes left per place
+        in this pass; places not listed are unlimited)."""
+        for placement in decision.placements:
+            left = room.get((placement.cloud, placement.region))
+            if left is None or left >= placement.nodes:
+                return placement
+        return None
+
+    def _room(self) -> dict[tuple[str, str], int]:
+        """Nodes free per place now, read once per pass."""
+        return self._capacity.free_nodes() if self._capacity is not None else {}
+
+    @staticmethod
+    def _take(room: dict[tuple[str, str], int], placement: Placement) -> None:
+        key = (placement.cloud, placement.region)
+        if key in room:
+            room[key] -= placement.nodes
+
+
+def _cooled(item: Planned, cooling: dict[str, tuple[Cooling, Placement]]) -> Planned:
+    """`item`, waiting for the cool-down its places are in rather than as infeasible."""
+    from broker.recovery import cooling_reason
+
+    wait = cooling.get(item.job.id)
+    if wait is None or item.verdict.category != "infeasible":
+        return item
+    until, placement = wait
+    verdict = replace(item.verdict, reason=cooling_reason(until), category="cooling down")
+    return Planned(item.job, item.decision, verdict, placement, until.until)
+
+
+def _rows_at(table, cooling: list[Cooling]):
+    """Rows of `table` at a cooling place (a zone-less cool-down covers its region)."""
+    import numpy as np
+
+    cloud, region, zone, itype = (
+        table.text(n) for n in ("cloud", "region", "zone", "instance_type")
+    )
+    mask = np.zeros(len(table), dtype=bool)
+    for c in cooling:
+        here = (cloud == c.cloud) & (region == c.region) & (itype == c.instance_type)
+        mask |= here & (zone == c.zone) if c.zone else here
+    return np.flatnonzero(mask)

@@ -194,23 +194,26 @@ def publish_peers(gang: GangNodes, nodes: Sequence[Node], size: int) -> list[Nod
     return [replace(node, peers=value) for node in nodes]
 
 
-def settle(gang: GangNodes, nodes: Sequence[Node], size: int) -> bool:
+def settle(gang: GangNodes, nodes: Sequence[Node]) -> list[Node]:
     """End the live members of a gang that failed or was interrupted (the whole gang
     stops and is planned again as a unit), and delete the domain of a gang whose
-    members have all ended. True when something was ended."""
+    members have all ended. The nodes after: those ended here read as terminated."""
     if not nodes:
-        return False
+        return []
     state, _ = gang_state(members_of(nodes))
-    ended = False
+    after = list(nodes)
     if state in ("failed", "interrupted"):
-        for node in nodes:
+        for index, node in enumerate(nodes):
             if node.instance.active:
                 with contextlib.suppress(ProviderError):
-                    ended = gang.end(node) or ended
-    if ended or all(not node.instance.active for node in nodes):
+                    gang.end(node)
+                    after[index] = replace(
+                        node, instance=replace(node.instance, state="terminated")
+                    )
+    if all(not node.instance.active for node in after):
         with contextlib.suppress(ProviderError):  # still in use: the next read retries
             gang.close_domain()
-    return ended
+    return after
 
 
 def end_gang(gang: GangNodes, nodes: Sequence[Node]) -> bool:

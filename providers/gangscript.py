@@ -56,7 +56,7 @@ def gang_lines(cloud: str, rank: int, nodes: int, gpus_per_node: int) -> list[st
     lines = [
         f'broker_md="${{BROKER_METADATA_URL:-{base}}}"',
         f"broker_peers() {{ {read}; }}",
-        'broker_deadline=$(( $(date +%s) + ${BROKER_PEERS_TIMEOUT:-1800} ))',
+        "broker_deadline=$(( $(date +%s) + ${BROKER_PEERS_TIMEOUT:-1800} ))",
         "while :; do",
         '  broker_ips=$(broker_peers 2>/dev/null) && [ -n "$broker_ips" ] && break',
         '  if [ "$(date +%s)" -ge "$broker_deadline" ]; then',

@@ -312,9 +312,7 @@ class AwsProvider(Restrictions, Gangs):
         """The gang as one Instance, after writing its peers once all IPs are known and
         ending the rest of a failed or interrupted gang."""
         size = int(nodes[0].instance.tag(TAG_NODES) or len(nodes)) if nodes else 0
-        nodes = publish_peers(gang, nodes, size)
-        if settle(gang, nodes, size):
-            nodes = gang.members()
+        nodes = settle(gang, publish_peers(gang, nodes, size))
         return gang_instance(gang_id(gang.region, gang.attempt_id), nodes)
 
     def _find_attempt(self, request: LaunchRequest, digest: str) -> Instance | None:

@@ -23,14 +23,17 @@ import contextlib
 import hashlib
 import re
 import threading
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, replace
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
 from providers.base import ENDED_STATES, Instance, LaunchRequest
 from providers.errors import InvalidRequest, NotFound, ProviderError
 from providers.gang import TAG_RANK, GangMember, gang_state
 from providers.gangscript import TAG_PEERS
+
+if TYPE_CHECKING:
+    from pricing.table import OfferTable
 
 TAG_NODES = "broker-nodes"  # how many nodes the gang has (a partial gang shows as pending)
 GANG_SEGMENT = "gang"
@@ -192,6 +195,48 @@ def publish_peers(gang: GangNodes, nodes: Sequence[Node], size: int) -> list[Nod
     if stale:
         gang.publish(stale, value)
     return [replace(node, peers=value) for node in nodes]
+
+
+def gang_size(nodes: Sequence[Node]) -> int:
+    """How many nodes the gang of `nodes` has (their TAG_NODES; 0 without nodes)."""
+    if not nodes:
+        return 0
+    head = min(nodes, key=lambda n: n.rank).instance
+    return int(head.tag(TAG_NODES) or len(nodes))
+
+
+def refresh(gang: GangNodes, nodes: Sequence[Node]) -> list[Node]:
+    """What describe does to a gang it read: write the peers once all are known, then
+    settle it (below)."""
+    return settle(gang, publish_peers(gang, nodes, gang_size(nodes)))
+
+
+def with_vanished(nodes: list[Node], recall: Callable[[int], Instance | None]) -> list[Node]:
+    """`nodes` and, for each missing rank, the member as the adapter remembers it
+    (`recall(rank)`: None when it never existed), so that a member its cloud forgot (a
+    spot VM deleted by its reclaim) still counts: its gang reads interrupted, not pending."""
+    if not nodes:
+        return nodes
+    head = min(nodes, key=lambda n: n.rank).instance
+    have = {n.rank for n in nodes}
+    for rank in sorted(set(range(gang_size(nodes))) - have):
+        gone = recall(rank)
+        if gone is None:
+            continue
+        tags = {**dict(head.tags), TAG_RANK: str(rank)}
+        tags.pop(TAG_PEERS, None)
+        nodes.append(Node(replace(gone, tags=tuple(sorted(tags.items())))))
+    return nodes
+
+
+def sold(catalog: OfferTable | None, cloud: str, region: str, instance_type: str) -> bool:
+    """Whether the catalog sells `instance_type` on `cloud` in `region` (True without one)."""
+    if catalog is None:
+        return True
+    from providers.cloud import catalog_rows
+
+    rows = catalog_rows(catalog, cloud, [region])
+    return instance_type in set(rows.text("instance_type").tolist())
 
 
 def settle(gang: GangNodes, nodes: Sequence[Node]) -> list[Node]:

@@ -80,7 +80,6 @@ from providers.cloud import (
 )
 from providers.cloudgang import (
     MAX_CLOUD_GANG_NODES,
-    TAG_NODES,
     Node,
     end_gang,
     gang_fabric,
@@ -90,8 +89,8 @@ from providers.cloudgang import (
     is_member,
     launch_gang,
     parse_gang_id,
-    publish_peers,
-    settle,
+    refresh,
+    sold,
 )
 from providers.errors import InsufficientCapacity, NotFound, ProviderError, RateLimited
 from providers.workdir import stage_workdir
@@ -267,12 +266,8 @@ class AwsProvider(Restrictions, Gangs):
         """MAX_CLOUD_GANG_NODES for a type the catalog sells in that AWS region (every
         EC2 type can share a cluster placement group; EFA where fabric_of says), 0 for
         one it does not sell."""
-        if cloud != NAME:
+        if cloud != NAME or not sold(self.catalog, NAME, region, instance_type):
             return 0
-        if self.catalog is not None:
-            rows = catalog_rows(self.catalog, NAME, [region])
-            if instance_type not in set(rows.text("instance_type").tolist()):
-                return 0
         return MAX_CLOUD_GANG_NODES
 
     # --- AWS-only verbs ------------------------------------------------------------------
@@ -309,11 +304,9 @@ class AwsProvider(Restrictions, Gangs):
         return nodes
 
     def _gang_view(self, gang: AwsGang, nodes: list[Node]) -> Instance:
-        """The gang as one Instance, after writing its peers once all IPs are known and
-        ending the rest of a failed or interrupted gang."""
-        size = int(nodes[0].instance.tag(TAG_NODES) or len(nodes)) if nodes else 0
-        nodes = settle(gang, publish_peers(gang, nodes, size))
-        return gang_instance(gang_id(gang.region, gang.attempt_id), nodes)
+        """The gang as one Instance, refreshed (peers written, a failed or interrupted
+        gang's other members ended): EC2 keeps ended instances, nothing to remember."""
+        return gang_instance(gang_id(gang.region, gang.attempt_id), refresh(gang, nodes))
 
     def _find_attempt(self, request: LaunchRequest, digest: str) -> Instance | None:
         return listing.find_attempt(

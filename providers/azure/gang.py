@@ -19,16 +19,14 @@ this module is what only Azure has:
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 from providers.azure.body import vm_name
 from providers.azure.errors import NAME
 from providers.base import TAG_ATTEMPT, TAG_BROKER, TAG_REQUEST, Instance, LaunchRequest
-from providers.cloud import catalog_rows, refuse_other_request
+from providers.cloud import refuse_other_request
 from providers.cloudgang import (
     MAX_CLOUD_GANG_NODES,
-    TAG_NODES,
     TAG_PEERS,
     Node,
     domain_name,
@@ -38,8 +36,9 @@ from providers.cloudgang import (
     group_by_attempt,
     is_member,
     launch_gang,
-    publish_peers,
-    settle,
+    refresh,
+    sold,
+    with_vanished,
 )
 from providers.errors import NotFound, ProviderError
 from providers.gang import TAG_RANK
@@ -114,25 +113,14 @@ class AzureGang:
         for vm in mine:
             instance = provider.describe(f"{self.group}/{vm.name}")
             nodes.append(Node(instance, self._address(vm), (vm.tags or {}).get(TAG_PEERS, "")))
-        return self._with_vanished(nodes)
+        return with_vanished(nodes, self._recall)
 
-    def _with_vanished(self, nodes: list[Node]) -> list[Node]:
-        """`nodes` and the members Azure has forgotten that this object remembers (an
-        evicted spot VM with eviction policy Delete, a deleted one)."""
-        if not nodes:
-            return nodes
-        head = min(nodes, key=lambda n: n.rank).instance
-        size, have = int(head.tag(TAG_NODES) or len(nodes)), {n.rank for n in nodes}
-        for rank in sorted(set(range(size)) - have):
-            try:
-                member_id = f"{self.group}/{member_name(self.attempt_id, rank)}"
-                gone = self.provider._memory.gone(member_id)
-            except NotFound:  # never launched
-                continue
-            tags = {**dict(head.tags), TAG_RANK: str(rank)}
-            tags.pop(TAG_PEERS, None)
-            nodes.append(Node(replace(gone, tags=tuple(sorted(tags.items())))))
-        return nodes
+    def _recall(self, rank: int) -> Instance | None:
+        """A member Azure has forgotten, as this object remembers it (None: never was)."""
+        try:
+            return self.provider._memory.gone(f"{self.group}/{member_name(self.attempt_id, rank)}")
+        except NotFound:
+            return None
 
     def open_domain(self) -> None:
         request, _, fabric = self._launching()
@@ -240,10 +228,8 @@ def launch(provider: AzureProvider, request: LaunchRequest, digest: str) -> Inst
 
 
 def view(gang: AzureGang, nodes: list[Node]) -> Instance:
-    """The gang as one Instance (remembered), after writing its peers once every member
-    has an IP and ending the rest of a failed or interrupted gang."""
-    size = int(nodes[0].instance.tag(TAG_NODES) or len(nodes)) if nodes else 0
-    nodes = settle(gang, publish_peers(gang, nodes, size))
+    """The gang as one Instance, refreshed (peers, settle) and remembered."""
+    nodes = refresh(gang, nodes)
     instance_id = gang_id(gang.group, gang.attempt_id)
     if not nodes:
         return gang.provider._gangs.gone(instance_id, NAME)
@@ -253,12 +239,8 @@ def view(gang: AzureGang, nodes: list[Node]) -> Instance:
 def max_nodes(provider: AzureProvider, cloud: str, region: str, instance_type: str) -> int:
     """`Gangs.max_gang_nodes` on Azure: 0 for a size the catalog does not sell there, else
     MAX_CLOUD_GANG_NODES (every size can share a proximity placement group)."""
-    if cloud != NAME:
+    if cloud != NAME or not sold(provider.catalog, NAME, region.lower(), instance_type):
         return 0
-    if provider.catalog is not None:
-        rows = catalog_rows(provider.catalog, NAME, [region.lower()])
-        if instance_type not in set(rows.text("instance_type").tolist()):
-            return 0
     return MAX_CLOUD_GANG_NODES
 
 

@@ -21,15 +21,13 @@ this module is what only GCE has:
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 from pricing.userio.settings import resolve_text
 from providers.base import TAG_ATTEMPT, TAG_BROKER, TAG_REQUEST, Instance, LaunchRequest
-from providers.cloud import catalog_rows, cooling_down, refuse_other_request
+from providers.cloud import cooling_down, refuse_other_request
 from providers.cloudgang import (
     MAX_CLOUD_GANG_NODES,
-    TAG_NODES,
     TAG_PEERS,
     Node,
     domain_name,
@@ -37,8 +35,9 @@ from providers.cloudgang import (
     gang_id,
     gang_instance,
     launch_gang,
-    publish_peers,
-    settle,
+    refresh,
+    sold,
+    with_vanished,
 )
 from providers.errors import InsufficientCapacity, InvalidRequest, NotFound
 from providers.gang import TAG_RANK
@@ -120,26 +119,17 @@ class GcpGang:
             for vm in vms:
                 launched_for = vm.labels.get(TAG_REQUEST)
                 refuse_other_request(NAME, self.attempt_id, launched_for, self.launching[1])
-        return self._with_vanished([node_of(self.provider, vm) for vm in vms])
+        nodes = [node_of(self.provider, vm) for vm in vms]
+        zone = nodes[0].instance.zone if nodes else ""
+        return with_vanished(nodes, lambda rank: self._recall(zone, rank))
 
-    def _with_vanished(self, nodes: list[Node]) -> list[Node]:
-        """`nodes` and the members GCE has forgotten (a spot VM deleted by its reclaim,
-        a deleted one), as Sightings tells how they ended: a reclaimed member must still
-        make the gang interrupted."""
-        if not nodes:
-            return nodes
-        head = min(nodes, key=lambda n: n.rank).instance
-        size, have = int(head.tag(TAG_NODES) or len(nodes)), {n.rank for n in nodes}
-        for rank in sorted(set(range(size)) - have):
-            name = member_name(self.attempt_id, rank)
-            try:
-                gone = self.provider._seen.vanished(f"{head.zone}/{name}", head.zone, name)
-            except NotFound:  # never launched
-                continue
-            tags = {**dict(head.tags), TAG_RANK: str(rank)}
-            tags.pop(TAG_PEERS, None)
-            nodes.append(Node(replace(gone, tags=tuple(sorted(tags.items())))))
-        return nodes
+    def _recall(self, zone: str, rank: int) -> Instance | None:
+        """A member GCE has forgotten, as Sightings tells how it ended (None: never was)."""
+        name = member_name(self.attempt_id, rank)
+        try:
+            return self.provider._seen.vanished(f"{zone}/{name}", zone, name)
+        except NotFound:
+            return None
 
     def open_domain(self) -> None:
         request, _ = self._launching()
@@ -239,10 +229,8 @@ def launch(provider: GcpProvider, request: LaunchRequest, digest: str) -> Instan
 
 
 def view(gang: GcpGang, nodes: list[Node], zone: str) -> Instance:
-    """The gang as one Instance (remembered), after writing its peers once every member
-    has an IP and ending the rest of a failed or interrupted gang."""
-    size = int(nodes[0].instance.tag(TAG_NODES) or len(nodes)) if nodes else 0
-    nodes = settle(gang, publish_peers(gang, nodes, size))
+    """The gang as one Instance, refreshed (peers, settle) and remembered."""
+    nodes = refresh(gang, nodes)
     instance_id = gang_id(zone, gang.attempt_id)
     if not nodes:
         return gang.provider._gangs.gone(instance_id, NAME)
@@ -258,10 +246,6 @@ def read(provider: GcpProvider, zone: str, attempt_id: str) -> tuple[GcpGang, li
 def max_nodes(provider: GcpProvider, cloud: str, region: str, instance_type: str) -> int:
     """`Gangs.max_gang_nodes` on GCE: 0 for a type not sold there, 1 for a type no
     compact placement holds, else MAX_CLOUD_GANG_NODES."""
-    if cloud != NAME:
+    if cloud != NAME or not sold(provider._catalog, NAME, region, instance_type):
         return 0
-    if provider._catalog is not None:
-        rows = catalog_rows(provider._catalog, NAME, [region])
-        if instance_type not in set(rows.text("instance_type").tolist()):
-            return 0
     return MAX_CLOUD_GANG_NODES if compact(instance_type) else 1

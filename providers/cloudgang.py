@@ -187,13 +187,17 @@ def abandon(gang: GangNodes, nodes: Iterable[Node]) -> None:
 
 def publish_peers(gang: GangNodes, nodes: Sequence[Node], size: int) -> list[Node]:
     """Once all `size` members are there with an IP, write the head-first list on every
-    member that does not carry it yet; the nodes as they are after."""
+    member that does not carry it yet; the nodes as they are after. A write that fails
+    is tried again at the next read (the members wait), never raised: the gang runs."""
     if len(nodes) != size or not all(node.address for node in nodes):
         return list(nodes)
     value = peers_value([node.address for node in nodes])
     stale = [node for node in nodes if node.peers != value and node.instance.active]
     if stale:
-        gang.publish(stale, value)
+        try:
+            gang.publish(stale, value)
+        except ProviderError:
+            return list(nodes)
     return [replace(node, peers=value) for node in nodes]
 
 

@@ -249,3 +249,33 @@ def test_terminate_ends_every_member_and_deletes_the_group(provider, aws_placeme
     assert provider.terminate(gang.id) is False
     ended = provider.describe(gang.id)
     assert ended.state == "terminated" and {m.state for m in ended.members} == {"terminated"}
+
+
+def test_peers_that_cannot_be_written_at_launch_are_written_at_the_next_describe(provider, aws_env):
+    from botocore.awsrequest import AWSResponse
+
+    refused = []
+
+    class Raw:  # what botocore reads an HTTP body from
+        def stream(self, **_):
+            yield b"<Response><Errors><Error><Code>InternalError</Code><Message>x</Message>"
+            yield b"</Error></Errors></Response>"
+
+    def refuse(request, **_):  # EC2 answers CreateTags with a 500 (option 3 of the doc)
+        refused.append(request.url)
+        return AWSResponse(request.url, 500, {}, Raw())
+
+    events = provider._client("ec2", "us-east-1").meta.events
+    events.register("before-send.ec2.CreateTags", refuse)
+    try:
+        gang = provider.launch(gang_request("g-late"))  # the gang runs all the same
+    finally:
+        events.unregister("before-send.ec2.CreateTags", refuse)
+    assert len(refused) == 1 and gang.nodes == 2 and gang.active
+    ids = [m.node_id for m in gang.members]
+    assert all(TAG_PEERS not in {t["Key"] for t in raw.get("Tags", [])}
+               for raw in raw_instances(aws_env, ids).values())  # fmt: skip
+    provider.describe(gang.id)
+    ips = " ".join(m.address for m in gang.members)
+    for raw in raw_instances(aws_env, ids).values():
+        assert {t["Key"]: t["Value"] for t in raw["Tags"]}[TAG_PEERS] == ips

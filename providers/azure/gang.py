@@ -112,7 +112,11 @@ class AzureGang:
         nodes = []
         for vm in mine:
             instance = provider.describe(f"{self.group}/{vm.name}")
-            nodes.append(Node(instance, self._address(vm), (vm.tags or {}).get(TAG_PEERS, "")))
+            tags = vm.tags or {}
+            peers, rank = tags.get(TAG_PEERS, "").split(), int(tags[TAG_RANK])
+            # Once the peers are written the member's IP is in them: no NIC read.
+            address = peers[rank] if rank < len(peers) else self._address(vm)
+            nodes.append(Node(instance, address, tags.get(TAG_PEERS, "")))
         return with_vanished(nodes, self._recall)
 
     def _recall(self, rank: int) -> Instance | None:

@@ -69,6 +69,7 @@ def test_an_infiniband_gang_shares_a_placement_group_and_availability_set(harnes
         assert vm.body["tags"]["broker-attempt"] == "g-ib"  # the others kept
     again = harness.new_provider().launch(gang_request(harness, "g-ib"))
     assert again.id == gang.id and len(vm_puts(harness)) == 2
+    assert [m.address for m in again.members] == ips  # read back from the peers tag
 
 
 def test_a_size_without_infiniband_gets_the_placement_group_only(harness):

@@ -16,6 +16,7 @@ from datetime import datetime
 from typing import TYPE_CHECKING, Any, Literal, Protocol, runtime_checkable
 
 from providers.gang import GangMember
+from providers.gangscript import gang_lines
 from providers.jobscript import (
     CLOUD_RUNTIME,
     ContainerRuntime,
@@ -347,6 +348,7 @@ def startup_script(
     watch_notices: bool = True,
     workdir: str | None = None,
     containers: ContainerRuntime = CLOUD_RUNTIME,
+    rank: int | None = None,
 ) -> str:
     """The job's start-up shell script: exports, the workdir, setup, then the command or
     the container image (clouds pass it as user data, the sandbox runs it with /bin/sh;
@@ -365,6 +367,10 @@ def startup_script(
     BROKER_METADATA_URL) and sends the job SIGTERM when it appears: the job contract
     (SIGTERM -> checkpoint -> exit) then runs before the VM goes away. The sandbox
     signals its jobs itself.
+
+    `rank`: the member of a gang on a cloud VM (request.nodes > 1) this script starts;
+    it then waits for the peers in the instance metadata and exports the rank
+    environment (`providers.gangscript`) before the workdir.
     """
     lines = [
         "#!/bin/sh",
@@ -385,6 +391,9 @@ def startup_script(
             "# The job gets a signal too; the shell waits for it, then exits with its status.",
             "trap 'exit $?' TERM INT HUP",
         ]
+    if rank is not None and request.nodes > 1:
+        gpus = round(request.accelerator_count)
+        lines += gang_lines(request.cloud, rank, request.nodes, gpus)
     lines += workdir_lines(request, workdir)
     body = job_body(request, containers)
     spot = watch_notices and request.market == "spot"  # only spot VMs get reclaim notices

@@ -162,12 +162,12 @@ def cooling_down(cloud: str, request: LaunchRequest, where: str) -> Insufficient
     )
 
 
-def refuse_unsupported(cloud: str, request: LaunchRequest) -> None:
+def refuse_unsupported(cloud: str, request: LaunchRequest, gangs: bool = False) -> None:
     """InvalidRequest for what no cloud adapter launches: another cloud's request, or
-    more than one node (multi-node launches on clouds are not supported yet)."""
+    more than one node on an adapter without gangs (`gangs`: providers.cloudgang)."""
     if request.cloud != cloud:
         raise InvalidRequest(cloud, f"request for cloud {request.cloud!r}, not {cloud}")
-    if request.nodes > 1:
+    if request.nodes > 1 and not gangs:
         raise InvalidRequest(cloud, f"multi-node launches on {cloud} are not supported yet")
 
 

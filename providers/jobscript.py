@@ -125,6 +125,10 @@ def container_command(request: LaunchRequest, image: str, runtime: ContainerRunt
     names = [name for name, _ in request.env] + [name for name, _ in job_environment(request)]
     if request.workdir_uri:
         names.append("BROKER_WORKDIR")
+    if request.nodes > 1:  # a gang member's rank environment (providers.gangscript)
+        from providers.gang import rank_environment
+
+        names += list(rank_environment(0, ("head",), 0))
     for name in names:
         args += ["-e", name]
     quoted = [shlex.quote(a) for a in args]

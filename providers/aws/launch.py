@@ -46,12 +46,12 @@ def client_token(broker_id: str, attempt_id: str) -> str:
 def choose_image(request: LaunchRequest, image_id: str | None) -> str:
     """The AMI to launch `request` with (its own "ami-…", else `image_id`);
     InvalidRequest when EC2 could never do what is asked."""
-    refuse_unsupported(NAME, request)
+    refuse_unsupported(NAME, request, gangs=True)
     if not re.fullmatch(REGION_SHAPE, request.region):
         raise InvalidRequest(NAME, f"{request.region!r} is not an AWS region")
     if request.max_price_per_hour is not None and not request.max_price_per_hour > 0:
         raise InvalidRequest(NAME, "max_price_per_hour must be positive")
-    user_data(request)
+    user_data(request, 0 if request.nodes > 1 else None)
     if request.image.startswith("ami-"):
         return request.image
     if image_id:
@@ -63,9 +63,10 @@ def choose_image(request: LaunchRequest, image_id: str | None) -> str:
     )
 
 
-def user_data(request: LaunchRequest) -> str:
-    """The start-up script as user data; InvalidRequest when it is over EC2's limit."""
-    script = startup_script(request)
+def user_data(request: LaunchRequest, rank: int | None = None) -> str:
+    """The start-up script (of gang member `rank`) as user data; InvalidRequest when it
+    is over EC2's limit."""
+    script = startup_script(request, rank=rank)
     size = len(script.encode())
     if size > USER_DATA_LIMIT:
         raise InvalidRequest(

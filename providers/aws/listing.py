@@ -8,6 +8,7 @@ the answers become Instances and notices in `providers.aws.instances`.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Sequence
+from dataclasses import replace
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -24,6 +25,7 @@ from providers.aws.instances import (
 )
 from providers.base import TAG_ATTEMPT, TAG_BROKER, TAG_REQUEST, Instance, InterruptionNotice
 from providers.cloud import refuse_other_request
+from providers.cloudgang import gang_id, is_member
 from providers.errors import CredentialsError, NotFound
 
 SPOT_NOTICE_SECONDS = 120.0  # EC2's warning before it reclaims a spot instance
@@ -132,7 +134,8 @@ def region_notices(
     caller: Caller, region: str, broker_id: str, now: Callable[[], datetime]
 ) -> list[InterruptionNotice]:
     """A notice for each of the broker's spot instances in `region` that AWS reclaimed,
-    or marked for reclaim while it still runs (the two-minute warning, with its deadline)."""
+    or marked for reclaim while it still runs (the two-minute warning, with its deadline);
+    a gang member's notice names its gang."""
     notices = []
     raws = [
         raw
@@ -141,6 +144,8 @@ def region_notices(
     ]
     statuses = spot_statuses(caller, region, raws, ended_only=False)
     for raw, instance in zip(raws, instances(caller, region, raws, statuses), strict=True):
+        if is_member(instance):  # a gang's node: the notice is the whole gang's
+            instance = replace(instance, id=gang_id(region, instance.attempt_id or ""))
         status = statuses.get(raw.get("SpotInstanceRequestId", ""), ("", None))
         if instance.state == "interrupted":
             reason = (raw.get("StateReason") or {}).get("Message") or status[0]

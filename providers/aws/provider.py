@@ -31,7 +31,11 @@ How the contract is kept on EC2:
 - A container image (any image but an "ami-…") runs with `docker run --gpus all` on the
   AMI, which needs docker and the NVIDIA container toolkit (the Deep Learning AMIs have
   both).
-- Multi-node launches are not supported yet (InvalidRequest).
+- A launch of `nodes > 1` is a gang (providers/aws/gang.py, docs/distributed.md): one
+  cluster placement group per attempt, one instance per rank tagged `broker-rank`, EFA
+  interfaces on p4d/p4de/p5, all or nothing; its id is "<region>/gang/<attempt-id>",
+  and once every member has a private IP the `broker-peers` tag (head first) is set on
+  each, which the members read from IMDS.
 
 Beside this module: launch.py (a request as RunInstances parameters, what EC2 refuses),
 instances.py (EC2's answers as Instances and notices), listing.py (DescribeInstances and
@@ -54,10 +58,11 @@ from pricing.userio.settings import resolve_text
 from providers.aws import listing
 from providers.aws.capacity import CapacityView, read_capacity
 from providers.aws.errors import map_error
+from providers.aws.gang import AwsGang, fabric_of
 from providers.aws.instances import NAME
 from providers.aws.launch import OWN_PARAMETERS, choose_image, run_parameters
 from providers.base import Clock, Instance, InterruptionNotice, LaunchRequest, request_hash
-from providers.capabilities import Restrictions
+from providers.capabilities import Gangs, Restrictions
 from providers.cloud import (
     CapacityCooldown,
     Expiring,
@@ -73,7 +78,21 @@ from providers.cloud import (
     restrict_offers,
     sdk_call,
 )
-from providers.errors import InsufficientCapacity, ProviderError, RateLimited
+from providers.cloudgang import (
+    MAX_CLOUD_GANG_NODES,
+    Node,
+    end_gang,
+    gang_fabric,
+    gang_id,
+    gang_instance,
+    group_by_attempt,
+    is_member,
+    launch_gang,
+    parse_gang_id,
+    refresh,
+    sold,
+)
+from providers.errors import InsufficientCapacity, NotFound, ProviderError, RateLimited
 from providers.workdir import stage_workdir
 
 if TYPE_CHECKING:
@@ -89,7 +108,7 @@ CAPACITY_TTL_SECONDS = 300.0  # the capacity view costs ~10 calls per region
 MAX_REGION_THREADS = 8
 
 
-class AwsProvider(Restrictions):
+class AwsProvider(Restrictions, Gangs):
     """EC2 instances as broker instances (see the module docstring).
 
     `image_id`: the AMI for jobs that do not name one. `launch_options`: extra
@@ -171,6 +190,12 @@ class AwsProvider(Restrictions):
         if self.cooldown.cooling(request.instance_type, place, request.market):
             raise cooling_down(NAME, request, place)
         digest = request_hash(request)
+        if request.nodes > 1:
+            try:
+                return self._launch_gang(request, image, digest)
+            except InsufficientCapacity:
+                self.cooldown.mark(request.instance_type, place, request.market)
+                raise
         existing = self._find_attempt(request, digest)
         if existing is not None:
             return existing
@@ -192,10 +217,16 @@ class AwsProvider(Restrictions):
         return listing.instances(self, request.region, answer["Instances"])[0]
 
     def describe(self, instance_id: str) -> Instance:
+        gang = parse_gang_id(instance_id)
+        if gang is not None:
+            return self._gang_view(AwsGang(self, *gang), self._gang_nodes(*gang))
         region, raw = listing.read(self, instance_id)
         return listing.instances(self, region, [raw])[0]
 
     def terminate(self, instance_id: str) -> bool:
+        gang = parse_gang_id(instance_id)
+        if gang is not None:
+            return end_gang(AwsGang(self, *gang), self._gang_nodes(*gang))
         region, raw = listing.read(self, instance_id)
         state = raw["State"]["Name"]
         if state in ("shutting-down", "terminated"):
@@ -207,9 +238,18 @@ class AwsProvider(Restrictions):
 
     def list_instances(self) -> list[Instance]:
         def one(region: str) -> list[Instance]:
-            return listing.instances(
-                self, region, listing.broker_items(self, region, self.broker_id)
-            )
+            raws = listing.broker_items(self, region, self.broker_id)
+            found = listing.instances(self, region, raws)
+            members = [
+                Node(i, raw.get("PrivateIpAddress") or "")
+                for raw, i in zip(raws, found, strict=True)
+                if is_member(i)
+            ]
+            gangs = [
+                gang_instance(gang_id(region, attempt), nodes)
+                for attempt, nodes in group_by_attempt(members).items()
+            ]
+            return [i for i in found if not is_member(i)] + gangs
 
         return sorted((i for part in self._each_region(one) for i in part), key=launch_order)
 
@@ -221,6 +261,14 @@ class AwsProvider(Restrictions):
 
     def object_store(self) -> Any:
         raise NotImplementedError("AWS checkpoints go through providers.storage (S3)")
+
+    def max_gang_nodes(self, cloud: str, region: str, instance_type: str) -> int:
+        """MAX_CLOUD_GANG_NODES for a type the catalog sells in that AWS region (every
+        EC2 type can share a cluster placement group; EFA where fabric_of says), 0 for
+        one it does not sell."""
+        if cloud != NAME or not sold(self.catalog, NAME, region, instance_type):
+            return 0
+        return MAX_CLOUD_GANG_NODES
 
     # --- AWS-only verbs ------------------------------------------------------------------
 
@@ -242,6 +290,23 @@ class AwsProvider(Restrictions):
         )
 
     # --- helpers -------------------------------------------------------------------------
+
+    def _launch_gang(self, request: LaunchRequest, image: str, digest: str) -> Instance:
+        fabric = gang_fabric(NAME, request, fabric_of(request.instance_type))
+        staged = stage_workdir(NAME, request, self.staging_uri)  # the VMs fetch it from S3
+        gang = AwsGang(self, request.region, request.attempt_id, (staged, image, digest, fabric))
+        return self._gang_view(gang, launch_gang(gang, request.nodes))
+
+    def _gang_nodes(self, region: str, attempt_id: str) -> list[Node]:
+        nodes = AwsGang(self, region, attempt_id).members()
+        if not nodes:
+            raise NotFound(NAME, f"no gang {gang_id(region, attempt_id)}")
+        return nodes
+
+    def _gang_view(self, gang: AwsGang, nodes: list[Node]) -> Instance:
+        """The gang as one Instance, refreshed (peers written, a failed or interrupted
+        gang's other members ended): EC2 keeps ended instances, nothing to remember."""
+        return gang_instance(gang_id(gang.region, gang.attempt_id), refresh(gang, nodes))
 
     def _find_attempt(self, request: LaunchRequest, digest: str) -> Instance | None:
         return listing.find_attempt(

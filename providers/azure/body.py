@@ -14,6 +14,8 @@ from collections.abc import Mapping
 from typing import Any
 
 from providers.base import TAG_REQUEST, LaunchRequest, instance_tags, startup_script
+from providers.cloudgang import TAG_NODES
+from providers.gang import TAG_RANK
 
 DEFAULT_IMAGE = "microsoft-dsvm:ubuntu-hpc:2204:latest"
 ADMIN_USER = "broker"
@@ -60,17 +62,24 @@ def vm_body(
     subnet_id: str,
     public_key: str,
     eviction_policy: str,
+    rank: int | None = None,
+    placement: Mapping[str, Mapping[str, str]] | None = None,
+    accelerated_networking: bool = False,
 ) -> dict[str, Any]:
     """The VM `name` for `request`: tagged with `instance_tags(request)` and `digest`,
     the start-up script as custom data (cloud-init runs a script that starts with #!);
-    spot at the request's price cap, or -1 (up to the on-demand price)."""
-    script = startup_script(request).encode()
+    spot at the request's price cap, or -1 (up to the on-demand price). A gang member
+    (`rank`) is tagged with its rank and the gang's size, runs its rank's script and
+    references its gang's `placement` (proximity placement group, availability set: no
+    zone then); `accelerated_networking` for InfiniBand sizes."""
+    script = startup_script(request, rank=rank).encode()
     key_path = f"/home/{ADMIN_USER}/.ssh/authorized_keys"
     nic = {
         "name": f"{name}-nic",
         "properties": {
             "primary": True,
             "deleteOption": "Delete",
+            **({"enableAcceleratedNetworking": True} if accelerated_networking else {}),
             "ipConfigurations": [
                 {
                     "name": "ipconfig",
@@ -109,9 +118,13 @@ def vm_body(
         properties["priority"] = "Spot"
         properties["evictionPolicy"] = eviction_policy
         properties["billingProfile"] = {"maxPrice": cap if cap is not None else -1}
+    for field, reference in (placement or {}).items():
+        properties[field] = dict(reference)
     tags = dict(instance_tags(request))
     tags[TAG_REQUEST] = digest
+    if rank is not None:
+        tags |= {TAG_RANK: str(rank), TAG_NODES: str(request.nodes)}
     body: dict[str, Any] = {"location": request.region, "tags": tags, "properties": properties}
-    if request.zone:
+    if request.zone and "availabilitySet" not in properties:
         body["zones"] = [request.zone]
     return body

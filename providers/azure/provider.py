@@ -32,7 +32,10 @@ Choices, and why:
 - `list_instances` and `interruptions` cost one list call plus one instance view per
   live broker VM. ARM shows an eviction only once it has happened (the 30 s warning,
   Scheduled Events, is visible only inside the VM), so notices carry no deadline.
-- Multi-node launches are not supported yet.
+- A launch of `nodes > 1` is a gang (gang.py, docs/distributed.md): a proximity
+  placement group per attempt (and an availability set in it for InfiniBand SKUs), one
+  VM per rank, all or nothing; its id is "<resource-group>/gang/<attempt-id>", and once
+  every member has an IP each gets the `broker-peers` tag (head first), read from IMDS.
 
 Beside this module: body.py (the VM body ARM takes, its name, image and key),
 client.py (the SDK client and its calls), states.py (ARM's status codes as an
@@ -46,10 +49,11 @@ import os
 import threading
 import time
 from collections.abc import Callable, Sequence
+from dataclasses import replace
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from pricing.userio.settings import resolve_text
-from providers.azure import client
+from providers.azure import client, gang
 from providers.azure.body import (
     DEFAULT_IMAGE,
     image_reference,
@@ -70,7 +74,7 @@ from providers.base import (
     LaunchRequest,
     request_hash,
 )
-from providers.capabilities import Restrictions
+from providers.capabilities import Gangs, Restrictions
 from providers.cloud import (
     CapacityCooldown,
     Expiring,
@@ -85,6 +89,7 @@ from providers.cloud import (
     refuse_unsupported,
     restrict_offers,
 )
+from providers.cloudgang import Remembered, end_gang, parse_gang_id
 from providers.errors import InsufficientCapacity, InvalidRequest, NotFound, ProviderError
 from providers.workdir import stage_workdir
 
@@ -97,7 +102,7 @@ CREATE_WAIT_SECONDS = 1800.0
 EVICTION_POLICIES = ("Deallocate", "Delete")
 
 
-class AzureProvider(Restrictions):
+class AzureProvider(Restrictions, Gangs):
     """Azure VMs in one subscription and resource group (see the module docstring)."""
 
     name = NAME
@@ -148,6 +153,7 @@ class AzureProvider(Restrictions):
         self._client: Any = None
         self._lock = threading.RLock()
         self._memory = Memory(self.clock)
+        self._gangs = Remembered()
         self._views: Expiring[None, CapacityView] = Expiring(self.clock, VIEW_TTL_SECONDS)
         self._reasons: list[Unavailable] | None = None  # as of the last offers()
 
@@ -172,28 +178,42 @@ class AzureProvider(Restrictions):
         return list(self._reasons or ())
 
     def launch(self, request: LaunchRequest) -> Instance:
-        refuse_unsupported(NAME, request)
+        refuse_unsupported(NAME, request, gangs=True)
         place = request.zone or request.region
         if self.cooldown.cooling(request.instance_type, place, request.market):
             raise cooling_down(NAME, request, place)
         if not self.subnet_id:
             raise InvalidRequest(NAME, "no subnet: pass subnet_id or set BROKER_AZURE_SUBNET_ID")
-        name, digest = vm_name(request.attempt_id), request_hash(request)
-        instance_id = f"{self.resource_group}/{name}"
-        existing = self._fetch(name, expand=True)
-        if existing is not None:
-            launched_for = (existing.tags or {}).get(TAG_REQUEST)
-            refuse_other_request(NAME, request.attempt_id, launched_for, digest)
-            return self._memory.launched(self._observe(instance_id, existing))
+        digest = request_hash(request)
         staged = stage_workdir(NAME, request, resolve_text("azure_staging_uri"))  # VM fetches it
+        try:
+            if request.nodes > 1:
+                return gang.launch(self, staged, digest)
+            name = vm_name(request.attempt_id)
+            existing = self._fetch(name, expand=True)
+            if existing is not None:
+                launched_for = (existing.tags or {}).get(TAG_REQUEST)
+                refuse_other_request(NAME, request.attempt_id, launched_for, digest)
+                return self._memory.launched(
+                    self._observe(f"{self.resource_group}/{name}", existing)
+                )
+            return self._create(staged, name, digest)
+        except InsufficientCapacity:
+            self.cooldown.mark(request.instance_type, place, request.market)
+            raise
+
+    def _create(self, request: LaunchRequest, name: str, digest: str, **member: Any) -> Instance:
+        """Create the VM `name` and wait for it (up to create_wait); a failed create's VM
+        is deleted before the error is raised. `member`: a gang member's vm_body options."""
         body = vm_body(
-            staged,
+            request,
             name,
             digest,
             image=self.image,
-            subnet_id=self.subnet_id,
+            subnet_id=self.subnet_id or "",
             public_key=self._public_key(),
             eviction_policy=self.eviction_policy,
+            **member,
         )
         vms = self._compute().virtual_machines
 
@@ -206,14 +226,15 @@ class AzureProvider(Restrictions):
             self._call(create, f"create {name}")
         except ProviderError as error:
             self._discard(name)
-            if isinstance(error, InsufficientCapacity):
-                self.cooldown.mark(request.instance_type, place, request.market)
             if isinstance(error, NotFound):  # the resource group or subnet does not exist
                 raise InvalidRequest(NAME, error.message, code=error.code) from None
             raise
-        return self._memory.launched(self.describe(instance_id))
+        return self._memory.launched(self.describe(f"{self.resource_group}/{name}"))
 
     def describe(self, instance_id: str) -> Instance:
+        parsed = parse_gang_id(instance_id)
+        if parsed is not None:
+            return gang.view(gang.AzureGang(self, parsed[1]), self._gang_nodes(parsed[1]))
         ended = self._memory.ended(instance_id)
         if ended is not None:
             return ended
@@ -224,6 +245,12 @@ class AzureProvider(Restrictions):
         return self._observe(instance_id, vm)
 
     def terminate(self, instance_id: str) -> bool:
+        parsed = parse_gang_id(instance_id)
+        if parsed is not None:
+            nodes = self._gang_nodes(parsed[1])
+            if not nodes:  # all gone already (NotFound when never seen)
+                return self._gangs.gone(instance_id, NAME).active
+            return end_gang(gang.AzureGang(self, parsed[1]), nodes)
         instance = self.describe(instance_id)
         live = instance.active
         group, name = _split(instance_id)
@@ -268,14 +295,27 @@ class AzureProvider(Restrictions):
         for instance_id in self._memory.known():
             if instance_id not in found and instance_id not in present:
                 found[instance_id] = self._memory.gone(instance_id)
-        return sorted(found.values(), key=launch_order)
+        return sorted(gang.grouped(self, list(found.values())), key=launch_order)
 
     def interruptions(self) -> list[InterruptionNotice]:
         self.list_instances()  # finds evictions and notes them
-        return self._memory.notices()
+        return [  # a gang member's notice names its gang
+            replace(
+                n,
+                instance_id=gang.member_notice_id(self._memory.ended(n.instance_id), n.instance_id),
+            )
+            for n in self._memory.notices()
+        ]
+
+    def max_gang_nodes(self, cloud: str, region: str, instance_type: str) -> int:
+        """0 for a size the catalog does not sell there, else MAX_CLOUD_GANG_NODES."""
+        return gang.max_nodes(self, cloud, region, instance_type)
 
     def object_store(self) -> Any:
         raise NotImplementedError("azure checkpoints go through providers.storage (az://)")
+
+    def _gang_nodes(self, attempt_id: str) -> list:
+        return gang.AzureGang(self, attempt_id).members()
 
     # --- talking to Azure ---------------------------------------------------------------
 

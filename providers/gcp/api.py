@@ -45,6 +45,8 @@ class Compute:
 
         self._vms = client(compute_v1.InstancesClient)
         self._zone_ops = client(compute_v1.ZoneOperationsClient)
+        self._region_ops = client(compute_v1.RegionOperationsClient)
+        self._policies = client(compute_v1.ResourcePoliciesClient)
         self._all_ops = client(compute_v1.GlobalOperationsClient)
         self._capacity_clients = {
             "machine_types": client(compute_v1.MachineTypesClient),
@@ -106,6 +108,57 @@ class Compute:
         return self.call(
             lambda: self._vms.delete_unary(request=delete, retry=None, timeout=self.timeout),
             f"delete {zone}/{name}",
+        )
+
+    def set_metadata(self, zone: str, name: str, fingerprint: str, items: dict[str, str]) -> Any:
+        """Start replacing the VM's metadata items (GCE refuses a stale `fingerprint`)."""
+        from google.cloud import compute_v1
+
+        metadata = compute_v1.Metadata(
+            fingerprint=fingerprint,
+            items=[compute_v1.Items(key=k, value=v) for k, v in items.items()],
+        )
+        request = compute_v1.SetMetadataInstanceRequest(
+            project=self.project, zone=zone, instance=name, metadata_resource=metadata
+        )
+        return self.call(
+            lambda: self._vms.set_metadata_unary(request=request, retry=None, timeout=self.timeout),
+            f"set metadata of {zone}/{name}",
+        )
+
+    # --- resource policies (a gang's compact placement) ---------------------------------
+
+    def insert_policy(self, region: str, body: dict[str, Any], request_id: str) -> Any:
+        """Start inserting the resource policy `body` in `region`: its region operation."""
+        from google.cloud import compute_v1
+
+        insert = compute_v1.InsertResourcePolicyRequest(
+            project=self.project,
+            region=region,
+            resource_policy_resource=compute_v1.ResourcePolicy(body),
+            request_id=request_id,
+        )
+        return self.call(
+            lambda: self._policies.insert_unary(request=insert, retry=None, timeout=self.timeout),
+            f"insert resource policy {region}/{body['name']}",
+        )
+
+    def delete_policy(self, region: str, name: str) -> Any:
+        """Start deleting a resource policy (GCE refuses while a VM names it)."""
+        from google.cloud import compute_v1
+
+        delete = compute_v1.DeleteResourcePolicyRequest(
+            project=self.project, region=region, resource_policy=name
+        )
+        return self.call(
+            lambda: self._policies.delete_unary(request=delete, retry=None, timeout=self.timeout),
+            f"delete resource policy {region}/{name}",
+        )
+
+    def wait_region(self, region: str, operation: Any, action: str, limit: float) -> Any:
+        """A region operation once DONE, or as it is after `limit` seconds."""
+        return operations.wait(
+            self._region_ops, self.project, region, operation, self.call, action, limit, "region"
         )
 
     # --- operations ------------------------------------------------------------------------

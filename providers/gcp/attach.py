@@ -21,9 +21,9 @@ if TYPE_CHECKING:
 
 
 def validate(request: LaunchRequest) -> None:
-    """InvalidRequest for a request GCE could never serve: another cloud's, several
-    nodes, a name that is no machine type, a zone outside the request's region."""
-    refuse_unsupported(NAME, request)
+    """InvalidRequest for a request GCE could never serve: another cloud's, a name that
+    is no machine type, a zone outside the request's region (gangs: gang.py)."""
+    refuse_unsupported(NAME, request, gangs=True)
     if not GCE_NAME.fullmatch(request.instance_type):
         raise InvalidRequest(NAME, f"{request.instance_type!r} is not a GCE machine type")
     if request.zone and (

@@ -15,9 +15,17 @@ PREEMPTED = "compute.instances.preempted"
 
 
 def wait(
-    client: Any, project: str, zone: str, operation: Any, call: Call, action: str, limit: float
+    client: Any,
+    project: str,
+    zone: str,
+    operation: Any,
+    call: Call,
+    action: str,
+    limit: float,
+    scope: str = "zone",
 ) -> Any:
-    """`operation` once DONE, or as it is after `limit` seconds (`client`: zone operations)."""
+    """`operation` once DONE, or as it is after `limit` seconds (`client`: the zone
+    operations, or with `scope` "region" the region operations and `zone` a region)."""
     from google.cloud import compute_v1
 
     deadline = time.monotonic() + limit
@@ -29,8 +37,8 @@ def wait(
         operation = call(
             lambda name=operation.name, left=left: client.wait(
                 project=project,
-                zone=zone,
                 operation=name,
+                **{scope: zone},
                 retry=None,
                 timeout=min(left, 150.0),
             ),

@@ -23,6 +23,10 @@ One attempt is one VM named `instance_name(attempt_id)` in one zone; its id is
 - Labels (lowercase letters, digits, '-', '_', at most 63) carry the tags for filtering;
   the exact tags also go into the `broker-tags` metadata item, which Instance.tags reads.
 - GCE cannot know a job's exit code: `exit_code` is always None.
+- A launch of `nodes > 1` is a gang (gang.py, docs/distributed.md): a compact resource
+  policy per attempt, one VM per rank in one zone, GPUDirect NICs on a3 high/mega, all
+  or nothing; its id is "<zone>/gang/<attempt-id>", and once every member has an IP its
+  metadata gets `broker-peers` (head first), which the members read.
 - Every SDK call runs with retry=None and a timeout; throttling (429, 5xx) is retried here
   with bounded backoff (providers.cloud.with_backoff), so nothing hangs (api.py).
 
@@ -52,7 +56,7 @@ from providers.base import (
     LaunchRequest,
     request_hash,
 )
-from providers.capabilities import Restrictions
+from providers.capabilities import Gangs, Restrictions
 from providers.cloud import (
     CapacityCooldown,
     Expiring,
@@ -68,8 +72,18 @@ from providers.cloud import (
     refuse_other_request,
     restrict_offers,
 )
+from providers.cloudgang import (
+    Node,
+    Remembered,
+    end_gang,
+    gang_id,
+    gang_instance,
+    group_by_attempt,
+    is_member,
+    parse_gang_id,
+)
 from providers.errors import InsufficientCapacity, InvalidRequest, NotFound, ProviderError
-from providers.gcp import capacity, errors
+from providers.gcp import capacity, errors, gang
 from providers.gcp.api import Compute, credentials_and_project
 from providers.gcp.attach import gpu_to_attach, validate
 from providers.gcp.capacity import CapacityView, region_of
@@ -120,7 +134,7 @@ __all__ = [  # the helpers live in vm.py / operations.py; these names stay impor
 ]
 
 
-class GcpProvider(Restrictions):
+class GcpProvider(Restrictions, Gangs):
     """A `Provider` on Compute Engine (see the module docstring for the choices).
 
     `project`: default GOOGLE_CLOUD_PROJECT, CLOUDSDK_CORE_PROJECT, else the one
@@ -128,6 +142,7 @@ class GcpProvider(Restrictions):
     `image`: the boot image (BROKER_GCP_IMAGE overrides the default; a request whose image
     is a GCE image path uses that). `regions`: where to list and read capacity (default:
     the catalog's GCP regions, else CLOUDSDK_COMPUTE_REGION, else every region).
+    `gpu_network_prefix`: the GPU networks of a3 gang members (gang.py).
     """
 
     name = NAME
@@ -151,6 +166,7 @@ class GcpProvider(Restrictions):
         timeout: float = 30.0,
         operation_timeout: float = 300.0,
         capacity_ttl: float = CAPACITY_TTL_SECONDS,
+        gpu_network_prefix: str = "broker-gpu",
     ) -> None:
         if spot_action not in SPOT_ACTIONS:
             raise ValueError(f"spot_action {spot_action!r}: expected one of {SPOT_ACTIONS}")
@@ -165,6 +181,8 @@ class GcpProvider(Restrictions):
         self.spot_action, self.network, self.disk_gb = spot_action, network, disk_gb
         self.timeout, self.operation_timeout = timeout, operation_timeout
         self.capacity_ttl = capacity_ttl
+        self.gpu_network_prefix = gpu_network_prefix
+        self._gangs = Remembered()
         self._gce = Compute(self.credentials, self.project, self.endpoint, timeout, sleep)
         self._seen = Sightings(self._gce, self.clock)
         self._reported = ReportedOnce()  # ids whose notice interruptions() returned
@@ -189,6 +207,8 @@ class GcpProvider(Restrictions):
 
     def launch(self, request: LaunchRequest) -> Instance:
         validate(request)
+        if request.nodes > 1:
+            return gang.launch(self, request, request_hash(request))
         name, digest = instance_name(request.attempt_id), request_hash(request)
         found = self._gce.instances(f'name = "{name}"', (request.region,))
         if found:
@@ -210,6 +230,10 @@ class GcpProvider(Restrictions):
         raise cooling_down(NAME, request, ", ".join(zones))
 
     def describe(self, instance_id: str) -> Instance:
+        parsed = parse_gang_id(instance_id)
+        if parsed is not None:
+            found, nodes = gang.read(self, *parsed)
+            return gang.view(found, nodes, parsed[0])
         zone, name = parse_id(instance_id)
         try:
             vm = self._gce.get(zone, name)
@@ -218,6 +242,12 @@ class GcpProvider(Restrictions):
         return self._seen.remember(self._seen.instance(vm))
 
     def terminate(self, instance_id: str) -> bool:
+        parsed = parse_gang_id(instance_id)
+        if parsed is not None:
+            found, nodes = gang.read(self, *parsed)
+            if not nodes:  # all gone already (NotFound when never seen)
+                return self._gangs.gone(instance_id, NAME).active
+            return end_gang(found, nodes)
         zone, name = parse_id(instance_id)
         try:
             current = self._seen.instance(self._gce.get(zone, name))
@@ -238,10 +268,13 @@ class GcpProvider(Restrictions):
         )
         ended_spot = any(STATES.get(vm.status) == "terminated" and is_spot(vm) for vm in vms)
         preempted = set(self._seen.preemptions()) if ended_spot else set()
-        mine = [self._seen.instance(vm, preempted) for vm in vms]
-        mine = [i for i in mine if i.tag(TAG_BROKER) == self.broker_id]
-        for instance in mine:
-            self._seen.remember(instance)
+        nodes = [gang.node_of(self, vm, preempted) for vm in vms]
+        nodes = [n for n in nodes if n.instance.tag(TAG_BROKER) == self.broker_id]
+        mine = [n.instance for n in nodes if not is_member(n.instance)]
+        members: list[Node] = [n for n in nodes if is_member(n.instance)]
+        for attempt, group in group_by_attempt(members).items():
+            instance_id = gang_id(group[0].instance.zone, attempt)
+            mine.append(self._gangs.seen(gang_instance(instance_id, group)))
         return sorted(mine, key=launch_order)
 
     def interruptions(self) -> list[InterruptionNotice]:
@@ -260,6 +293,9 @@ class GcpProvider(Restrictions):
                 continue
             started = parse_time(op.insert_time) or self.clock.now()
             deadline = started + timedelta(seconds=PREEMPTION_NOTICE_SECONDS)
+            seen = self._seen.known.get(key)
+            if seen is not None and is_member(seen):  # a gang's node: the whole gang's notice
+                key = gang_id(seen.zone, seen.attempt_id or "")
             notices.append(
                 InterruptionNotice(
                     key, NAME, "spot-reclaim", self.clock.now(), deadline, op.status_message
@@ -269,6 +305,11 @@ class GcpProvider(Restrictions):
 
     def object_store(self) -> Any:
         raise NotImplementedError("gs:// checkpoints go through providers.storage")
+
+    def max_gang_nodes(self, cloud: str, region: str, instance_type: str) -> int:
+        """0 for a type the catalog does not sell there, 1 for one no compact placement
+        holds (N1...), else providers.cloudgang.MAX_CLOUD_GANG_NODES."""
+        return gang.max_nodes(self, cloud, region, instance_type)
 
     # --- launching -----------------------------------------------------------------------
 
@@ -289,7 +330,9 @@ class GcpProvider(Restrictions):
         name: str,
         digest: str,
         gpu: tuple[str, int] | None,
+        **member: Any,
     ) -> Instance:
+        """Insert one VM and wait for it; `member`: a gang member's insert_body options."""
         action = f"insert {zone}/{name}"
         body = insert_body(
             request,
@@ -301,10 +344,11 @@ class GcpProvider(Restrictions):
             spot_action=self.spot_action,
             network=self.network,
             disk_gb=self.disk_gb,
+            **member,
         )
         try:
             operation = self._gce.insert(
-                zone, body, request_id(self.project, zone, request.attempt_id), action
+                zone, body, request_id(self.project, zone, _insert_key(request, member)), action
             )
         except NotFound as exc:  # the zone, image or network the request names
             raise InvalidRequest(NAME, exc.message, code=exc.code) from None
@@ -344,6 +388,12 @@ class GcpProvider(Restrictions):
     ) -> CapacityView:
         key = (frozenset(types), frozenset(gpus), tuple(regions), quotas)
         return self._views.get(key, lambda: self._gce.capacity(types, gpus, regions, quotas))
+
+
+def _insert_key(request: LaunchRequest, member: dict[str, Any]) -> str:
+    """What an insert's requestId is made from: the attempt, and a gang member's rank."""
+    rank = member.get("rank")
+    return request.attempt_id if rank is None else f"{request.attempt_id}#{rank}"
 
 
 def _default_regions(catalog: OfferTable | None) -> tuple[str, ...]:

@@ -11,7 +11,7 @@ import hashlib
 import json
 import re
 import uuid
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from datetime import datetime
 from typing import Any
 
@@ -22,7 +22,9 @@ from providers.base import (
     instance_tags,
     startup_script,
 )
+from providers.cloudgang import TAG_NODES
 from providers.errors import NotFound
+from providers.gang import TAG_RANK
 from providers.gcp import capacity
 
 NAME = "gcp"
@@ -94,10 +96,17 @@ def insert_body(
     spot_action: str,
     network: str,
     disk_gb: int,
+    rank: int | None = None,
+    resource_policy: str = "",
+    gpu_nics: Sequence[Mapping[str, Any]] = (),
 ) -> dict[str, Any]:
     """The Instance resource (compute_v1 field names) for `request` in `zone`; `image` is
-    the default, used unless the request names a GCE image."""
+    the default, used unless the request names a GCE image. A gang member (`rank`) is
+    tagged with its rank and the gang's size, runs its rank's start-up script, names the
+    gang's `resource_policy` and gets `gpu_nics` after its own (all gVNIC then)."""
     tags = (*instance_tags(request), (TAG_REQUEST, digest))
+    if rank is not None:
+        tags += ((TAG_RANK, str(rank)), (TAG_NODES, str(request.nodes)))
     carries_gpu = gpu is not None or capacity.family(request.instance_type) in (
         capacity.GPU_FAMILIES
     )
@@ -117,7 +126,7 @@ def insert_body(
         "labels": {key: label_value(value) for key, value in tags},
         "metadata": {
             "items": [
-                {"key": "startup-script", "value": startup_script(request)},
+                {"key": "startup-script", "value": startup_script(request, rank=rank)},
                 {"key": TAGS_METADATA, "value": json.dumps(tags)},
                 {"key": "install-nvidia-driver", "value": "True"},
             ]
@@ -138,6 +147,11 @@ def insert_body(
         "service_accounts": [{"email": "default", "scopes": list(SCOPES)}],
         "scheduling": scheduling,
     }
+    if resource_policy:
+        body["resource_policies"] = [resource_policy]
+    if gpu_nics:
+        body["network_interfaces"][0]["nic_type"] = "GVNIC"
+        body["network_interfaces"] += [dict(nic) for nic in gpu_nics]
     if gpu is not None:
         body["guest_accelerators"] = [
             {

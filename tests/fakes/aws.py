@@ -348,3 +348,72 @@ def spot_request_instance(
 def set_spot_status(env: AwsEnv, request_id: str, code: str) -> None:
     """What AWS does to a spot request before and after a reclaim (status code)."""
     env.backend().spot_instance_requests[request_id]._status_code = code
+
+
+# --- cluster placement groups (moto 5.2 has no placement group API) -----------------------
+
+
+@dataclass
+class PlacementGroups:
+    """EC2's CreatePlacementGroup, DeletePlacementGroup and DescribePlacementGroups,
+    answered inside moto's EC2 service (real HTTP, moto's own serializer and errors).
+    `groups`: (region, name) -> the group; `created`/`deleted`: names in call order."""
+
+    groups: dict[tuple[str, str], dict] = field(default_factory=dict)
+    created: list[str] = field(default_factory=list)
+    deleted: list[str] = field(default_factory=list)
+
+    def names(self, region: str = REGION) -> set[str]:
+        return {name for r, name in self.groups if r == region}
+
+
+@pytest.fixture
+def aws_placement_groups(
+    aws_env: AwsEnv, monkeypatch: pytest.MonkeyPatch
+) -> Iterator[PlacementGroups]:
+    """The placement group calls, added to moto's EC2 responses for one test."""
+    from moto.core.responses import ActionResult
+    from moto.ec2.exceptions import EC2ClientError
+    from moto.ec2.responses import EC2Response
+
+    fake = PlacementGroups()
+    ids = iter(range(1, 10**6))
+
+    def create_placement_group(self: Any) -> Any:
+        name, key = self._get_param("GroupName"), (self.region, self._get_param("GroupName"))
+        if key in fake.groups:
+            raise EC2ClientError(
+                "InvalidPlacementGroup.Duplicate", f"The placement group '{name}' already exists."
+            )
+        tags = [
+            tag
+            for spec in self._get_param("TagSpecifications", [])
+            for tag in spec.get("Tag", spec.get("Tags", []))
+        ]
+        group = {
+            "GroupName": name,
+            "GroupId": f"pg-{next(ids):017x}",
+            "State": "available",
+            "Strategy": self._get_param("Strategy"),
+            "Tags": tags,
+        }
+        fake.groups[key] = group
+        fake.created.append(name)
+        return ActionResult({"PlacementGroup": group})
+
+    def delete_placement_group(self: Any) -> Any:
+        name = self._get_param("GroupName")
+        if fake.groups.pop((self.region, name), None) is None:
+            raise EC2ClientError(
+                "InvalidPlacementGroup.Unknown", f"The placement group '{name}' is unknown."
+            )
+        fake.deleted.append(name)
+        return ActionResult({})
+
+    def describe_placement_groups(self: Any) -> Any:
+        groups = [group for (region, _), group in fake.groups.items() if region == self.region]
+        return ActionResult({"PlacementGroups": groups})
+
+    for method in (create_placement_group, delete_placement_group, describe_placement_groups):
+        monkeypatch.setattr(EC2Response, method.__name__, method, raising=False)
+    yield fake

@@ -4,9 +4,12 @@ The real azure-mgmt-compute SDK talks to it (offline-cloud-testing.md, Azure): a
 self-signed certificate made by `make_certificate`, `base_url=fake.url`,
 `connection_verify=<cert>`, `polling_interval=0`. It speaks what the adapter uses:
 resource SKUs (with `$filter=location eq '…'`), usages, virtual machines (PUT 201 +
-Azure-AsyncOperation, GET with instanceView, DELETE 202, list in a resource group)
-and the async-operation status URLs. Tests pull its levers: `fail_creates` (an async
-operation error or an HTTP error), `evict` (a spot eviction), `deny` (every call 403).
+Azure-AsyncOperation, GET with instanceView, DELETE 202, list in a resource group,
+PATCH of tags) and the async-operation status URLs; for gangs, proximity placement
+groups and availability sets (PUT, GET, DELETE: refused while a VM names one) and the
+NICs a VM's inline configuration made (GET, with a private IP). Tests pull its
+levers: `fail_creates` (an async operation error or an HTTP error; `after` lets that
+many creates succeed first), `evict` (a spot eviction), `deny` (every call 403).
 `requests` records every call, so tests can read the bodies the SDK sent.
 """
 
@@ -30,6 +33,9 @@ SUBSCRIPTION = "00000000-0000-4000-8000-000000000001"
 TOKEN = "fake-arm-token-do-not-leak"  # what the tests' credential hands out
 _GROUP = r"/subscriptions/(?P<sub>[^/]+)/resourceGroups/(?P<rg>[^/]+)"
 _VMS = _GROUP + r"/providers/Microsoft\.Compute/virtualMachines"
+_PPGS = _GROUP + r"/providers/Microsoft\.Compute/proximityPlacementGroups/(?P<name>[^/]+)"
+_AVSETS = _GROUP + r"/providers/Microsoft\.Compute/availabilitySets/(?P<name>[^/]+)"
+_NICS = _GROUP + r"/providers/Microsoft\.Network/networkInterfaces/(?P<name>[^/]+)"
 VM_TYPE = "Microsoft.Compute/virtualMachines"
 _COMPUTE = r"/subscriptions/(?P<sub>[^/]+)/providers/Microsoft\.Compute"
 
@@ -115,7 +121,12 @@ class FakeArm:
         self.vms: dict[str, _Vm] = {}  # "<group>/<name>", lowercase
         self.operations: dict[str, dict[str, Any]] = {}
         self.requests: list[tuple[str, str, Any]] = []  # (method, path, JSON body or None)
+        self.groups: dict[str, dict[str, Any]] = {}  # PPG or availability set id (lower) -> it
+        self.group_log: list[tuple[str, str]] = []  # ("create" | "delete", resource id)
+        self.nics: dict[str, str] = {}  # NIC id (lower) -> private IP
+        self._addresses = iter(range(4, 250))
         self.create_failure: Failure | None = None
+        self.create_skip = 0
         self.deny = False
         self.lock = threading.Lock()
         context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
@@ -137,6 +148,7 @@ class FakeArm:
     def reset(self) -> None:
         with self.lock:
             self.skus, self.usages, self.vms, self.operations = [], {}, {}, {}
+            self.groups, self.group_log, self.nics, self.create_skip = {}, [], {}, 0
             self.requests, self.create_failure, self.deny = [], None, False
 
     # --- levers ---------------------------------------------------------------------------
@@ -164,9 +176,10 @@ class FakeArm:
         rows.append({"unit": "Count", "currentValue": current, "limit": limit, "name": value})
         self.usages[location.lower()] = rows
 
-    def fail_creates(self, failure: Failure | None) -> None:
-        """Every VM create fails with `failure` until called with None."""
-        self.create_failure = failure
+    def fail_creates(self, failure: Failure | None, after: int = 0) -> None:
+        """Every VM create fails with `failure` until called with None, once `after`
+        more creates have succeeded."""
+        self.create_failure, self.create_skip = failure, after
 
     def evict(self, group: str, name: str) -> None:
         """Azure reclaims a spot VM: deallocated, or gone when its eviction policy is Delete."""
@@ -179,7 +192,11 @@ class FakeArm:
 
     def creates(self) -> list[dict[str, Any]]:
         """The bodies of every VM PUT received."""
-        return [body for method, _, body in self.requests if method == "PUT"]
+        return [
+            body
+            for method, path, body in self.requests
+            if method == "PUT" and "/virtualmachines/" in path.lower()
+        ]
 
     # --- the API --------------------------------------------------------------------------
 
@@ -196,7 +213,7 @@ class FakeArm:
                 if match.groupdict().get("sub", self.subscription) != self.subscription:
                     return _error(404, "SubscriptionNotFound", "The subscription was not found.")
                 with self.lock:
-                    return action(query=query, body=body, **match.groupdict())
+                    return action(query=query, body=body, path=path, **match.groupdict())
         return _error(404, "NotFound", f"no route for {method} {path}")
 
     def _routes(self):
@@ -209,7 +226,59 @@ class FakeArm:
             (_VMS + r"/(?P<vm>[^/]+)", "GET", self._get),
             (_VMS + r"/(?P<vm>[^/]+)", "DELETE", self._delete),
             (_VMS + r"/(?P<vm>[^/]+)/instanceView", "GET", self._view),
+            (_VMS + r"/(?P<vm>[^/]+)", "PATCH", self._patch),
+            (_PPGS, "PUT", self._put_group),
+            (_PPGS, "GET", self._get_group),
+            (_PPGS, "DELETE", self._delete_group),
+            (_AVSETS, "PUT", self._put_group),
+            (_AVSETS, "GET", self._get_group),
+            (_AVSETS, "DELETE", self._delete_group),
+            (_NICS, "GET", self._nic),
         )
+
+    def _put_group(self, sub, rg, name, body, path, **_):
+        key = path.lower()
+        stored = dict(body, id=path, name=name)
+        stored["properties"] = dict(body.get("properties") or {})
+        self.groups[key] = stored
+        self.group_log.append(("create", path))
+        return 200, stored, {}
+
+    def _get_group(self, path, name, **_):
+        found = self.groups.get(path.lower())
+        return (200, found, {}) if found else _error(404, "ResourceNotFound", f"no {name}")
+
+    def _delete_group(self, path, **_):
+        if path.lower() not in self.groups:
+            return 204, None, {}
+        users = [
+            vm
+            for vm in self.vms.values()
+            if any(
+                (vm.body["properties"].get(field) or {}).get("id", "").lower() == path.lower()
+                for field in ("proximityPlacementGroup", "availabilitySet")
+            )
+        ]
+        if users:
+            return _error(409, "OperationNotAllowed", "The resource is in use by a VM.")
+        del self.groups[path.lower()]
+        self.group_log.append(("delete", path))
+        return 200, None, {}
+
+    def _nic(self, path, name, **_):
+        address = self.nics.get(path.lower())
+        if address is None:
+            return _error(404, "ResourceNotFound", f"no network interface {name}")
+        config = {"name": "ipconfig", "properties": {"privateIPAddress": address}}
+        return 200, {"id": path, "name": name, "properties": {"ipConfigurations": [config]}}, {}
+
+    def _patch(self, rg, vm, body, **_):
+        found = self.vms.get(f"{rg}/{vm}".lower())
+        if found is None:
+            return _missing(vm)
+        if "tags" in (body or {}):
+            found.body["tags"] = dict(body["tags"])
+        return 200, found.json(), {}
 
     def _skus(self, query, sub, **_):
         wanted = re.fullmatch(r"location eq '([^']+)'", query.get("$filter", ""))
@@ -243,7 +312,8 @@ class FakeArm:
         return (200, found.view(), {}) if found else _missing(vm)
 
     def _put(self, sub, rg, vm, body, **_):
-        failure = self.create_failure
+        failure = self.create_failure if not self.create_skip else None
+        self.create_skip = max(0, self.create_skip - 1)
         if failure is not None and failure.status is not None:
             throttled = {"Retry-After": "1"} if failure.status == 429 else {}
             return _error(failure.status, failure.code, failure.message, throttled)
@@ -253,6 +323,17 @@ class FakeArm:
         vm_id = f"/subscriptions/{sub}/resourceGroups/{rg}/providers/{VM_TYPE}/{vm}"
         stored = dict(body, id=vm_id, name=vm)
         stored["properties"] = dict(body["properties"], timeCreated=_now())
+        nics = []
+        for config in body["properties"]["networkProfile"].get(
+            "networkInterfaceConfigurations", []
+        ):
+            nic_id = f"/subscriptions/{sub}/resourceGroups/{rg}/providers/Microsoft.Network"
+            nic_id += f"/networkInterfaces/{config['name']}"
+            self.nics[nic_id.lower()] = f"10.1.0.{next(self._addresses)}"
+            nics.append({"id": nic_id})
+        stored["properties"]["networkProfile"] = dict(
+            body["properties"]["networkProfile"], networkInterfaces=nics
+        )
         record = _Vm(rg, stored)
         status: dict[str, Any] = {"status": "Succeeded"}
         if failure is not None:  # the VM resource stays behind, Failed, as on Azure
@@ -333,7 +414,7 @@ def _handler(fake: FakeArm) -> type[BaseHTTPRequestHandler]:
             self.end_headers()
             self.wfile.write(data)
 
-        do_GET = do_PUT = do_DELETE = _serve
+        do_GET = do_PUT = do_DELETE = do_PATCH = _serve
 
         def log_message(self, *args: Any) -> None:  # quiet
             pass

@@ -8,9 +8,14 @@ or side by side in parentheses; anything else is a 400, so the adapter cannot le
 syntax the fake does not check). An insert answers with a RUNNING operation that is DONE
 once read, as GCE's are a moment later; a requestId seen before returns its operation.
 
+Gangs: regional resource policies (insert, get, delete: refused while an instance
+names it) with region operations, `setMetadata` (the fingerprint must match), and a
+private `networkIP` on every network interface of an inserted instance.
+
 Levers: `fail_inserts` (an operation error such as ZONE_RESOURCE_POOL_EXHAUSTED, or an
-HTTP error such as 429), `lose_insert_responses` (the insert happens, the client sees a
-503), `fail_all` (every API call answers an HTTP error), `preempt`.
+HTTP error such as 429; `after` lets that many inserts succeed first),
+`lose_insert_responses` (the insert happens, the client sees a 503), `fail_all` (every
+API call answers an HTTP error), `preempt`.
 """
 
 from __future__ import annotations
@@ -111,6 +116,12 @@ class FakeGce:
         self.request_ids: dict[str, str] = {}  # requestId -> operation name
         self.calls: list[tuple[str, str, dict[str, str]]] = []  # method, path, query
         self.inserts: list[dict] = []  # bodies of the inserts that made an instance
+        self.policies: dict[tuple[str, str], dict] = {}  # (region, name) -> resource policy
+        self.policy_log: list[tuple[str, str]] = []  # ("insert" | "delete", name)
+        self.region_operations: dict[str, dict] = {}
+        self.metadata_sets: list[tuple[str, dict]] = []  # (instance name, items by key)
+        self._insert_skip = 0
+        self._addresses = itertools.count(2)
         self.page_size = 500
         self.fail_all: str | None = None  # a key of HTTP_FAILURES: every API call fails
         self._insert_failure: tuple[str, int | None] | None = None
@@ -129,11 +140,13 @@ class FakeGce:
 
     # --- levers --------------------------------------------------------------------
 
-    def fail_inserts(self, failure: str | None, times: int | None = None) -> None:
+    def fail_inserts(self, failure: str | None, times: int | None = None, after: int = 0) -> None:
         """Fail the next `times` inserts (None: every one until cleared) with a key of
-        HTTP_FAILURES or OPERATION_FAILURES; `failure` None clears."""
+        HTTP_FAILURES or OPERATION_FAILURES, once `after` more inserts have succeeded;
+        `failure` None clears."""
         assert failure is None or failure in HTTP_FAILURES or failure in OPERATION_FAILURES
         self._insert_failure = None if failure is None else (failure, times)
+        self._insert_skip = after
 
     def lose_insert_responses(self, times: int = 1) -> None:
         """The next inserts take effect, but the client gets a 503 (a lost response)."""
@@ -191,7 +204,9 @@ class FakeGce:
         return {"kind": "compute#region", "name": region, "status": "UP", "quotas": quotas}
 
     def _insert(self, query, body, zone):
-        if self._insert_failure and self._insert_failure[0] in HTTP_FAILURES:
+        failing = self._insert_failure if not self._insert_skip else None
+        self._insert_skip = max(0, self._insert_skip - 1)
+        if failing and failing[0] in HTTP_FAILURES:
             raise HttpFailure(*HTTP_FAILURES[self._use_failure()])
         request_id, name = query.get("requestId"), body["name"]
         if request_id in self.request_ids:
@@ -203,8 +218,13 @@ class FakeGce:
                     "zone": self.link("zones", zone), "status": "PROVISIONING",
                     "creationTimestamp": _now(),
                     "selfLink": self.link("zones", zone, "instances", name)}  # fmt: skip
+        instance["metadata"] = {**body.get("metadata", {}), "fingerprint": _fingerprint()}
+        instance["networkInterfaces"] = [
+            {**nic, "networkIP": f"10.128.{index}.{next(self._addresses)}"}
+            for index, nic in enumerate(body.get("networkInterfaces", []))
+        ]
         operation = self._operation(zone, "insert", instance, "RUNNING")
-        if self._insert_failure:  # an operation error: the operation fails, no instance
+        if failing:  # an operation error: the operation fails, no instance
             operation["_error"] = self._use_failure()
         else:
             self.instances[(zone, name)] = instance
@@ -231,6 +251,61 @@ class FakeGce:
         operation = self._operation(zone, "delete", instance, "DONE")
         if request_id:
             self.request_ids[request_id] = operation["name"]
+        return operation
+
+    def _set_metadata(self, query, body, zone, name):
+        instance = self._instance(query, body, zone, name)
+        if body.get("fingerprint") != instance["metadata"].get("fingerprint"):
+            raise HttpFailure(412, "FAILED_PRECONDITION", "conditionNotMet", "Fingerprint stale")
+        instance["metadata"] = {"items": body.get("items", []), "fingerprint": _fingerprint()}
+        self.metadata_sets.append((name, {i["key"]: i["value"] for i in body.get("items", [])}))
+        return self._operation(zone, "setMetadata", instance, "DONE")
+
+    def _insert_policy(self, query, body, region):
+        name = body["name"]
+        if (region, name) in self.policies:
+            what = f"projects/{self.project}/regions/{region}/resourcePolicies/{name}"
+            raise HttpFailure(409, "ALREADY_EXISTS", "alreadyExists", f"'{what}' already exists")
+        link = self.link("regions", region, "resourcePolicies", name)
+        self.policies[(region, name)] = {**body, "region": region, "selfLink": link,
+                                         "status": "READY"}  # fmt: skip
+        self.policy_log.append(("insert", name))
+        return self._region_operation(region, "insert", link)
+
+    def _policy(self, query, body, region, name):
+        if (region, name) not in self.policies:
+            raise _missing(f"projects/{self.project}/regions/{region}/resourcePolicies/{name}")
+        return self.policies[(region, name)]
+
+    def _delete_policy(self, query, body, region, name):
+        policy = self._policy(query, body, region, name)
+        users = [
+            i["name"]
+            for i in self.instances.values()
+            if any(p.rsplit("/", 1)[-1] == name for p in i.get("resourcePolicies", []))
+        ]
+        if users:
+            message = f"The resource_policy resource '{name}' is already being used by {users[0]}"
+            raise HttpFailure(400, "FAILED_PRECONDITION", "resourceInUseByAnotherResource", message)
+        del self.policies[(region, name)]
+        self.policy_log.append(("delete", name))
+        return self._region_operation(region, "delete", policy["selfLink"])
+
+    def _get_region_operation(self, query, body, region, name):
+        operation = self.region_operations.get(name)
+        if operation is None or operation["_region"] != region:
+            raise _missing(f"projects/{self.project}/regions/{region}/operations/{name}")
+        operation.update(status="DONE", progress=100)
+        return operation
+
+    def _region_operation(self, region: str, kind: str, target: str) -> dict:
+        name = f"operation-{next(self._ids)}"
+        operation = {"kind": "compute#operation", "id": name[10:], "name": name,
+                     "region": self.link("regions", region), "operationType": kind,
+                     "status": "RUNNING", "targetLink": target, "_region": region,
+                     "selfLink": self.link("regions", region, "operations", name),
+                     "insertTime": _now()}  # fmt: skip
+        self.region_operations[name] = operation
         return operation
 
     def _operations(self, query, body, zone=None):
@@ -312,6 +387,13 @@ class FakeGce:
         return {**page, "items": grouped}
 
 
+def _fingerprint() -> str:
+    import base64
+    import os
+
+    return base64.b64encode(os.urandom(8)).decode()
+
+
 def _now() -> str:
     return datetime.now(UTC).isoformat(timespec="milliseconds")
 
@@ -346,6 +428,12 @@ _ROUTES = (
     ("GET", r"aggregated/operations", FakeGce._operations),
     ("GET", r"zones/([^/]+)/operations/([^/]+)", FakeGce._get_operation),
     ("POST", r"zones/([^/]+)/operations/([^/]+)/wait", FakeGce._get_operation),
+    ("POST", r"zones/([^/]+)/instances/([^/]+)/setMetadata", FakeGce._set_metadata),
+    ("POST", r"regions/([^/]+)/resourcePolicies", FakeGce._insert_policy),
+    ("GET", r"regions/([^/]+)/resourcePolicies/([^/]+)", FakeGce._policy),
+    ("DELETE", r"regions/([^/]+)/resourcePolicies/([^/]+)", FakeGce._delete_policy),
+    ("GET", r"regions/([^/]+)/operations/([^/]+)", FakeGce._get_region_operation),
+    ("POST", r"regions/([^/]+)/operations/([^/]+)/wait", FakeGce._get_region_operation),
 )
 
 

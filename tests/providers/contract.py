@@ -15,7 +15,14 @@ from typing import Protocol
 import pytest
 
 from providers.base import TAG_ATTEMPT, TAG_BROKER, TAG_JOB, Instance, LaunchRequest, Provider
-from providers.capabilities import Billing, Capacity, CheckpointStores, PlayedReclaims, Restrictions
+from providers.capabilities import (
+    Billing,
+    Capacity,
+    CheckpointStores,
+    Gangs,
+    PlayedReclaims,
+    Restrictions,
+)
 from providers.errors import (
     CredentialsError,
     InsufficientCapacity,
@@ -271,10 +278,57 @@ class RestrictionsContract:
             assert refusal.cloud and refusal.region and refusal.reason
 
 
+class GangsContract:
+    """`Gangs`: a gang of N nodes is one attempt and one Instance whose members are ranks
+    0..N-1, launched once (a relaunch adds no node), ended as a unit; more nodes than
+    `max_gang_nodes` is refused before anything starts. The harness's request, with
+    `nodes` changed, must fit a gang."""
+
+    def test_a_gang_is_one_instance_of_its_ranked_members(self, harness: Harness) -> None:
+        provider = harness.provider
+        assert isinstance(provider, Gangs)
+        request = harness.request("g-1", nodes=2)
+        assert provider.max_gang_nodes(request.cloud, request.region, request.instance_type) >= 2
+        gang = provider.launch(request)
+        assert gang.nodes == 2 and [m.rank for m in gang.members] == [0, 1]
+        assert len({m.node_id for m in gang.members}) == 2 and gang.id not in (
+            m.node_id for m in gang.members
+        )
+        assert gang.attempt_id == "g-1" and gang.job_id == request.job_id
+        again = harness.new_provider().launch(request)
+        assert again.id == gang.id
+        assert [m.node_id for m in again.members] == [m.node_id for m in gang.members]
+        listed = attempts_of(harness.new_provider(), "g-1")
+        assert [(i.id, i.nodes) for i in listed] == [(gang.id, 2)]
+        assert [m.rank for m in listed[0].members] == [0, 1]
+        assert [m.node_id for m in provider.describe(gang.id).members] == [
+            m.node_id for m in gang.members
+        ]
+
+    def test_terminating_a_gang_ends_every_member(self, harness: Harness) -> None:
+        provider = harness.provider
+        gang = provider.launch(harness.request("g-2", nodes=2))
+        assert provider.terminate(gang.id) is True
+        assert provider.terminate(gang.id) is False
+        ended = provider.describe(gang.id)
+        assert not ended.active and ended.nodes == 2
+        assert all(m.state not in ("pending", "running") for m in ended.members)
+
+    def test_more_nodes_than_the_most_are_refused(self, harness: Harness) -> None:
+        provider = harness.provider
+        assert isinstance(provider, Gangs)
+        request = harness.request("g-3")
+        most = provider.max_gang_nodes(request.cloud, request.region, request.instance_type)
+        with pytest.raises(InvalidRequest):
+            provider.launch(harness.request("g-3", nodes=most + 1))
+        assert attempts_of(provider, "g-3") == []
+
+
 CAPABILITY_SUITES: dict[type, type] = {
     Capacity: CapacityContract,
     Billing: BillingContract,
     CheckpointStores: CheckpointStoresContract,
     PlayedReclaims: PlayedReclaimsContract,
     Restrictions: RestrictionsContract,
+    Gangs: GangsContract,
 }

@@ -66,6 +66,7 @@ from tests.fakes.aws import (
 from tests.fakes.offers import write_catalog
 from tests.providers.contract import (
     CooldownContract,
+    GangsContract,
     ProviderContract,
     RestrictionsContract,
     no_sleep,
@@ -76,6 +77,7 @@ moto_server = fakes.moto_server
 aws_env = fakes.aws_env
 aws_quotas = fakes.aws_quotas
 aws_clients = fakes.aws_clients
+aws_placement_groups = fakes.aws_placement_groups
 
 # The code each error kind of the contract is injected as (statuses: tests.fakes.aws).
 # Capacity comes last: it cools the place down, and the contract reuses one provider.
@@ -139,11 +141,11 @@ def catalog(tmp_path: Path) -> OfferTable:
 
 
 @pytest.fixture
-def harness(aws_env: AwsEnv, catalog: OfferTable) -> AwsHarness:
+def harness(aws_env: AwsEnv, catalog: OfferTable, aws_placement_groups) -> AwsHarness:
     return AwsHarness(aws_env, catalog)
 
 
-class TestAwsContract(ProviderContract, CooldownContract, RestrictionsContract):
+class TestAwsContract(ProviderContract, CooldownContract, RestrictionsContract, GangsContract):
     pass
 
 
@@ -298,8 +300,10 @@ def test_zone_is_placed(harness):
 
 def test_requests_ec2_cannot_serve_are_invalid(harness, aws_env):
     provider = harness.provider
-    with pytest.raises(InvalidRequest, match="multi-node"):
-        provider.launch(harness.request("bad-1", nodes=2))
+    with pytest.raises(InvalidRequest, match="at most 16 nodes"):
+        provider.launch(harness.request("bad-1", nodes=17))
+    with pytest.raises(InvalidRequest, match="no efa interconnect"):
+        provider.launch(harness.request("bad-1", nodes=2, interconnect="efa"))
     with pytest.raises(InvalidRequest, match="not aws"):
         provider.launch(harness.request("bad-2", cloud="gcp"))
     with pytest.raises(InvalidRequest, match="16384"):

@@ -48,6 +48,7 @@ from tests.fakes.azure import SUBSCRIPTION, TOKEN, Failure, FakeArm, make_certif
 from tests.fakes.offers import write_catalog
 from tests.providers.contract import (
     CooldownContract,
+    GangsContract,
     ProviderContract,
     RestrictionsContract,
     no_sleep,
@@ -171,7 +172,7 @@ def harness(arm) -> AzureHarness:
     return AzureHarness(fake, cert)
 
 
-class TestAzureContract(ProviderContract, CooldownContract, RestrictionsContract):
+class TestAzureContract(ProviderContract, CooldownContract, RestrictionsContract, GangsContract):
     pass
 
 
@@ -260,9 +261,11 @@ def test_same_attempt_twice_creates_one_vm(harness):
     assert len(harness.fake.creates()) == 1 and len(harness.fake.vms) == 1
 
 
-def test_multi_node_and_missing_subnet_are_invalid(harness):
-    with pytest.raises(InvalidRequest, match="multi-node"):
-        harness.provider.launch(harness.request("a-7", nodes=2))
+def test_impossible_gangs_and_missing_subnet_are_invalid(harness):
+    with pytest.raises(InvalidRequest, match="no infiniband"):
+        harness.provider.launch(harness.request("a-7", nodes=2, interconnect="infiniband"))
+    with pytest.raises(InvalidRequest, match="at most 16"):
+        harness.provider.launch(harness.request("a-7", nodes=17))
     with pytest.raises(InvalidRequest, match="subnet"):
         harness.new_provider(subnet_id=None).launch(harness.request("a-8"))
     assert harness.fake.creates() == []

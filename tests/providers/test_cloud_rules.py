@@ -142,6 +142,7 @@ def test_cloud_adapters_refuse_other_clouds_and_several_nodes():
         refuse_unsupported("aws", request(cloud="gcp"))
     with pytest.raises(InvalidRequest, match="multi-node launches on aws"):
         refuse_unsupported("aws", request(nodes=2))
+    refuse_unsupported("aws", request(nodes=2), gangs=True)
     refuse_unsupported("aws", request())
 
 

@@ -34,6 +34,7 @@ from tests.fakes.gce import FakeGce
 from tests.fakes.offers import write_catalog
 from tests.providers.contract import (
     CooldownContract,
+    GangsContract,
     ProviderContract,
     RestrictionsContract,
     attempts_of,
@@ -171,7 +172,7 @@ def harness(fake, catalog) -> GceHarness:
     return GceHarness(fake, catalog)
 
 
-class TestGcpContract(ProviderContract, CooldownContract, RestrictionsContract):
+class TestGcpContract(ProviderContract, CooldownContract, RestrictionsContract, GangsContract):
     pass
 
 
@@ -324,10 +325,12 @@ def test_image_is_the_default_family_unless_a_gce_image_is_asked(fake, catalog, 
     assert image_of("broker-a-img3") == "projects/p/global/images/golden"
 
 
-def test_multi_node_and_foreign_requests_are_invalid(fake, catalog):
+def test_impossible_gangs_and_foreign_requests_are_invalid(fake, catalog):
     provider = make_provider(fake, catalog)
-    with pytest.raises(InvalidRequest, match="multi-node"):
-        provider.launch(make_request("a-mn", nodes=2))
+    with pytest.raises(InvalidRequest, match="no compact placement"):
+        provider.launch(make_request("a-mn", nodes=2, instance_type="n1-standard-8"))
+    with pytest.raises(InvalidRequest, match="no infiniband"):
+        provider.launch(make_request("a-ib", nodes=2, interconnect="infiniband"))
     with pytest.raises(InvalidRequest):
         provider.launch(make_request("a-aws", cloud="aws"))
     with pytest.raises(InvalidRequest, match="zone"):

@@ -16,7 +16,11 @@ throughput (slurmctld's and ours), not two CPUs running a thousand jobs.
   jobs is made before the clock starts, as a running controller has made it);
 - the two alternate, one job each by default (`--rounds`), so that other load on the
   machine hits both alike;
-- list_instances: one reconcile listing by a new provider with all of them queued.
+- list_instances: one reconcile listing by a new provider with all of them queued;
+- controller_pass: `--jobs` one-GPU manifests submitted to a broker state whose pools
+  file holds that Slurm pool, then the controller's passes timed: the first plans the
+  whole queue and launches what the pool holds (16 GPUs), the next is the steady pass
+  with the rest queued (planned again, found full, waiting).
 """
 
 from __future__ import annotations
@@ -87,6 +91,67 @@ def broker_launch(provider, requests) -> float:
     return time.perf_counter() - start
 
 
+POOLS = """\
+pools:
+  - name: bench
+    location: {{region: onprem-bench, country: US}}
+    gpu: A100-80GB
+    gpus_per_node: 8
+    vcpus_per_node: 16
+    memory_gib_per_node: 62
+    cost_per_gpu_hour: 1.1
+    nodes: [n1, n2]
+    executor: {{kind: slurm, partition: low, gres: a100, slurm_conf: {conf}}}
+"""
+JOB = """\
+apiVersion: broker/v1
+name: bench-{i:05d}
+team: bench
+resources:
+  accelerators: A100-80GB:1
+placement:
+  clouds: [onprem]
+run:
+  command: "true"
+runtime:
+  estimate_hours: 1
+"""
+
+
+def controller_passes(folder: Path, conf: Path, jobs: int) -> dict:
+    """Seconds of the controller's first pass over `jobs` queued jobs and of the next."""
+    from broker.clock import SystemClock
+    from broker.manifest.load import load_manifests
+    from broker.offers import load_offers
+    from broker.runtime import open_runtime
+    from broker.submit import submit_manifests
+
+    pools = folder / "pools.yaml"
+    pools.write_text(POOLS.format(conf=conf))
+    manifests = folder / "jobs"
+    manifests.mkdir()
+    for i in range(jobs):
+        (manifests / f"bench-{i:05d}.yaml").write_text(JOB.format(i=i))
+    rt = open_runtime(folder / "state.db", load_offers(pools_path=pools), clock=SystemClock())
+    try:
+        start = time.perf_counter()
+        submit_manifests(rt.store, load_manifests([manifests]).manifests)
+        submitted = time.perf_counter() - start
+        passes = []
+        for _ in range(2):
+            start = time.perf_counter()
+            report = rt.controller.run_pass()
+            passes.append((time.perf_counter() - start, len(report.launched)))
+        queued = len(rt.store.queued())
+    finally:
+        rt.close()
+    return {
+        "submit_seconds": round(submitted, 3),
+        "first_pass": {"seconds": round(passes[0][0], 3), "launched": passes[0][1]},
+        "steady_pass": {"seconds": round(passes[1][0], 3), "queued": queued},
+    }
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--jobs", type=int, default=1000)
@@ -122,6 +187,8 @@ def main() -> None:
         listed = len(new_provider().list_instances())
         listing = time.perf_counter() - start
         subprocess.run(["scancel", "--user=root"], env=env, check=True)
+        passes = controller_passes(folder, conf, args.jobs)
+        subprocess.run(["scancel", "--user=root"], env=env, check=True)
     finally:
         service("slurm-down.sh", env)
         shutil.rmtree(folder, ignore_errors=True)
@@ -134,6 +201,7 @@ def main() -> None:
         "broker_launch": {"seconds": round(launched, 3), "per_second": round(jobs / launched, 1)},
         "broker_vs_raw": round(raw / launched, 3),
         "list_instances": {"seconds": round(listing, 3), "instances": listed},
+        "controller_pass": passes,
     }
     print(json.dumps(figures, indent=2))
 

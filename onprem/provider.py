@@ -35,7 +35,7 @@ from providers.base import (
     request_hash,
     startup_script,
 )
-from providers.capabilities import Billing, Capacity
+from providers.capabilities import Billing, Capacity, PoolShares
 from providers.errors import InsufficientCapacity, InvalidRequest, NotFound
 
 if TYPE_CHECKING:
@@ -48,7 +48,7 @@ TAG_TYPE = "broker-instance-type"
 NOTICE_KINDS = {"PREEMPTED": "preemption", "NODE_FAIL": "node-failure", "BOOT_FAIL": "node-failure"}
 
 
-class OnPremProvider(Capacity, Billing):
+class OnPremProvider(Capacity, PoolShares, Billing):
     """The pools of a pools.yaml as one provider (see the module docstring).
 
     `workdir`: where local and Slurm executors keep attempt directories of their own
@@ -229,6 +229,18 @@ class OnPremProvider(Capacity, Billing):
             key = ("onprem", pool.region)
             free[key] = free.get(key, 0) + whole + sliced
         return free
+
+    def free_gpus(self) -> dict[tuple[str, str], int]:
+        """Per ("onprem", pool): the pool's whole GPUs not in use, for pools without MIG
+        slices (a sliced pool's room stays counted in nodes, `free_nodes`)."""
+        from onprem.usage import pool_use
+
+        use = pool_use(list(self.pools.values()), self.executor)
+        return {
+            ("onprem", pool.name): max(0, pool.whole_gpus - use.gpus.get(pool.name, 0))
+            for pool in self.pools.values()
+            if not any(node.mig for node in pool.nodes)
+        }
 
     def billed_hours(self, instance: Instance) -> float:
         """The engine's elapsed time: from the job's start (not its submission) to its

@@ -9,6 +9,7 @@ method's docstring is a contract, checked by the capability suites in
 | protocol | who has it | what the broker does with it |
 |---|---|---|
 | `Capacity` | sandbox, simulator, on-prem pools | skips full places within one pass |
+| `PoolShares` | on-prem pools | counts a pool's room in GPUs, not nodes (shares of a node) |
 | `Billing` | sandbox, simulator, on-prem pools | bills its own hours (a time scale, the engine's) |
 | `CheckpointStores` | sandbox, simulator | copies a checkpoint between places |
 | `Restrictions` | AWS, GCP, Azure | says why an offer is not for sale (`offers --live`) |
@@ -42,6 +43,19 @@ class Capacity(Protocol):
         shows only when a launch fails). Read once per pass: the count does not follow
         launches made after the call.
         """
+        ...
+
+
+@runtime_checkable
+class PoolShares(Protocol):
+    """A provider whose places sell shares of a node (on-prem pools: a 2-GPU job on an
+    8-GPU node), so that their room is counted in GPUs, not in whole nodes."""
+
+    def free_gpus(self) -> dict[tuple[str, str], int]:
+        """Whole GPUs that can still be launched now per (cloud, pool), the pool being
+        the offers' `zone`. A launch of k GPUs on each of n nodes takes k x n, its end
+        gives them back. Pools not listed (MIG-sliced ones) keep `Capacity`'s whole-node
+        count. Read once per pass, as `Capacity.free_nodes`."""
         ...
 
 

@@ -17,7 +17,13 @@ from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
 from providers.base import launch_to_end_hours
-from providers.capabilities import Billing, Capacity, CheckpointStores, PlayedReclaims
+from providers.capabilities import (
+    Billing,
+    Capacity,
+    CheckpointStores,
+    PlayedReclaims,
+    PoolShares,
+)
 from providers.errors import NotFound, ProviderError
 
 if TYPE_CHECKING:
@@ -27,7 +33,7 @@ if TYPE_CHECKING:
 SEPARATOR = ":"
 
 
-class Fleet(Capacity, Billing, CheckpointStores, PlayedReclaims):
+class Fleet(Capacity, PoolShares, Billing, CheckpointStores, PlayedReclaims):
     """A `Provider` whose members each serve some clouds (see the module docstring).
 
     `routes` maps a cloud name to the member serving it; member names must differ.
@@ -149,6 +155,18 @@ class Fleet(Capacity, Billing, CheckpointStores, PlayedReclaims):
             for (cloud, region), nodes in member.free_nodes().items():
                 if cloud in clouds or (others and cloud not in self.routes):
                     free[(cloud, region)] = nodes
+        return free
+
+    def free_gpus(self) -> dict[tuple[str, str], int]:
+        """Free GPUs per (cloud, pool) where a member sells shares of a node (on-prem)."""
+        free: dict[tuple[str, str], int] = {}
+        for member in self.members.values():
+            if not isinstance(member, PoolShares):
+                continue
+            clouds, others = self._serves(member)
+            for (cloud, pool), gpus in member.free_gpus().items():
+                if cloud in clouds or (others and cloud not in self.routes):
+                    free[(cloud, pool)] = gpus
         return free
 
     def checkpoint_store(self, job_id: str, cloud: str, region: str) -> str | None:

@@ -78,7 +78,8 @@ def offers(
         False,
         "--live",
         help="Ask the enabled clouds (BROKER_CLOUDS, else --cloud) what this account can "
-        "launch: zones, restrictions, quotas.",
+        "launch: zones, restrictions, quotas; and the pools' engines what is free now "
+        "(sinfo for Slurm pools, the broker's own jobs for SSH and local ones).",
     ),
     output: Output = OutputOption,
     catalog: Path = CatalogOption,
@@ -93,10 +94,17 @@ def offers(
 
     if sort not in ("price", "price-per-gpu"):
         fail(f"--sort must be price or price-per-gpu, not {sort!r}", BAD_INPUT)
-    view = offers_in_force(catalog, pools, overlays)
-    unavailable = _go_live(view, split_list(cloud)) if live else None
-    if unavailable is not None:
-        view, unavailable = unavailable
+    view = offers_in_force(catalog, pools, overlays, live_pools=_pools_workdir() if live else None)
+    unavailable = None
+    if live:
+        clouds = _live_clouds(split_list(cloud))
+        if not clouds and view.pools_path is None:
+            fail(
+                "--live needs clouds or pools: set BROKER_CLOUDS=aws,gcp, pass --cloud aws "
+                "or give --pools",
+                BAD_INPUT,
+            )
+        view, unavailable = _go_live(view, clouds) if clouds else (view, [])
     today = date.today()
     freshness = resolve_positive_int("freshness_days")
     banner = catalog_banner(view, today, freshness)
@@ -163,18 +171,30 @@ def offers(
     )
 
 
-def _go_live(view, asked: tuple[str, ...]):
-    """(the view as the account can buy it, the reasons), for the enabled clouds."""
-    from broker.cli.exits import PROVIDER
+def _live_clouds(asked: tuple[str, ...]) -> tuple[str, ...]:
+    """The clouds `--live` asks: the enabled ones, else those of --cloud."""
     from broker.cli.session import enabled_clouds
-    from broker.live import live_offers
     from providers.checks import CLOUDS
+
+    return enabled_clouds() or tuple(c for c in asked if c in CLOUDS)
+
+
+def _pools_workdir() -> Path:
+    """Where the pools' executors keep the broker's attempts: the runtime's folder for
+    the state file in force (`broker run` launches them from there)."""
+    from broker.cli.statefile import state_path
+    from broker.runtime import sandbox_workdir
+
+    return sandbox_workdir(state_path(None)) / "onprem"
+
+
+def _go_live(view, clouds: tuple[str, ...]):
+    """(the view as the account can buy it, the reasons), for `clouds`."""
+    from broker.cli.exits import PROVIDER
+    from broker.live import live_offers
     from providers.errors import ProviderError
     from providers.registry import ProviderUnavailable
 
-    clouds = enabled_clouds() or tuple(c for c in asked if c in CLOUDS)
-    if not clouds:
-        fail("--live needs clouds: set BROKER_CLOUDS=aws,gcp or pass --cloud aws", BAD_INPUT)
     try:
         return live_offers(view, clouds)
     except (ProviderError, ProviderUnavailable) as exc:

@@ -85,11 +85,15 @@ def split_list(values: list[str] | None) -> tuple[str, ...]:
 
 
 def offers_in_force(
-    catalog: Path | None, pools: Path | None, overlays: Path | None
+    catalog: Path | None,
+    pools: Path | None,
+    overlays: Path | None,
+    live_pools: Path | None = None,
 ) -> OffersInForce:
     """Resolve the three sources by the config precedence and load them; bad input exits 2.
     With the `auto_refresh_days` setting (off by default), a due user catalog is
-    refreshed first (see `broker pricing refresh`)."""
+    refreshed first (see `broker pricing refresh`). With `live_pools` (the pools'
+    executors' work directory), pools show what their engines say is free now."""
     from broker.offers import load_offers
     from pricing.schema import SchemaError
     from pricing.userio.settings import ConfigError, origin_note, resolve, resolve_path
@@ -109,7 +113,7 @@ def offers_in_force(
         ):
             if path is not None and not path.is_file():
                 fail(f"{label} file {_why_not(path)}{origin_note(label, flag)}", BAD_INPUT)
-        return load_offers(catalog_path, pools_path, overlays_path)
+        return load_offers(catalog_path, pools_path, overlays_path, live_pools=live_pools)
     except (SchemaError, ConfigError) as exc:
         fail(str(exc), BAD_INPUT)
     except ValueError as exc:

@@ -17,6 +17,7 @@ from broker.state import IllegalTransition, JobState
 from broker.state.placed import PlacedOn
 
 if TYPE_CHECKING:
+    from broker.controller.planning import Room
     from broker.controller.reconcile import PassReport
     from broker.planner.decision import Decision, Placement
     from broker.state import Job
@@ -93,7 +94,7 @@ class Launching(Planning):
         self._hold(job, reason, report)
 
     def _place(
-        self, job: Job, decision: Decision, burst: bool, room: dict, report: PassReport
+        self, job: Job, decision: Decision, burst: bool, room: Room, report: PassReport
     ) -> None:
         """Plan `job` on its first placement with room (its best cloud one when it
         bursts: it never takes the pool's room, which the queue policy kept), start

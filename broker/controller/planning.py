@@ -30,7 +30,7 @@ if TYPE_CHECKING:
     from broker.state import Job, StateStore
     from pricing.query import OfferIndex
     from providers.base import Provider
-    from providers.capabilities import Billing, Capacity, SpotMarket
+    from providers.capabilities import Billing, Capacity, PoolShares, SpotMarket
 
 FULL = "capacity: every planned place is full"
 
@@ -87,6 +87,7 @@ class Planning:
     _steered: dict[str, str]
     _held: set[str]  # jobs held by an error on the last look (tried alone first)
     _capacity: Capacity | None
+    _pool_shares: PoolShares | None
     _billing: Billing | None
     _spot_market: SpotMarket | None
     _committed: dict[str, float]  # job id -> USD its running attempt counts for (budgets)
@@ -286,24 +287,45 @@ class Planning:
         items.sort(key=lambda item: (item.verdict.position or 10**9, item.job.queued_at))
         return items, broken
 
-    def _first_free(self, decision: Decision, room: dict[tuple[str, str], int]) -> Placement | None:
-        """The best placement whose place still has room (`room`: nodes left per place
-        in this pass; places not listed are unlimited)."""
-        for placement in decision.placements:
-            left = room.get((placement.cloud, placement.region))
-            if left is None or left >= placement.nodes:
-                return placement
-        return None
+    def _first_free(self, decision: Decision, room: Room) -> Placement | None:
+        """The best placement whose place still has room in this pass."""
+        return next((p for p in decision.placements if room.fits(p)), None)
 
-    def _room(self) -> dict[tuple[str, str], int]:
-        """Nodes free per place now, read once per pass."""
-        return self._capacity.free_nodes() if self._capacity is not None else {}
+    def _room(self) -> Room:
+        """Room per place now, read once per pass."""
+        nodes = self._capacity.free_nodes() if self._capacity is not None else {}
+        gpus = self._pool_shares.free_gpus() if self._pool_shares is not None else {}
+        return Room(nodes, gpus)
 
     @staticmethod
-    def _take(room: dict[tuple[str, str], int], placement: Placement) -> None:
-        key = (placement.cloud, placement.region)
-        if key in room:
-            room[key] -= placement.nodes
+    def _take(room: Room, placement: Placement) -> None:
+        room.take(placement)
+
+
+@dataclass(slots=True)
+class Room:
+    """What one pass may still launch: whole nodes per (cloud, region) (`Capacity`) and,
+    for pools that sell shares of a node, GPUs per (cloud, pool) (`PoolShares`: the
+    pool is the placement's zone). A place in neither is not limited."""
+
+    nodes: dict[tuple[str, str], int]
+    gpus: dict[tuple[str, str], int]
+
+    def fits(self, placement: Placement) -> bool:
+        gpus = self.gpus.get((placement.cloud, placement.zone))
+        if gpus is not None:
+            return gpus >= placement.accelerator_count * placement.nodes
+        left = self.nodes.get((placement.cloud, placement.region))
+        return left is None or left >= placement.nodes
+
+    def take(self, placement: Placement) -> None:
+        shares = (placement.cloud, placement.zone)
+        if shares in self.gpus:
+            self.gpus[shares] -= int(placement.accelerator_count * placement.nodes)
+            return
+        place = (placement.cloud, placement.region)
+        if place in self.nodes:
+            self.nodes[place] -= placement.nodes
 
 
 def _cooled(item: Planned, cooling: dict[str, tuple[Cooling, Placement]]) -> Planned:

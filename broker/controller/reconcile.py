@@ -31,7 +31,7 @@ from broker.controller.launching import Launching
 from broker.controller.steering import steer
 from broker.dispatch.settings import DispatchSettings
 from broker.state import JobState
-from providers.capabilities import Billing, Capacity, CheckpointStores, SpotMarket
+from providers.capabilities import Billing, Capacity, CheckpointStores, PoolShares, SpotMarket
 
 if TYPE_CHECKING:
     from broker.queue import Policy
@@ -102,6 +102,7 @@ class Controller(Launching, Closing, Budgets):
             self.store, provider, provider if isinstance(provider, CheckpointStores) else None
         )
         self._capacity = provider if isinstance(provider, Capacity) else None
+        self._pool_shares = provider if isinstance(provider, PoolShares) else None
         self._billing = provider if isinstance(provider, Billing) else None
         self._spot_market = provider if isinstance(provider, SpotMarket) else None
 

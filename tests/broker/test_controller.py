@@ -249,3 +249,41 @@ def test_an_attempt_that_ends_without_an_exit_code_is_retried(rt, tmp_path):
     assert first.state == AttemptState.FAILED and first.exit_code is None
     assert second.state == AttemptState.SUCCEEDED
     assert rt.store.job(job_id).state is JobState.SUCCEEDED
+
+
+ONE_GPU_JOB = """\
+apiVersion: broker/v1
+name: {name}
+team: lab
+resources:
+  accelerators: A100-80GB:1
+placement:
+  clouds: [onprem]
+run:
+  command: sleep 60
+runtime:
+  estimate_hours: 1
+"""
+
+
+def test_a_pool_takes_as_many_one_gpu_jobs_as_it_has_gpus_in_one_pass(tmp_path):
+    """A pool's room is its free GPUs (PoolShares), not its free whole nodes: sixteen
+    1-GPU jobs start at once on two 8-GPU nodes, and the seventeenth waits for room."""
+    view = load_offers(pools_path=REPO / "examples" / "demo" / "pools.yaml")
+    rt = open_runtime(tmp_path / "state.db", view, clock=SystemClock())
+    jobs = tmp_path / "jobs"
+    jobs.mkdir()
+    for i in range(17):
+        (jobs / f"one-{i:02d}.yaml").write_text(ONE_GPU_JOB.format(name=f"one-{i:02d}"))
+    try:
+        submit_manifests(rt.store, load_manifests([jobs]).manifests)
+        report = rt.controller.run_pass()
+        assert len(report.launched) == 16
+        places = {where.split()[0] for _, where in report.launched}
+        assert places == {"onprem/onprem-us-east/lab-a100-node"}
+        (waiting,) = rt.store.queued()
+        assert "capacity" in report.waiting[waiting.name]
+    finally:
+        for job in rt.store.jobs():
+            rt.controller.cancel(job.id)
+        rt.close()

@@ -16,7 +16,12 @@ from tests.onprem.harness import (
     slurm_pool,
     ssh_pool,
 )
-from tests.providers.contract import BillingContract, CapacityContract, ProviderContract
+from tests.providers.contract import (
+    BillingContract,
+    CapacityContract,
+    PoolSharesContract,
+    ProviderContract,
+)
 
 
 def _unique(name: str) -> str:
@@ -68,25 +73,27 @@ def slurm_login_harness(tmp_path, slurm_cluster, ssh_nodes) -> Iterator[OnPremHa
     harness.close()
 
 
-class TestLocalContract(ProviderContract, CapacityContract, BillingContract):
+class TestLocalContract(ProviderContract, CapacityContract, PoolSharesContract, BillingContract):
     @pytest.fixture
     def harness(self, local_harness):
         return local_harness
 
 
-class TestSshContract(ProviderContract, CapacityContract, BillingContract):
+class TestSshContract(ProviderContract, CapacityContract, PoolSharesContract, BillingContract):
     @pytest.fixture
     def harness(self, ssh_harness):
         return ssh_harness
 
 
-class TestSlurmContract(ProviderContract, CapacityContract, BillingContract):
+class TestSlurmContract(ProviderContract, CapacityContract, PoolSharesContract, BillingContract):
     @pytest.fixture
     def harness(self, slurm_harness):
         return slurm_harness
 
 
-class TestSlurmOverSshContract(ProviderContract, CapacityContract, BillingContract):
+class TestSlurmOverSshContract(
+    ProviderContract, CapacityContract, PoolSharesContract, BillingContract
+):
     @pytest.fixture
     def harness(self, slurm_login_harness):
         return slurm_login_harness

@@ -21,6 +21,7 @@ from providers.capabilities import (
     CheckpointStores,
     Gangs,
     PlayedReclaims,
+    PoolShares,
     Restrictions,
 )
 from providers.errors import (
@@ -197,6 +198,27 @@ class CapacityContract:
         assert all(free >= 0 for free in provider.free_nodes().values())
 
 
+class PoolSharesContract:
+    """`PoolShares.free_gpus`: a launch takes its GPUs (count x nodes) of its pool, its
+    end gives them back; never negative."""
+
+    def test_a_launch_takes_its_gpus_and_its_end_gives_them_back(self, harness: Harness) -> None:
+        provider = harness.provider
+        assert isinstance(provider, PoolShares)
+        request = harness.request("shares-1")
+        pool = (request.cloud, request.zone)
+        before = provider.free_gpus()
+        instance = provider.launch(request)
+        taken = provider.free_gpus()
+        if pool in before:  # a member that sells whole nodes only lists nothing here
+            assert taken[pool] == before[pool] - int(request.accelerator_count * request.nodes)
+        else:
+            assert pool not in taken
+        provider.terminate(instance.id)
+        assert provider.free_gpus() == before
+        assert all(free >= 0 for free in provider.free_gpus().values())
+
+
 class BillingContract:
     """`Billing.billed_hours`: never negative, and fixed once the instance has ended;
     `Billing.time_scale`: positive, the same for the same cloud."""
@@ -326,6 +348,7 @@ class GangsContract:
 
 CAPABILITY_SUITES: dict[type, type] = {
     Capacity: CapacityContract,
+    PoolShares: PoolSharesContract,
     Billing: BillingContract,
     CheckpointStores: CheckpointStoresContract,
     PlayedReclaims: PlayedReclaimsContract,

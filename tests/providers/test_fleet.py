@@ -22,6 +22,7 @@ from tests.providers.contract import (
     CapacityContract,
     CheckpointStoresContract,
     PlayedReclaimsContract,
+    PoolSharesContract,
     ProviderContract,
 )
 
@@ -107,8 +108,8 @@ def harness(tmp_path) -> Iterator[FleetHarness]:
 
 
 class TestFleetContract(
-    ProviderContract, CapacityContract, BillingContract, CheckpointStoresContract,
-    PlayedReclaimsContract,
+    ProviderContract, CapacityContract, PoolSharesContract, BillingContract,
+    CheckpointStoresContract, PlayedReclaimsContract,
 ):  # fmt: skip
     pass
 

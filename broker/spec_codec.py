@@ -59,10 +59,37 @@ def _place_json(place: Place) -> dict[str, str]:
     return data
 
 
+# The parts of an encoded spec that are decoded on their own: manifests written from one
+# template share most of them, and the spec cache decodes each distinct part once a load.
+PARTS = ("requirements", "run", "runtime", "checkpoint", "data", "budget")
+
+
 def decode(data: dict[str, Any]) -> JobSpec:
     """The exact inverse of `encode`."""
-    r = data["requirements"]
-    requirements = Requirements(
+    return assemble(data, {name: decode_part(name, data[name]) for name in PARTS})
+
+
+def assemble(data: dict[str, Any], parts: dict[str, Any]) -> JobSpec:
+    """The JobSpec of an encoded spec's own fields (`data`; its `PARTS` are not read)
+    and of its parts, decoded (`decode_part`)."""
+    return JobSpec(
+        name=data["name"],
+        team=data["team"],
+        queue=data["queue"],
+        priority=data["priority"],
+        max_restarts_on_error=data["max_restarts_on_error"],
+        recover_on_exit_codes=tuple(data["recover_on_exit_codes"]),
+        **parts,
+    )
+
+
+def decode_part(name: str, value: Any) -> Any:
+    """One of the `PARTS` of an encoded spec, decoded (a KeyError for another name)."""
+    return _PART_DECODERS[name](value)
+
+
+def _requirements(r: dict[str, Any]) -> Requirements:
+    return Requirements(
         accelerators=tuple([GpuAsk(a["gpu"], a["count"]) for a in r["accelerators"]]),
         cpus=_amount(r["cpus"]),
         memory_gib=_amount(r["memory_gib"]),
@@ -75,36 +102,47 @@ def decode(data: dict[str, Any]) -> JobSpec:
         spot=r["spot"],
         max_price_per_hour=r["max_price_per_hour"],
     )
-    run = data["run"]
-    runtime = data["runtime"]
-    ckpt = data["checkpoint"]
-    return JobSpec(
-        name=data["name"],
-        team=data["team"],
-        requirements=requirements,
-        queue=data["queue"],
-        priority=data["priority"],
-        run=RunSpec(
-            run["command"],
-            run["image"],
-            tuple([(k, v) for k, v in run["env"]]),
-            workdir=run.get("workdir"),  # absent in specs encoded before it existed
-            setup=run.get("setup", ""),
-            workdir_archive=run.get("workdir_archive", ""),
-        ),
-        runtime=RuntimeEstimate(runtime["estimate_hours"], _deadline(runtime["deadline"])),
-        checkpoint=None
-        if ckpt is None
-        else Checkpoint(
-            ckpt["uri"], ckpt["interval_minutes"], ckpt["size_gb"], _place(ckpt["location"])
-        ),
-        data=tuple(
-            [DataInput(d["uri"], d["size_gb"], _place(d["location"])) for d in data["data"]]
-        ),
-        budget=Budget(data["budget"]["max_cost"]),
-        max_restarts_on_error=data["max_restarts_on_error"],
-        recover_on_exit_codes=tuple(data["recover_on_exit_codes"]),
+
+
+def _run(run: dict[str, Any]) -> RunSpec:
+    return RunSpec(
+        run["command"],
+        run["image"],
+        tuple([(k, v) for k, v in run["env"]]),
+        workdir=run.get("workdir"),  # absent in specs encoded before it existed
+        setup=run.get("setup", ""),
+        workdir_archive=run.get("workdir_archive", ""),
     )
+
+
+def _runtime(runtime: dict[str, Any]) -> RuntimeEstimate:
+    return RuntimeEstimate(runtime["estimate_hours"], _deadline(runtime["deadline"]))
+
+
+def _checkpoint(ckpt: dict[str, Any] | None) -> Checkpoint | None:
+    if ckpt is None:
+        return None
+    return Checkpoint(
+        ckpt["uri"], ckpt["interval_minutes"], ckpt["size_gb"], _place(ckpt["location"])
+    )
+
+
+def _data(data: list[dict[str, Any]]) -> tuple[DataInput, ...]:
+    return tuple([DataInput(d["uri"], d["size_gb"], _place(d["location"])) for d in data])
+
+
+def _budget(budget: dict[str, Any]) -> Budget:
+    return Budget(budget["max_cost"])
+
+
+_PART_DECODERS = {
+    "requirements": _requirements,
+    "run": _run,
+    "runtime": _runtime,
+    "checkpoint": _checkpoint,
+    "data": _data,
+    "budget": _budget,
+}
 
 
 def _amount(value: dict | None) -> Amount | None:

@@ -17,12 +17,18 @@ from typing import Any
 
 def missing(value: Any) -> bool:
     """No value: None, "", or NaN."""
+    if value.__class__ is str:  # most cells of a text column: one test
+        return not value
     return value is None or value == "" or (isinstance(value, float) and math.isnan(value))
 
 
 def _floats(values: Iterable[Any]) -> list[float]:
     found = []
     for value in values:
+        if value.__class__ is float:  # nearly every value of a numeric column
+            if value == value:  # not NaN
+                found.append(value)
+            continue
         if missing(value):
             continue
         try:
@@ -34,6 +40,8 @@ def _floats(values: Iterable[Any]) -> list[float]:
 
 def _shown(value: Any, spec: str) -> str:
     """`value` as a number in format `spec`; "-" when missing; a label as written."""
+    if value.__class__ is float:  # nearly every cell of a numeric column
+        return "-" if value != value else format(value, spec)  # NaN is not equal to itself
     if value is None or value == "":
         return "-"
     try:

@@ -109,15 +109,29 @@ def _json_ready(value: Any) -> Any:
     kind = type(value)
     if kind is str or kind is int or kind is bool or value is None:
         return value
-    if kind is dict:
-        return {key: _json_ready(item) for key, item in value.items()}
+    if kind is dict:  # its plain values done here: a call for each leaf is most of the cost
+        ready = {}
+        for key, item in value.items():
+            leaf = type(item)
+            if leaf is str or leaf is int or leaf is bool or item is None:
+                ready[key] = item
+            elif leaf is float:
+                ready[key] = _json_float(item)
+            else:
+                ready[key] = _json_ready(item)
+        return ready
     if kind is float:
-        if value != value:  # NaN
-            return None
-        return int(value) if value.is_integer() and math.isfinite(value) else value
+        return _json_float(value)
     if kind is list or kind is tuple:
         return [_json_ready(item) for item in value]
     return plain(value)
+
+
+def _json_float(value: float) -> float | int | None:
+    """NaN as None, a whole float as an integer (`8`, not `8.0`)."""
+    if value != value:  # NaN
+        return None
+    return int(value) if value.is_integer() and math.isfinite(value) else value
 
 
 LONG_LIST = 200  # a list longer than this is written one compact item per line

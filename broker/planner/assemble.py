@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 from broker.planner.cost import RESTART_HOURS
 from broker.planner.decision import CostEstimate, Decision, Placement, Rejection
 from broker.planner.host import default_note
-from broker.spec import JobSpec
+from broker.spec import JobSpec, Requirements
 
 if TYPE_CHECKING:
     import numpy as np
@@ -133,13 +133,14 @@ def _assumptions(
     made: dict[tuple, tuple[str, ...]] = {}  # (job, rate, source), (job,) -> the notes
     of_job: dict[int, tuple[tuple[str, ...], ...]] = {}
     spot_notes: dict[tuple[float, str], str] = {}
+    host_notes: dict[Requirements, str | None] = {}  # jobs from one template share theirs
     out = []
     for i, is_spot, r, source in zip(job_of, spot, rate, rate_source, strict=True):
         key = (i, r, source) if is_spot else (i,)
         notes = made.get(key)
         if notes is None:
             if i not in of_job:
-                of_job[i] = _job_notes(jobs[i])
+                of_job[i] = _job_notes(jobs[i], host_notes)
             head, spot_extra, tail = of_job[i]
             if is_spot:
                 note = spot_notes.get((r, source))
@@ -153,9 +154,12 @@ def _assumptions(
     return out
 
 
-def _job_notes(job: JobSpec) -> tuple[tuple[str, ...], tuple[str, ...], tuple[str, ...]]:
+def _job_notes(
+    job: JobSpec, host_notes: dict[Requirements, str | None]
+) -> tuple[tuple[str, ...], tuple[str, ...], tuple[str, ...]]:
     """The assumptions of a job's plan: (notes of every placement, extra notes of a spot
-    placement but its rate, notes that close the list)."""
+    placement but its rate, notes that close the list); `host_notes` memoises the host
+    default's note by requirements."""
     gpu = job.requirements.accelerators[0].gpu if job.requirements.accelerators else "CPU"
     head = (
         f"runtime estimate {job.runtime.estimate_hours:g} h on {gpu}, scaled by relative "
@@ -167,7 +171,8 @@ def _job_notes(job: JobSpec) -> tuple[tuple[str, ...], tuple[str, ...], tuple[st
         else ("no checkpoint: an interruption loses half the run on average",)
     )
     tail = []
-    host = default_note(job.requirements)
+    req = job.requirements
+    host = host_notes[req] if req in host_notes else host_notes.setdefault(req, default_note(req))
     if host is not None:
         tail.append(host)
     if any(item.location is None for item in job.data):

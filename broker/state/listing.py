@@ -78,6 +78,9 @@ class Listing:
 # `broker jobs`: the runs that match, newest first, limited; then one row per run (or per
 # attempt) with the sums of its attempts and ledger. The placement is the attempt's
 # `PlacedOn` row (its keys are the same in every format); money is summed in Python.
+# `picked p CROSS JOIN attempts` (and ledger): SQLite keeps the page as the outer loop and
+# looks each run's rows up by index, rather than scanning every attempt and ledger line
+# of the file for a page of 50 (40 ms of 100,000 jobs' default page; 2 ms so).
 _PICKED = """WITH picked AS (
     SELECT j.*, (SELECT COUNT(*) FROM jobs j{where}) AS matched,
         CASE WHEN j.state IN ({terminal}) THEN j.updated_at END AS finished_at
@@ -102,11 +105,11 @@ tries AS (
         SUM("""
     + _GPU_HOURS.format(a="a")
     + """) AS gpu_hours
-    FROM attempts a JOIN picked p ON p.id = a.job_id GROUP BY a.job_id
+    FROM picked p CROSS JOIN attempts a ON a.job_id = p.id GROUP BY a.job_id
 ),
 money AS (
     SELECT l.job_id, GROUP_CONCAT(l.amount_usd, ' ') AS amounts
-    FROM ledger l JOIN picked p ON p.id = l.job_id GROUP BY l.job_id
+    FROM picked p CROSS JOIN ledger l ON l.job_id = p.id GROUP BY l.job_id
 )
 SELECT p.*, COALESCE(t.attempts, 0) AS attempts, COALESCE(t.gpu_hours, 0) AS gpu_hours,
     CASE WHEN p.finished_at IS NOT NULL THEN COALESCE(t.ended, p.finished_at) END AS ended_at,
@@ -124,7 +127,7 @@ ATTEMPT_LISTING = (
     + """,
 money AS (
     SELECT l.attempt_id, GROUP_CONCAT(l.amount_usd, ' ') AS amounts
-    FROM ledger l JOIN picked p ON p.id = l.job_id GROUP BY l.attempt_id
+    FROM picked p CROSS JOIN ledger l ON l.job_id = p.id GROUP BY l.attempt_id
 )
 SELECT a.*, p.team, p.name, p.run, p.matched, """
     + _PLACE.format(a="a")

@@ -107,8 +107,7 @@ def read_bytes(path: Path | str, kind: str, limits: Limits | None = None) -> byt
     try:
         if not stat.S_ISREG(os.fstat(fd).st_mode):
             raise UserInputError(path, 0, 0, "", "is no longer a regular file")
-        with os.fdopen(fd, "rb", closefd=False) as handle:
-            data = handle.read(cap + 1)
+        data = _read_upto(fd, status.st_size, cap)
     except OSError as exc:
         raise UserInputError(path, 0, 0, "", f"cannot read: {exc.strerror or exc}") from None
     finally:
@@ -116,6 +115,23 @@ def read_bytes(path: Path | str, kind: str, limits: Limits | None = None) -> byt
     if len(data) > cap:
         raise too_large(path, kind, len(data), cap)
     return data
+
+
+def _read_upto(fd: int, size: int, cap: int) -> bytes:
+    """The file's bytes up to `cap + 1` (one more than allowed says it is too large).
+    The first read asks for the size the file system reported, plus one: never a
+    buffer of the whole cap (8 MiB for a 1 KiB manifest: most of a folder's load
+    time); a file that grows, or a `/proc` file that reports 0, is read on in chunks."""
+    chunks: list[bytes] = []
+    total, want = 0, min(size, cap) + 1
+    while total <= cap:
+        chunk = os.read(fd, want)
+        if not chunk:
+            break
+        chunks.append(chunk)
+        total += len(chunk)
+        want = min(1 << 20, cap + 1 - total) if total <= cap else 0
+    return chunks[0] if len(chunks) == 1 else b"".join(chunks)
 
 
 def read_text(path: Path | str, kind: str, limits: Limits | None = None) -> str:

@@ -205,3 +205,49 @@ def test_a_bulk_load_is_remembered_whole(tmp_path):
     assert runs[0][:2] == ["True", "True"] and runs[1][:2] == ["False", "False"]
     assert runs[0][2] == runs[1][2]
     assert runs[1][2].count("Manifest(") == 300
+
+
+def test_manifests_from_one_template_share_their_parts_from_the_cache(tmp_path, monkeypatch):
+    """A cached folder decodes each distinct part (requirements, run, ...) once: specs
+    equal to the validated ones, the same part objects where the documents agree, and
+    their own where they differ."""
+    from broker.manifest.load import load_manifests
+
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    folder = tmp_path / "jobs"
+    folder.mkdir()
+    text = (REPO / "examples" / "jobs" / "llama-finetune.yaml").read_text()
+    for i in range(3):
+        (folder / f"job-{i}.yaml").write_text(text.replace("name: llama-ft", f"name: job-{i}"))
+    (folder / "job-3.yaml").write_text(
+        text.replace("name: llama-ft", "name: job-3").replace("hours: 12", "hours: 7")
+    )
+    validated = [m.spec for m in load_manifests([folder]).manifests]
+    cached = [m.spec for m in load_manifests([folder]).manifests]
+    assert cached == validated and len(cached) == 4
+    assert [s.name for s in cached] == ["job-0", "job-1", "job-2", "job-3"]
+    assert all(s.requirements is cached[0].requirements for s in cached)
+    assert cached[1].runtime is cached[0].runtime and cached[3].runtime is not cached[0].runtime
+    assert cached[3].runtime.estimate_hours == 7 and cached[0].runtime.estimate_hours == 12
+
+
+def test_a_damaged_file_row_is_parsed_again(tmp_path, monkeypatch):
+    """A file's cached row that cannot be read (a part missing) costs a parse, never a
+    wrong spec."""
+    import sqlite3
+
+    from broker.manifest.load import load_manifests
+    from broker.manifest.spec_cache import cache_dir
+
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    path = tmp_path / "job.yaml"
+    path.write_text((REPO / "examples" / "jobs" / "llama-finetune.yaml").read_text())
+    validated = load_manifests([path]).manifests
+    with sqlite3.connect(cache_dir() / "specs.db") as conn:
+        (entries,) = conn.execute("SELECT entries FROM files").fetchone()
+        rows = json.loads(entries)
+        del rows[0][5][1]["checkpoint"]  # the spec would otherwise lose its checkpoint
+        conn.execute("UPDATE files SET entries = ?", (json.dumps(rows),))
+        conn.execute("DELETE FROM specs")  # nor may the document's own entry save it
+    again = load_manifests([path]).manifests
+    assert again == validated and again[0].spec.checkpoint is not None

@@ -198,3 +198,22 @@ def test_a_bill_with_an_absurd_amount_names_its_line(tmp_path):
         path.write_text(_csv_cell(bill_csv(), 1, "lineItem/UnblendedCost", bad))
         with pytest.raises(BillError, match=rf"cur\.csv:3: .*{bad}"):
             read_bill(path)
+
+
+@pytest.mark.skipif(not Path("/proc/self/status").exists(), reason="no /proc on this system")
+def test_a_file_that_reports_no_size_is_read_whole_and_capped():
+    # /proc files report a size of 0: the reader must not trust the size it was told.
+    text = read_text("/proc/self/status", "yaml")
+    assert text.startswith("Name:") and "\nPid:" in text
+    with pytest.raises(UserInputError, match="over the 64 bytes limit"):
+        read_text("/proc/self/status", "yaml", Limits(yaml_bytes=64))
+
+
+def test_a_large_file_comes_back_whole_and_one_byte_over_is_refused(tmp_path):
+    path = tmp_path / "big.yaml"
+    body = b"".join(b"key%07d: value\n" % i for i in range(200_000))  # 3.2 MB
+    path.write_bytes(body)
+    assert read_bytes(path, "yaml") == body
+    cap = len(body) - 1
+    with pytest.raises(UserInputError, match="over the"):
+        read_bytes(path, "yaml", Limits(yaml_bytes=cap))

@@ -11,6 +11,8 @@ reconcile:
     <workdir>/<attempt_id>/exit_code      written by the script when the command ends
     <workdir>/<attempt_id>/workdir/       the job's run.workdir, unpacked from its archive
                                           before the job starts (its BROKER_WORKDIR)
+    <workdir>/<attempt_id>/gang.json      a gang of N nodes instead (gang_record.py): one
+    <workdir>/<attempt_id>/rank-<r>/      folder as above per rank, each its own process
     <workdir>/checkpoints/<cloud>/<region>/<job_id>/
                                           BROKER_CHECKPOINT_DIR: the checkpoint store of
                                           that place (a bucket in that region, played
@@ -39,7 +41,6 @@ from __future__ import annotations
 
 import hashlib
 import signal
-import time
 from collections.abc import Mapping, Sequence
 from dataclasses import replace
 from datetime import datetime, timedelta
@@ -54,7 +55,7 @@ from providers.base import (
     instance_tags,
     request_text,
 )
-from providers.capabilities import Billing, Capacity, CheckpointStores, PlayedReclaims
+from providers.capabilities import Billing, Capacity, CheckpointStores, Gangs, PlayedReclaims
 from providers.errors import InsufficientCapacity, InvalidRequest, NotFound
 from providers.jobscript import container_image
 from providers.sandbox.catalog import (
@@ -66,6 +67,7 @@ from providers.sandbox.catalog import (
     spot_prices,
     zone_to_report,
 )
+from providers.sandbox.gang_runs import GangRuns
 from providers.sandbox.jobs import (
     container_name,
     container_runtime,
@@ -82,6 +84,7 @@ from providers.sandbox.processes import (
 )
 from providers.sandbox.records import (
     EXIT_CODE,
+    ID_PREFIX,
     LOG,
     NAME,
     RESERVED_DIRS,
@@ -95,8 +98,9 @@ if TYPE_CHECKING:
     from pricing.table import OfferTable
 
 
-class SandboxProvider(Capacity, Billing, CheckpointStores, PlayedReclaims):
-    """A `Provider` whose instances are local processes (see the module docstring).
+class SandboxProvider(GangRuns, Capacity, Billing, CheckpointStores, Gangs, PlayedReclaims):
+    """A `Provider` whose instances are local processes (see the module docstring); a
+    request for N > 1 nodes runs as a gang of N processes (gang_runs.py).
 
     `capacity`: nodes that may run at once per (cloud, region); an int for every
     region, or a mapping whose unlisted regions get DEFAULT_CAPACITY (0 closes one).
@@ -159,10 +163,19 @@ class SandboxProvider(Capacity, Billing, CheckpointStores, PlayedReclaims):
 
     def launch(self, request: LaunchRequest) -> Instance:
         zone = self._check(request)
+        if request.nodes > 1:
+            self._check_gang(request)
         digest = hashlib.sha256(request_text(request).encode()).hexdigest()
         self.workdir.mkdir(parents=True, exist_ok=True)
         with self._dir.locked():
             existing = self._dir.load(request.attempt_id)
+            gang = self._gang_of(ID_PREFIX + request.attempt_id)
+            if gang is not None and gang.request_hash != digest:
+                raise InvalidRequest(
+                    NAME, f"attempt {request.attempt_id} was launched with another request"
+                )
+            if gang is not None:
+                return self._launch_gang(request, zone, digest)  # completes a partial gang
             if existing is not None:
                 if existing.request_hash != digest:
                     raise InvalidRequest(
@@ -181,14 +194,27 @@ class SandboxProvider(Capacity, Billing, CheckpointStores, PlayedReclaims):
                     f"no capacity in {request.cloud}/{request.region}: "
                     f"{used} of {limit} nodes busy, {request.nodes} asked",
                 )
+            if request.nodes > 1:
+                return self._launch_gang(request, zone, digest)
             return instance_of(self._start(request, zone, digest))
 
     def describe(self, instance_id: str) -> Instance:
+        gang = self._gang_of(instance_id)
+        if gang is not None:
+            return self._gang_instance(gang)
         return instance_of(self._observe(self._dir.require(instance_id)))
 
     def terminate(self, instance_id: str) -> bool:
+        gang = self._gang_of(instance_id)
+        if gang is not None:
+            return self._terminate_gang(gang)
+        return self._stop(self._dir.require(instance_id))
+
+    def _stop(self, record: Record) -> bool:
+        """Terminate one record's process (SIGTERM, SIGKILL after the grace); False when
+        it had already ended."""
         with self._dir.locked():
-            record = self._observe(self._dir.require(instance_id))
+            record = self._observe(record)
             if record.ended_at is not None:
                 return False
             record = replace(record, terminated=True)
@@ -203,8 +229,9 @@ class SandboxProvider(Capacity, Billing, CheckpointStores, PlayedReclaims):
         return True
 
     def list_instances(self) -> list[Instance]:
-        records = sorted(self._dir.records(), key=lambda r: (r.launched_at, r.attempt_id))
-        return [instance_of(self._observe(record)) for record in records]
+        records = [instance_of(self._observe(record)) for record in self._dir.records()]
+        everything = [*records, *self._gang_instances()]
+        return sorted(everything, key=lambda i: (i.launched_at, i.attempt_id or ""))
 
     def interruptions(self) -> list[InterruptionNotice]:
         notices = []
@@ -213,6 +240,7 @@ class SandboxProvider(Capacity, Billing, CheckpointStores, PlayedReclaims):
                 if record.interrupted_at and record.attempt_id not in self._reported:
                     self._reported.add(record.attempt_id)
                     notices.append(notice_of(record))
+            notices += self._gang_notices()
         return notices
 
     def object_store(self):
@@ -227,9 +255,16 @@ class SandboxProvider(Capacity, Billing, CheckpointStores, PlayedReclaims):
     def interrupt(self, instance_id: str, kind: str = "spot-reclaim") -> InterruptionNotice | None:
         """Play a spot reclaim: record a notice and send the job SIGTERM (the job contract:
         SIGTERM -> checkpoint -> exit). The job is killed if it still runs at the
-        deadline. None when the instance had already ended."""
+        deadline. None when the instance had already ended. For a gang (its id, or the
+        node id of any one rank), every rank gets the notice: the gang ends as a unit."""
+        gang = self._gang_of(instance_id)
+        if gang is not None:
+            return self._interrupt_gang(gang, kind)
+        return self._interrupt_record(self._dir.require(instance_id), kind)
+
+    def _interrupt_record(self, record: Record, kind: str) -> InterruptionNotice | None:
         with self._dir.locked():
-            record = self._observe(self._dir.require(instance_id))
+            record = self._observe(record)
             if record.ended_at is not None:
                 return None
             if record.interrupted_at is None:
@@ -254,7 +289,15 @@ class SandboxProvider(Capacity, Billing, CheckpointStores, PlayedReclaims):
     def wait(self, instance_id: str, timeout: float) -> Instance:
         """The instance once its process has ended, or as it is after `timeout` seconds
         (an interrupted one is killed when its notice runs out, as `describe` would)."""
-        record = self._observe(self._dir.require(instance_id))
+        gang = self._gang_of(instance_id)
+        if gang is not None:
+            return self._wait_gang(gang, timeout)
+        record = self._dir.require(instance_id)
+        self._wait_record(record, timeout)
+        return self.describe(instance_id)
+
+    def _wait_record(self, record: Record, timeout: float) -> None:
+        record = self._observe(record)
         if record.ended_at is None and record.interrupt_deadline:
             # An interrupted job that ignores SIGTERM is killed at its notice's deadline.
             left = datetime.fromisoformat(record.interrupt_deadline) - self.clock.now()
@@ -264,7 +307,7 @@ class SandboxProvider(Capacity, Billing, CheckpointStores, PlayedReclaims):
                 timeout -= pause
         if record.ended_at is None:
             self._processes.wait_exit(record, timeout)
-        return self.describe(instance_id)
+        self._observe(record)
 
     def free_nodes(self) -> dict[tuple[str, str], int]:
         """Nodes free now per (cloud, region) of the catalog: what a controller may still
@@ -280,15 +323,8 @@ class SandboxProvider(Capacity, Billing, CheckpointStores, PlayedReclaims):
     def last_checkpoint_at(self, job_id: str, cloud: str, region: str) -> datetime | None:
         """When the job last wrote a checkpoint file in (cloud, region), by the files'
         modification times (None: never), on the provider's clock."""
-        folder = self._dir.checkpoint_folder(job_id, cloud, region)
-        newest = max(
-            (entry.stat().st_mtime for entry in folder.rglob("*") if entry.is_file()),
-            default=None,
-        )
-        if newest is None:
-            return None
-        age = time.time() - newest  # how long ago, in wall seconds
-        return self.clock.now() - timedelta(seconds=max(0.0, age))
+        age = self._dir.last_write_age(self._dir.checkpoint_folder(job_id, cloud, region))
+        return None if age is None else self.clock.now() - timedelta(seconds=age)
 
     def billed_hours(self, instance: Instance) -> float:
         """Hours to bill: clock seconds from launch to end (or now) × the time scale the
@@ -296,8 +332,9 @@ class SandboxProvider(Capacity, Billing, CheckpointStores, PlayedReclaims):
         if instance.launched_at is None:
             return 0.0
         end = instance.ended_at or self.clock.now()
+        gang = self._gang_of(instance.id)
         try:
-            scale = self._dir.require(instance.id).time_scale
+            scale = gang.time_scale if gang else self._dir.require(instance.id).time_scale
         except NotFound:
             scale = None
         seconds = max(0.0, (end - instance.launched_at).total_seconds())
@@ -320,8 +357,20 @@ class SandboxProvider(Capacity, Billing, CheckpointStores, PlayedReclaims):
             self._index = catalog_index(self._offers)
         return zone_to_report(request, self._index)
 
-    def _start(self, request: LaunchRequest, zone: str, digest: str) -> Record:
-        run_dir = self._dir.run_dir(request.attempt_id)
+    def _start(
+        self,
+        request: LaunchRequest,
+        zone: str,
+        digest: str,
+        *,
+        key: str = "",
+        tags: tuple[tuple[str, str], ...] = (),
+        extra_env: Mapping[str, str] | None = None,
+    ) -> Record:
+        """Start one process for `request`; a gang's rank passes its record's `key`
+        (its folder), its `tags` and its rank environment (`extra_env`)."""
+        key = key or request.attempt_id
+        run_dir = self._dir.run_dir(key)
         checkpoints = self._dir.checkpoint_folder(request.job_id, request.cloud, request.region)
         run_dir.mkdir(parents=True, exist_ok=True)
         checkpoints.mkdir(parents=True, exist_ok=True)
@@ -332,28 +381,28 @@ class SandboxProvider(Capacity, Billing, CheckpointStores, PlayedReclaims):
 
         def record(pid: int, proc_start: int) -> Record:
             written = Record(
-                attempt_id=request.attempt_id,
+                attempt_id=key,
                 request_hash=digest,
                 cloud=request.cloud,
                 region=request.region,
                 zone=zone,
                 instance_type=request.instance_type,
                 market=request.market,
-                nodes=request.nodes,
-                tags=instance_tags(request),
+                nodes=request.nodes if key == request.attempt_id else 1,  # a rank: one
+                tags=tags or instance_tags(request),
                 pid=pid,
                 proc_start=proc_start,
                 boot_id=self._processes.boot_id,
                 launched_at=self.clock.now().isoformat(),
                 log_path=str(log_path),
-                container=container_name(request.attempt_id) if container_image(request) else "",
+                container=container_name(key) if container_image(request) else "",
                 time_scale=self.billing_scale,
             )
             self._dir.write(written)
             return written
 
-        env = job_env(self.inherit_env)
-        return self._processes.start(request.attempt_id, script, log_path, env, record)
+        env = job_env(self.inherit_env) | dict(extra_env or {})
+        return self._processes.start(key, script, log_path, env, record)
 
     def _remove_container(self, record: Record) -> None:
         if record.container and self.containers:
@@ -373,6 +422,8 @@ class SandboxProvider(Capacity, Billing, CheckpointStores, PlayedReclaims):
             if record.ended_at is None:
                 key = (record.cloud, record.region)
                 used[key] = used.get(key, 0) + record.nodes
+        for key, nodes in self._gang_usage().items():
+            used[key] = used.get(key, 0) + nodes
         return used
 
     def _limit(self, cloud: str, region: str) -> int:

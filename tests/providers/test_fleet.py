@@ -15,12 +15,15 @@ from pricing.table import OfferTable
 from providers.base import Instance, LaunchRequest
 from providers.errors import InvalidRequest, NotFound, ProviderError
 from providers.fleet import Fleet
+from providers.gang import GangMember
 from providers.sandbox import SandboxProvider
 from tests.fakes.offers import write_catalog
 from tests.providers.contract import (
     BillingContract,
     CapacityContract,
     CheckpointStoresContract,
+    GangMembersContract,
+    GangsContract,
     PlayedReclaimsContract,
     ProviderContract,
 )
@@ -73,6 +76,14 @@ class FleetHarness:
     def unknown_id(self) -> str:
         return "aws-sim:sbx-never-launched"
 
+    def member_tags(self, instance: Instance, member: GangMember) -> dict[str, str]:
+        """A rank's tags, from the AWS member's record on disk."""
+        own = member.node_id.partition(":")[2]
+        attempt, _, rank = own.removeprefix("sbx-").partition("/")
+        record = self.aws._dir.load(f"{attempt}/{rank}")
+        assert record is not None, member
+        return dict(record.tags)
+
     def interrupt(self, instance: Instance) -> None:
         own = instance.id.partition(":")[2]
         self.aws.interrupt(own)
@@ -108,7 +119,7 @@ def harness(tmp_path) -> Iterator[FleetHarness]:
 
 class TestFleetContract(
     ProviderContract, CapacityContract, BillingContract, CheckpointStoresContract,
-    PlayedReclaimsContract,
+    PlayedReclaimsContract, GangsContract, GangMembersContract,
 ):  # fmt: skip
     pass
 

@@ -45,3 +45,10 @@ def test_the_example_gang_runs_and_its_ranks_agree(capsys, tmp_path):
     assert {r["total"] for r in results} == {expected_total(2, STEPS)}
     status = run_cli(capsys, "status", "allreduce", "--state", str(state), "-o", "json")
     assert status.code == 0, status.stderr
+    (attempt,) = json.loads(status.stdout)["attempts"]
+    nodes = attempt["nodes"]
+    assert [(n["rank"], n["state"]) for n in nodes] == [(0, "succeeded"), (1, "succeeded")]
+    assert all(n["where"].startswith(attempt["where"]) for n in nodes)
+    assert all(n["address"] == "127.0.0.1" for n in nodes)
+    table = run_cli(capsys, "status", "allreduce", "--state", str(state))
+    assert "rank" in table.stdout and table.stdout.count("succeeded") >= 3

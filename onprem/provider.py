@@ -35,8 +35,9 @@ from providers.base import (
     request_hash,
     startup_script,
 )
-from providers.capabilities import Billing, Capacity
+from providers.capabilities import Billing, Capacity, Gangs
 from providers.errors import InsufficientCapacity, InvalidRequest, NotFound
+from providers.gang import GangMember
 
 if TYPE_CHECKING:
     from pricing.table import OfferTable
@@ -48,7 +49,7 @@ TAG_TYPE = "broker-instance-type"
 NOTICE_KINDS = {"PREEMPTED": "preemption", "NODE_FAIL": "node-failure", "BOOT_FAIL": "node-failure"}
 
 
-class OnPremProvider(Capacity, Billing):
+class OnPremProvider(Capacity, Billing, Gangs):
     """The pools of a pools.yaml as one provider (see the module docstring).
 
     `workdir`: where local and Slurm executors keep attempt directories of their own
@@ -230,6 +231,15 @@ class OnPremProvider(Capacity, Billing):
             free[key] = free.get(key, 0) + whole + sliced
         return free
 
+    def max_gang_nodes(self, cloud: str, region: str, instance_type: str) -> int:
+        """Every node of the pool selling `instance_type` (one Slurm job or one allocation
+        of the pool spans at most all of them; a larger gang would wait forever); 1 for
+        MIG slices (no gang of slices); 0 where no pool here sells the type."""
+        pool = _pool_selling(self.pools, region, instance_type) if cloud == "onprem" else None
+        if pool is None:
+            return 0
+        return len(pool.nodes) if instance_type == f"{pool.name}-node" else 1
+
     def billed_hours(self, instance: Instance) -> float:
         """The engine's elapsed time: from the job's start (not its submission) to its
         end, or to now while it runs; 0 while it waits in the queue."""
@@ -345,4 +355,36 @@ class OnPremProvider(Capacity, Billing):
             ended_at=status.ended_at,
             log_path=status.log_path,
             nodes=status.node_count or max(1, len(status.nodes)),
+            members=self._members(pool, status),
         )
+
+    def _members(self, pool: Pool, status: AttemptStatus) -> tuple[GangMember, ...]:
+        """A gang's nodes by rank (the engine's order, head first), each in the state of
+        the whole attempt: the engine starts and ends a gang's nodes together (srun, the
+        node executor). The broker's own allocation (SSH, local) names the nodes at
+        launch; Slurm places them later, so there a node is `<job id>#<rank>` and its
+        address the node's name once placed. () for one node."""
+        if (status.node_count or len(status.nodes)) <= 1:
+            return ()
+        addresses = {node.name: node.address for node in pool.nodes}
+        slurm = pool.executor.kind == "slurm"
+        names = status.nodes or ("",) * status.node_count  # "": not placed yet
+        return tuple(
+            GangMember(
+                rank=rank,
+                node_id=f"{status.handle}#{rank}" if slurm else name,
+                zone=pool.name,
+                address=addresses.get(name, "") or name,
+                state=status.state,
+                exit_code=status.exit_code,
+            )
+            for rank, name in enumerate(names)
+        )
+
+
+def _pool_selling(pools: Mapping[str, Pool], region: str, instance_type: str) -> Pool | None:
+    """The pool of `region` whose offers include `instance_type` ("<pool>-node", or a
+    slice type "<pool>-<profile>x<count>"), the longest name first as `shape_of` does."""
+    named = [p for p in pools.values() if instance_type.startswith(p.name + "-")]
+    pool = max(named, key=lambda p: len(p.name), default=None)
+    return pool if pool is not None and pool.region == region else None

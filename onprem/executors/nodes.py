@@ -3,14 +3,16 @@
 `NodeExecutor` runs `onprem.executors.nodescripts` on each node through a Shell
 (OpenSSH for `SshExecutor`, this machine for `LocalExecutor`). The broker allocates
 the GPUs (`onprem.allocation`) and passes them in the request: each node's wrapper
-exports CUDA_VISIBLE_DEVICES, and a multi-node attempt gets the rank environment
-(BROKER_NODE_RANK, BROKER_NUM_NODES, BROKER_NODE_IPS, MASTER_ADDR) on every node.
+exports CUDA_VISIBLE_DEVICES, and a multi-node attempt (a gang) gets the rank environment
+(`providers.gang.rank_environment`: the nodes' inventory addresses, head first, and a
+MASTER_PORT of the attempt's own) on every node, whose record is tagged with its rank.
 Starting is all or nothing: when one node refuses, the nodes already started are
 stopped before the error is raised.
 """
 
 from __future__ import annotations
 
+import hashlib
 import io
 import json
 import tarfile
@@ -25,8 +27,10 @@ from onprem.executors import nodescripts
 from onprem.executors.base import AttemptRequest, AttemptStatus, NodeUnreachable
 from onprem.executors.options import LocalOptions, SshOptions
 from onprem.executors.shell import LocalShell, Shell, SshShell
+from onprem.executors.slurm_gang import FIRST_PORT, PORTS
 from providers.base import ID_PATTERN, InstanceState
 from providers.errors import InvalidRequest, ProviderError
+from providers.gang import TAG_RANK, rank_environment
 
 US = "\x1f"
 RECORD_FORMAT = 1
@@ -235,16 +239,13 @@ def _bundle(rank: int, request: AttemptRequest, addresses: list[str], directory:
         exports.append(("CUDA_VISIBLE_DEVICES", ",".join(request.devices[rank])))
     if request.slices:
         exports.append(("BROKER_MIG_SLICES", ",".join(request.slices[rank])))
-    exports += [
-        ("BROKER_NODE_RANK", str(rank)),
-        ("BROKER_NUM_NODES", str(request.nodes)),
-        ("BROKER_NODE_IPS", ",".join(addresses)),
-        ("MASTER_ADDR", addresses[0]),
-    ]
+    port = attempt_port(request.attempt_id)
+    exports += rank_environment(rank, tuple(addresses), request.gpus_per_node, port).items()
+    tags = [*request.tags, (TAG_RANK, str(rank))] if request.nodes > 1 else list(request.tags)
     record = {
         "format": RECORD_FORMAT,
         "attempt_id": request.attempt_id,
-        "tags": [list(pair) for pair in request.tags],
+        "tags": [list(pair) for pair in tags],
         "hosts": list(request.hosts),
         "host": host,
         "rank": rank,
@@ -267,6 +268,12 @@ def _bundle(rank: int, request: AttemptRequest, addresses: list[str], directory:
         if request.workdir:
             tar.add(request.workdir, arcname="work")
     return buffer.getvalue()
+
+
+def attempt_port(attempt_id: str) -> int:
+    """A gang's MASTER_PORT, the same on every node and after a restart: from its id."""
+    digest = hashlib.sha256(attempt_id.encode()).digest()
+    return FIRST_PORT + int.from_bytes(digest[:4], "big") % PORTS
 
 
 def _parse(host: str, line: str) -> _Seen:
@@ -335,7 +342,7 @@ def _merge(attempt_id: str, items: list[_Seen]) -> AttemptStatus:
         node_count=len(hosts),
         gpus=sum(len(d) for _, d in held),
         gpu_ids=tuple(f"{host}:{','.join(d)}" for host, d in held if d),
-        tags=tuple(tuple(pair) for pair in record.get("tags", [])),
+        tags=tuple(tuple(p) for p in record.get("tags", []) if p[0] != TAG_RANK),  # the node's
         reason=items[0].marker,
         log_path=f"{items[0].host}:{items[0].record.get('dir', '')}/log.txt",
     )

@@ -16,7 +16,13 @@ from tests.onprem.harness import (
     slurm_pool,
     ssh_pool,
 )
-from tests.providers.contract import BillingContract, CapacityContract, ProviderContract
+from tests.providers.contract import (
+    BillingContract,
+    CapacityContract,
+    GangMembersContract,
+    GangsContract,
+    ProviderContract,
+)
 
 
 def _unique(name: str) -> str:
@@ -25,7 +31,7 @@ def _unique(name: str) -> str:
 
 @pytest.fixture
 def local_harness(tmp_path) -> Iterator[OnPremHarness]:
-    harness = OnPremHarness(local_pool(_unique("desk")), tmp_path, ("capacity", "invalid"))
+    harness = OnPremHarness(local_pool(_unique("desk"), nodes=2), tmp_path, ("capacity", "invalid"))
     yield harness
     harness.close()
 
@@ -68,25 +74,33 @@ def slurm_login_harness(tmp_path, slurm_cluster, ssh_nodes) -> Iterator[OnPremHa
     harness.close()
 
 
-class TestLocalContract(ProviderContract, CapacityContract, BillingContract):
+class TestLocalContract(
+    ProviderContract, CapacityContract, BillingContract, GangsContract, GangMembersContract
+):  # fmt: skip
     @pytest.fixture
     def harness(self, local_harness):
         return local_harness
 
 
-class TestSshContract(ProviderContract, CapacityContract, BillingContract):
+class TestSshContract(
+    ProviderContract, CapacityContract, BillingContract, GangsContract, GangMembersContract
+):  # fmt: skip
     @pytest.fixture
     def harness(self, ssh_harness):
         return ssh_harness
 
 
-class TestSlurmContract(ProviderContract, CapacityContract, BillingContract):
+class TestSlurmContract(
+    ProviderContract, CapacityContract, BillingContract, GangsContract, GangMembersContract
+):  # fmt: skip
     @pytest.fixture
     def harness(self, slurm_harness):
         return slurm_harness
 
 
-class TestSlurmOverSshContract(ProviderContract, CapacityContract, BillingContract):
+class TestSlurmOverSshContract(
+    ProviderContract, CapacityContract, BillingContract, GangsContract, GangMembersContract
+):  # fmt: skip
     @pytest.fixture
     def harness(self, slurm_login_harness):
         return slurm_login_harness

@@ -169,4 +169,3 @@ def test_member_names_must_differ(harness):
                 "gcp": AwsSimulator(harness.offers, harness.workdir / "x", SystemClock()),
             }
         )
-

@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING
 
 from onprem.executors.base import AttemptRequest, AttemptStatus, Executor
 from onprem.inventory import Pool
-from onprem.shapes import Shape, devices_of, gres_type, place, shape_of
+from onprem.shapes import Shape, devices_of, gres_type, place, pool_gang_nodes, shape_of
 from providers.base import (
     TAG_REQUEST,
     Clock,
@@ -232,13 +232,10 @@ class OnPremProvider(Capacity, Billing, Gangs):
         return free
 
     def max_gang_nodes(self, cloud: str, region: str, instance_type: str) -> int:
-        """Every node of the pool selling `instance_type` (one Slurm job or one allocation
-        of the pool spans at most all of them; a larger gang would wait forever); 1 for
-        MIG slices (no gang of slices); 0 where no pool here sells the type."""
-        pool = _pool_selling(self.pools, region, instance_type) if cloud == "onprem" else None
-        if pool is None:
+        """The node count of the pool selling `instance_type` (`shapes.pool_gang_nodes`)."""
+        if cloud != "onprem":
             return 0
-        return len(pool.nodes) if instance_type == f"{pool.name}-node" else 1
+        return pool_gang_nodes(self.pools.values(), region, instance_type)
 
     def billed_hours(self, instance: Instance) -> float:
         """The engine's elapsed time: from the job's start (not its submission) to its
@@ -380,11 +377,3 @@ class OnPremProvider(Capacity, Billing, Gangs):
             )
             for rank, name in enumerate(names)
         )
-
-
-def _pool_selling(pools: Mapping[str, Pool], region: str, instance_type: str) -> Pool | None:
-    """The pool of `region` whose offers include `instance_type` ("<pool>-node", or a
-    slice type "<pool>-<profile>x<count>"), the longest name first as `shape_of` does."""
-    named = [p for p in pools.values() if instance_type.startswith(p.name + "-")]
-    pool = max(named, key=lambda p: len(p.name), default=None)
-    return pool if pool is not None and pool.region == region else None

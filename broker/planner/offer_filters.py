@@ -92,7 +92,8 @@ class SliceCandidates:
             )
         if "gang" in column and (nodes > 1).any():
             gang = self.spread(nodes)
-            alive = self._keep("gang", alive, (gang <= 1) | (column["gang"][self.at] >= gang))
+            most = column["gang"][self.at]  # NaN: not limited (broker plan, clouds)
+            alive = self._keep("gang", alive, (gang <= 1) | np.isnan(most) | (most >= gang))
         unit = column["price"][self.at]  # in the slice's market
         alive = self._keep("price", alive, ~np.isnan(unit))
         at = self.at[alive]

@@ -11,7 +11,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from broker.dispatch.gangs import GANG_COLUMN, gang_limits, with_gang_limits
+from broker.dispatch.gangs import GANG_COLUMN, gang_limits, provider_limit, with_gang_limits
 from broker.planner.plan import plan
 from broker.spec import GpuAsk, JobSpec, Requirements, RuntimeEstimate
 from pricing.catalog import read_offer_table
@@ -54,7 +54,9 @@ def places(decision) -> set[tuple[str, str]]:
 
 def test_the_limits_come_from_the_provider_per_offer(index):
     assert isinstance(GangLimits(), Gangs)
-    limits = gang_limits(index, GangLimits({("aws", "us-east-1", "p4d.24xlarge"): 16}))
+    limits = gang_limits(
+        index, GangLimits({("aws", "us-east-1", "p4d.24xlarge"): 16}).max_gang_nodes
+    )
     table = index.offers
     rows = zip(
         table.text("cloud"), table.text("region"), table.text("instance_type"), limits, strict=True
@@ -63,7 +65,7 @@ def test_the_limits_come_from_the_provider_per_offer(index):
         assert limit == (
             16 if (cloud, region, itype) == ("aws", "us-east-1", "p4d.24xlarge") else 1
         )
-    assert set(gang_limits(index, object()).tolist()) == {1.0}  # no Gangs: single nodes only
+    assert set(gang_limits(index, provider_limit(object())).tolist()) == {1.0}  # no Gangs: 1
 
 
 def test_a_gang_goes_only_where_its_size_fits(index):

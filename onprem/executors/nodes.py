@@ -34,6 +34,8 @@ from providers.gang import TAG_RANK, rank_environment
 
 US = "\x1f"
 RECORD_FORMAT = 1
+GANG_MARKER = "gang"  # a rank stopped because another rank of its gang failed
+GANG_STOP_GRACE = 10.0  # seconds those ranks get between SIGTERM and SIGKILL
 
 
 @dataclass(frozen=True)
@@ -93,6 +95,10 @@ class NodeExecutor:
         if hosts is None:
             return next((s for s in self.list_attempts() if s.attempt_id == attempt_id), None)
         seen = [item for host in hosts for item in self._list(host, attempt_id)]
+        left = _left_by_a_failed_rank(seen)
+        if left:  # all or nothing: one rank failed, the others stop now
+            self._stop(attempt_id, left, GANG_STOP_GRACE, GANG_MARKER)
+            seen = [item for host in hosts for item in self._list(host, attempt_id)]
         return _merge(attempt_id, seen) if seen else None
 
     def cancel(self, attempt_id: str, grace_seconds: float, *, interrupted: bool = False) -> bool:
@@ -303,6 +309,15 @@ def _epoch(text: str) -> datetime | None:
         return None
 
 
+def _left_by_a_failed_rank(items: list[_Seen]) -> list[str]:
+    """The nodes of a gang still running after one of its ranks failed by itself (a
+    non-zero exit, not stopped by the broker): they are to be stopped."""
+    failed = [
+        i for i in items if not i.alive and i.ended is not None and i.exit_code and not i.marker
+    ]
+    return [i.host for i in items if i.alive] if failed and len(items) > 1 else []
+
+
 def _merge(attempt_id: str, items: list[_Seen]) -> AttemptStatus:
     """One status for an attempt from its directories on its nodes (rank order)."""
     items = sorted(items, key=lambda i: i.record.get("rank", 0))
@@ -316,7 +331,9 @@ def _merge(attempt_id: str, items: list[_Seen]) -> AttemptStatus:
         if any(i.ended is not None for i in items) and not any(i.alive for i in items):
             state = "running"  # a node has ended, another has not reported: still going
     else:
-        codes = [i.exit_code for i in items]
+        # The code of the rank that failed, not of those its gang stopped after it.
+        codes = [i.exit_code for i in items if i.marker != GANG_MARKER]
+        codes += [i.exit_code for i in items if i.marker == GANG_MARKER]
         code = next((c for c in codes if c != 0), 0)
         markers = {i.marker for i in items}
         if "cancelled" in markers:

@@ -155,16 +155,22 @@ class GangRuns:
                     self._stop(record)
             ranks = self._ranks(gang)
             members = tuple(_member(gang, rank, record) for rank, record in enumerate(ranks))
-        if all(record is not None and record.ended_at is not None for record in ranks):
-            with self._dir.locked():
-                current = load_gang(self._dir, gang.attempt_id) or gang
-                if current.ended_at is None:
-                    state, code = gang_state(members)
-                    ended = max(r.ended_at for r in ranks if r is not None and r.ended_at)
-                    current = replace(current, ended_at=ended, state=state, exit_code=code)
-                    write_gang(self._dir, current)
-                gang = current
+        started = [record for record in ranks if record is not None]
+        # A rank never started (a launcher killed half-way) starts no more once the gang
+        # is reclaimed: then the ranks that did start are the whole gang.
+        complete = len(started) == len(ranks) or gang.interrupted_at is not None
+        if started and complete and all(record.ended_at for record in started):
+            ended = max(record.ended_at for record in started if record.ended_at)
+            self._end_gang(gang, ended, *gang_state(members))
+            gang = load_gang(self._dir, gang.attempt_id) or gang
         return gang, members
+
+    def _end_gang(self, gang: GangRecord, ended: str, state: str, code: int | None) -> None:
+        """Record the gang's end, once (the first provider to see it writes it)."""
+        with self._dir.locked():
+            current = load_gang(self._dir, gang.attempt_id) or gang
+            if current.ended_at is None:
+                write_gang(self._dir, replace(current, ended_at=ended, state=state, exit_code=code))
 
     def _gang_instance(self, gang: GangRecord) -> Instance:
         """The Instance standing for the whole gang."""
@@ -213,10 +219,13 @@ class GangRuns:
         gang, _ = self._observe_gang(gang)
         if gang.ended_at is not None:
             return False
-        for record in self._ranks(gang):
+        ranks = self._ranks(gang)
+        for record in ranks:
             if record is not None:
                 self._stop(record)
-        self._observe_gang(gang)
+        gang, _ = self._observe_gang(gang)
+        if gang.ended_at is None:  # some rank never started: none will now
+            self._end_gang(gang, self.clock.now().isoformat(), "terminated", None)
         return True
 
     def _interrupt_gang(self, gang: GangRecord, kind: str) -> InterruptionNotice | None:

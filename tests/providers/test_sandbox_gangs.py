@@ -150,3 +150,28 @@ def test_a_gang_of_images_is_refused(sandbox):
     with pytest.raises(InvalidRequest, match="gangs of commands"):
         with_runtime.launch(gang_request("g-image", "", image="docker.io/library/alpine:3"))
     assert with_runtime.list_instances() == []
+
+
+def test_a_half_launched_gang_that_is_terminated_ends_and_frees_its_nodes(sandbox, monkeypatch):
+    request = gang_request("g-halfgone", "exec sleep 60", nodes=3)
+    started = SandboxProvider._start
+
+    def dies_at_rank_two(self, *args, key: str = "", **kwargs):
+        if key.endswith("rank-2"):
+            raise SystemExit("the launcher was killed")
+        return started(self, *args, key=key, **kwargs)
+
+    before = sandbox.free_nodes()[PLACE]
+    monkeypatch.setattr(SandboxProvider, "_start", dies_at_rank_two)
+    with pytest.raises(SystemExit):
+        sandbox.launch(request)
+    monkeypatch.setattr(SandboxProvider, "_start", started)
+    assert sandbox.free_nodes()[PLACE] == before - 3  # held for the whole gang
+    assert sandbox.terminate("sbx-g-halfgone") is True
+    ended = sandbox.describe("sbx-g-halfgone")
+    assert ended.state == "terminated" and ended.ended_at is not None
+    assert [m.state for m in ended.members] == ["terminated", "terminated", "pending"]
+    assert sandbox.free_nodes()[PLACE] == before
+    again = sandbox.launch(request)  # the same attempt again: nothing starts any more
+    assert again.state == "terminated"
+    assert sandbox._dir.load("g-halfgone/rank-2") is None

@@ -46,7 +46,8 @@ placement:
   clouds: [aws, gcp, azure]
   spot: only
 run:
-  command: python3 ../train.py --steps 100000 --checkpoint-every 50 --step-seconds 0.002
+  workdir: {workdir}
+  command: python3 train.py --steps 100000 --checkpoint-every 50 --step-seconds 0.002
 runtime:
   estimate_hours: 1
 checkpoint:
@@ -106,7 +107,8 @@ def one_reclaim(rt, n: int, checkpoint_mb: int) -> dict:
     from broker.submit import submit_manifests
 
     path = rt.workdir.parent / f"survivor-{n}.yaml"
-    path.write_text(JOB.format(n=n, size_gb=max(checkpoint_mb / 1024, 0.001)))
+    size_gb = max(checkpoint_mb / 1024, 0.001)
+    path.write_text(JOB.format(n=n, size_gb=size_gb, workdir=REPO / "examples"))
     (result,) = submit_manifests(rt.store, load_manifests([path]).manifests)
     job_id = result.job_id
     rt.controller.run_pass()

@@ -17,7 +17,7 @@ from broker.runtime import open_runtime
 from broker.state import AttemptState, JobState
 from broker.submit import submit_manifests
 from tests.cli.test_distributed_cli import expected_total
-from tests.waiting import wait_until
+from tests.waiting import wait_ended, wait_until
 
 REPO = Path(__file__).resolve().parents[2]
 STEPS, EVERY = 1500, 50
@@ -66,7 +66,7 @@ def finish(rt, job_id: str) -> None:
         if rt.store.job(job_id).state in (JobState.SUCCEEDED, JobState.FAILED):
             return
         for known in rt.store.instances(state="running"):
-            rt.provider.wait(known.provider_id, timeout=30)
+            wait_ended(rt.provider, known.provider_id, 30)
     raise AssertionError(f"job did not finish: {rt.store.job(job_id).state}")
 
 
@@ -87,7 +87,7 @@ def test_a_reclaimed_gang_moves_once_and_resumes_as_a_unit(rt):
     assert [m.rank for m in instance.members] == [0, 1]
     notice = rt.provider.interrupt(instance.members[1].node_id)  # one node is reclaimed
     assert notice is not None and notice.instance_id == instance.provider_id
-    rt.provider.wait(instance.provider_id, 30)
+    wait_ended(rt.provider, instance.provider_id, 30)
 
     finish(rt, job_id)
     attempts = rt.store.attempts(job_id)

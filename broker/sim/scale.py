@@ -463,3 +463,4 @@ class _Fleet:
         return scale_result(
             self.policy, self.scale, self.jobs, self.state, self.totals, self.pool_total, self.now
         )
+

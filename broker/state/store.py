@@ -82,7 +82,6 @@ def _check_version(file: Path, conn: sqlite3.Connection, *, exact: bool) -> None
         )
 
 
-
 def default_state_path() -> Path:
     """`$XDG_STATE_HOME/broker/state.db`, else `~/.local/state/broker/state.db`."""
     from pricing.userio.dirs import user_state_dir

@@ -182,7 +182,6 @@ def test_offers_and_free_nodes_come_from_sinfo(make, slurm_cluster, tmp_path):
         "    executor: {kind: slurm, partition: low, gres: a100, "
         f"slurm_conf: {slurm_cluster.conf}}}\n"
     )
-
     def whole_node(frame):
         node = (frame["instance_type"] == f"{pool.name}-node") & (frame["accelerator_count"] == 8)
         return frame[node].iloc[0]

@@ -28,9 +28,10 @@ an flock, so two controllers sharing it never launch one attempt twice nor overf
 a region. Times come from the injected clock; billing scales them by `time_scale`.
 
 Beside this module: records.py (the workdir, its records and lock, a record as an
-Instance), processes.py (starting, watching, waiting for and signalling jobs),
-catalog.py (what the catalog sells, the nodes free per region), jobs.py (a job's script,
-its delivered workdir, the container runtime of image jobs).
+Instance), record_runs.py (one record's process from start to end), gang_runs.py (a
+gang of N records, one per rank), processes.py (starting, watching, waiting for and
+signalling jobs), catalog.py (what the catalog sells, the nodes free per region),
+jobs.py (a job's script, its delivered workdir, the container runtime of image jobs).
 
 A SIGTERM that lands while the shell is still starting the command (between fork and
 exec) can be lost, as on any machine: `terminate` then kills the job after its grace
@@ -40,7 +41,6 @@ period, and `interrupt` after the notice deadline.
 from __future__ import annotations
 
 import hashlib
-import signal
 from collections.abc import Mapping, Sequence
 from dataclasses import replace
 from datetime import datetime, timedelta
@@ -72,16 +72,14 @@ from providers.sandbox.jobs import (
     container_name,
     container_runtime,
     no_runtime_reason,
-    remove_container,
     write_script,
 )
 from providers.sandbox.processes import (
     INHERITED_ENV,
-    KILL_WAIT_SECONDS,
     Processes,
     job_env,
-    signal_group,
 )
+from providers.sandbox.record_runs import RecordRuns
 from providers.sandbox.records import (
     EXIT_CODE,
     ID_PREFIX,
@@ -98,7 +96,9 @@ if TYPE_CHECKING:
     from pricing.table import OfferTable
 
 
-class SandboxProvider(GangRuns, Capacity, Billing, CheckpointStores, Gangs, PlayedReclaims):
+class SandboxProvider(
+    GangRuns, RecordRuns, Capacity, Billing, CheckpointStores, Gangs, PlayedReclaims
+):
     """A `Provider` whose instances are local processes (see the module docstring); a
     request for N > 1 nodes runs as a gang of N processes (gang_runs.py).
 
@@ -210,24 +210,6 @@ class SandboxProvider(GangRuns, Capacity, Billing, CheckpointStores, Gangs, Play
             return self._terminate_gang(gang)
         return self._stop(self._dir.require(instance_id))
 
-    def _stop(self, record: Record) -> bool:
-        """Terminate one record's process (SIGTERM, SIGKILL after the grace); False when
-        it had already ended."""
-        with self._dir.locked():
-            record = self._observe(record)
-            if record.ended_at is not None:
-                return False
-            record = replace(record, terminated=True)
-            self._dir.write(record)
-        signal_group(record.pid, signal.SIGTERM)
-        if not self._processes.wait_exit(record, self.terminate_grace):
-            signal_group(record.pid, signal.SIGKILL)
-            self._processes.wait_exit(record, KILL_WAIT_SECONDS)
-        signal_group(record.pid, signal.SIGKILL)  # whatever the job left in its group
-        self._remove_container(record)
-        self._observe(record)
-        return True
-
     def list_instances(self) -> list[Instance]:
         records = [instance_of(self._observe(record)) for record in self._dir.records()]
         everything = [*records, *self._gang_instances()]
@@ -262,24 +244,6 @@ class SandboxProvider(GangRuns, Capacity, Billing, CheckpointStores, Gangs, Play
             return self._interrupt_gang(gang, kind)
         return self._interrupt_record(self._dir.require(instance_id), kind)
 
-    def _interrupt_record(self, record: Record, kind: str) -> InterruptionNotice | None:
-        with self._dir.locked():
-            record = self._observe(record)
-            if record.ended_at is not None:
-                return None
-            if record.interrupted_at is None:
-                now = self.clock.now()
-                deadline = now + timedelta(seconds=self.notice_seconds)
-                record = replace(
-                    record,
-                    interrupted_at=now.isoformat(),
-                    interrupt_kind=kind,
-                    interrupt_deadline=deadline.isoformat(),
-                )
-                self._dir.write(record)
-        signal_group(record.pid, signal.SIGTERM)
-        return notice_of(record)
-
     def crunch_spot(self, cloud: str) -> None:
         """Play a spot capacity crunch on `cloud`: from now on this object sells no spot
         there (offers without a spot price, spot launches InsufficientCapacity), as when
@@ -295,19 +259,6 @@ class SandboxProvider(GangRuns, Capacity, Billing, CheckpointStores, Gangs, Play
         record = self._dir.require(instance_id)
         self._wait_record(record, timeout)
         return self.describe(instance_id)
-
-    def _wait_record(self, record: Record, timeout: float) -> None:
-        record = self._observe(record)
-        if record.ended_at is None and record.interrupt_deadline:
-            # An interrupted job that ignores SIGTERM is killed at its notice's deadline.
-            left = datetime.fromisoformat(record.interrupt_deadline) - self.clock.now()
-            pause = min(timeout, max(0.0, left.total_seconds()))
-            if not self._processes.wait_exit(record, pause):
-                record = self._observe(record)
-                timeout -= pause
-        if record.ended_at is None:
-            self._processes.wait_exit(record, timeout)
-        self._observe(record)
 
     def free_nodes(self) -> dict[tuple[str, str], int]:
         """Nodes free now per (cloud, region) of the catalog: what a controller may still
@@ -404,10 +355,6 @@ class SandboxProvider(GangRuns, Capacity, Billing, CheckpointStores, Gangs, Play
         env = job_env(self.inherit_env) | dict(extra_env or {})
         return self._processes.start(key, script, log_path, env, record)
 
-    def _remove_container(self, record: Record) -> None:
-        if record.container and self.containers:
-            remove_container(self.containers, record.container)
-
     # --- places and records --------------------------------------------------------------
 
     def _free_per_region(self):
@@ -428,24 +375,3 @@ class SandboxProvider(GangRuns, Capacity, Billing, CheckpointStores, Gangs, Play
 
     def _limit(self, cloud: str, region: str) -> int:
         return limit_of(self.capacity, cloud, region)
-
-    def _observe(self, record: Record) -> Record:
-        """`record`, with its end recorded the first time any provider sees it ended."""
-        if record.ended_at is not None:
-            return record
-        if self._processes.running(record):
-            deadline = record.interrupt_deadline
-            if deadline and self.clock.now() >= datetime.fromisoformat(deadline):
-                signal_group(record.pid, signal.SIGKILL)  # the notice ran out
-                self._remove_container(record)
-            return record
-        with self._dir.locked():
-            current = self._dir.load(record.attempt_id) or record
-            if current.ended_at is None:
-                ended = self.clock.now().isoformat()
-                exit_code = self._processes.exit_code(
-                    current, self._dir.run_dir(current.attempt_id) / EXIT_CODE
-                )
-                current = replace(current, ended_at=ended, exit_code=exit_code)
-                self._dir.write(current)
-            return current

@@ -8,14 +8,11 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-import pytest
-
-from broker.clock import SystemClock
 from broker.manifest.load import load_manifests
-from broker.offers import load_offers
-from broker.runtime import open_runtime
-from broker.state import AttemptState, JobState
+from broker.state import AttemptState
 from broker.submit import submit_manifests
+from tests.broker.test_recovery import finish
+from tests.broker.test_recovery import rt as rt  # the fixture: a sandbox runtime
 from tests.cli.test_distributed_cli import expected_total
 from tests.waiting import wait_ended, wait_until
 
@@ -43,31 +40,12 @@ checkpoint:
 """
 
 
-@pytest.fixture
-def rt(tmp_path):
-    runtime = open_runtime(tmp_path / "state.db", load_offers(), clock=SystemClock())
-    yield runtime
-    for instance in runtime.provider.list_instances():
-        runtime.provider.terminate(instance.id)
-    runtime.close()
-
-
 def submit(rt) -> str:
     path = rt.workdir.parent / "gang.yaml"
     path.write_text(JOB)
     (manifest,) = load_manifests([path]).manifests
     (result,) = submit_manifests(rt.store, [manifest])
     return result.job_id
-
-
-def finish(rt, job_id: str) -> None:
-    for _ in range(50):
-        rt.controller.run_pass()
-        if rt.store.job(job_id).state in (JobState.SUCCEEDED, JobState.FAILED):
-            return
-        for known in rt.store.instances(state="running"):
-            wait_ended(rt.provider, known.provider_id, 30)
-    raise AssertionError(f"job did not finish: {rt.store.job(job_id).state}")
 
 
 def rank_log(rt, attempt_id: str, rank: int) -> str:

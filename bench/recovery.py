@@ -13,6 +13,12 @@ store with the ObjectStore, and relaunches it. Measured per reclaim:
   is put beside the training script's checkpoint so the copy has real bytes to move);
 - lost work: training steps redone after the resume, and the hours the controller
   recorded as lost since the last checkpoint.
+
+And per gang reclaim (`--gangs`, `--gang-nodes`; docs/distributed.md): a gang of
+examples/distributed/allreduce.py checkpoints, one of its nodes is reclaimed, and every
+rank stops; measured from that notice to every rank of the new gang running again
+(`recovery_s`, less the launch call) and to the ranks having met again over TCP
+(`rejoined_s`, from rank 0's log), with the checkpoint copy's share.
 """
 
 from __future__ import annotations
@@ -40,13 +46,36 @@ placement:
   clouds: [aws, gcp, azure]
   spot: only
 run:
-  command: python3 ../train.py --steps 100000 --checkpoint-every 50 --step-seconds 0.002
+  workdir: {workdir}
+  command: python3 train.py --steps 100000 --checkpoint-every 50 --step-seconds 0.002
 runtime:
   estimate_hours: 1
 checkpoint:
   uri: s3://bench/survivor-{n}/
   interval_minutes: 30
   size_gb: {size_gb}
+"""
+
+
+GANG_JOB = """\
+apiVersion: broker/v1
+name: gang-{n}
+team: bench
+resources:
+  accelerators: T4:1
+  nodes: {nodes}
+placement:
+  clouds: [aws, gcp, azure]
+  spot: only
+run:
+  workdir: {workdir}
+  command: python3 allreduce.py --steps 100000 --checkpoint-every 50 --step-seconds 0.002
+runtime:
+  estimate_hours: 1
+checkpoint:
+  uri: s3://bench/gang-{n}/
+  interval_minutes: 30
+  size_gb: 0.001
 """
 
 
@@ -78,7 +107,8 @@ def one_reclaim(rt, n: int, checkpoint_mb: int) -> dict:
     from broker.submit import submit_manifests
 
     path = rt.workdir.parent / f"survivor-{n}.yaml"
-    path.write_text(JOB.format(n=n, size_gb=max(checkpoint_mb / 1024, 0.001)))
+    size_gb = max(checkpoint_mb / 1024, 0.001)
+    path.write_text(JOB.format(n=n, size_gb=size_gb, workdir=REPO / "examples"))
     (result,) = submit_manifests(rt.store, load_manifests([path]).manifests)
     job_id = result.job_id
     rt.controller.run_pass()
@@ -128,10 +158,75 @@ def one_reclaim(rt, n: int, checkpoint_mb: int) -> dict:
     }
 
 
+def one_gang_reclaim(rt, n: int, nodes: int) -> dict:
+    """Reclaim rank 1 of a running gang; time until the new gang's ranks all run again."""
+    from broker.manifest.load import load_manifests
+    from broker.submit import submit_manifests
+    from providers.storage import ObjectStore
+
+    path = rt.workdir.parent / f"gang-{n}.yaml"
+    workdir = REPO / "examples" / "distributed"
+    path.write_text(GANG_JOB.format(n=n, nodes=nodes, workdir=workdir))
+    (result,) = submit_manifests(rt.store, load_manifests([path]).manifests)
+    job_id = result.job_id
+    rt.controller.run_pass()
+    (first,) = rt.store.attempts(job_id)
+    place = first.placed_on
+    store = Path(rt.provider.checkpoint_store(job_id, place.cloud, place.region))
+    wait_until((store / "checkpoint.json").exists)
+    (instance,) = rt.store.instances(attempt_id=first.id)
+
+    launch = rt.provider.launch = Timed(rt.provider.launch)
+    copy = Timed(ObjectStore.copy_tree)
+    ObjectStore.copy_tree = lambda self, *a, **k: copy(self, *a, **k)
+
+    def all_running() -> bool:
+        attempts = rt.store.attempts(job_id)
+        known = rt.store.instances(attempt_id=attempts[-1].id) if len(attempts) > 1 else []
+        if not known:
+            return False
+        gang = rt.provider.describe(known[0].provider_id)
+        return bool(gang.members) and all(m.state == "running" for m in gang.members)
+
+    try:
+        noticed = time.perf_counter()
+        rt.provider.interrupt(instance.members[1].node_id)  # one node of the gang
+        while not all_running():
+            rt.controller.run_pass()
+        running = time.perf_counter()
+    finally:
+        ObjectStore.copy_tree = copy.call
+        del rt.provider.launch
+    second = rt.store.attempts(job_id)[-1]
+    head = rt.workdir / second.id / "rank-0" / "log.txt"
+    wait_until(lambda: "ranks joined" in head.read_text())
+    rejoined = time.perf_counter()
+    stopped = (rt.workdir / first.id / "rank-0" / "log.txt").read_text()
+    saved = int(stopped.split("rank 0: stopped at step ")[1].split(",")[0])
+    for known in rt.store.instances(attempt_id=second.id):
+        rt.provider.terminate(known.provider_id)
+    rt.controller.run_pass()
+    launched = sum(launch.seconds)
+    recovery = running - noticed - launched
+    moved = rt.store.migration(second.id)
+    return {
+        "nodes": nodes,
+        "recovery_s": recovery,
+        "rejoined_s": rejoined - noticed - launched,
+        "copy_s": sum(copy.seconds),
+        "copy_share": sum(copy.seconds) / recovery if recovery > 0 else None,
+        "launch_s": launched,
+        "moved": f"{moved['from']} -> {moved['to']}" if moved else "same region",
+        "steps_saved_at_notice": saved,
+    }
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--reclaims", type=int, default=5)
     parser.add_argument("--checkpoint-mb", type=int, default=200)
+    parser.add_argument("--gangs", type=int, default=3, help="gang reclaims to measure")
+    parser.add_argument("--gang-nodes", type=int, default=2)
     args = parser.parse_args()
 
     from broker.clock import SystemClock
@@ -142,6 +237,7 @@ def main() -> None:
         rt = open_runtime(Path(tmp) / "state.db", load_offers(), clock=SystemClock())
         try:
             runs = [one_reclaim(rt, n, args.checkpoint_mb) for n in range(args.reclaims)]
+            gangs = [one_gang_reclaim(rt, n, args.gang_nodes) for n in range(args.gangs)]
         finally:
             for instance in rt.provider.list_instances():
                 rt.provider.terminate(instance.id)
@@ -155,6 +251,15 @@ def main() -> None:
         "launch_s_median": statistics.median(r["launch_s"] for r in runs),
         "runs": runs,
     }
+    if gangs:
+        figures["gang"] = {
+            "reclaims": len(gangs),
+            "nodes": args.gang_nodes,
+            "recovery_s_median": statistics.median(g["recovery_s"] for g in gangs),
+            "rejoined_s_median": statistics.median(g["rejoined_s"] for g in gangs),
+            "launch_s_median": statistics.median(g["launch_s"] for g in gangs),
+            "runs": gangs,
+        }
     json.dump(figures, sys.stdout, indent=2)
     print()
 

@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING
 
 from onprem.executors.base import AttemptRequest, AttemptStatus, Executor
 from onprem.inventory import Pool
-from onprem.shapes import Shape, devices_of, gres_type, place, shape_of
+from onprem.shapes import Shape, devices_of, gres_type, place, pool_gang_nodes, shape_of
 from providers.base import (
     TAG_REQUEST,
     Clock,
@@ -35,8 +35,9 @@ from providers.base import (
     request_hash,
     startup_script,
 )
-from providers.capabilities import Billing, Capacity, PoolShares
+from providers.capabilities import Billing, Capacity, Gangs, PoolShares
 from providers.errors import InsufficientCapacity, InvalidRequest, NotFound
+from providers.gang import GangMember
 
 if TYPE_CHECKING:
     from pricing.table import OfferTable
@@ -48,7 +49,7 @@ TAG_TYPE = "broker-instance-type"
 NOTICE_KINDS = {"PREEMPTED": "preemption", "NODE_FAIL": "node-failure", "BOOT_FAIL": "node-failure"}
 
 
-class OnPremProvider(Capacity, PoolShares, Billing):
+class OnPremProvider(Capacity, PoolShares, Billing, Gangs):
     """The pools of a pools.yaml as one provider (see the module docstring).
 
     `workdir`: where local and Slurm executors keep attempt directories of their own
@@ -242,6 +243,12 @@ class OnPremProvider(Capacity, PoolShares, Billing):
             if not any(node.mig for node in pool.nodes)
         }
 
+    def max_gang_nodes(self, cloud: str, region: str, instance_type: str) -> int:
+        """The node count of the pool selling `instance_type` (`shapes.pool_gang_nodes`)."""
+        if cloud != "onprem":
+            return 0
+        return pool_gang_nodes(self.pools.values(), region, instance_type)
+
     def billed_hours(self, instance: Instance) -> float:
         """The engine's elapsed time: from the job's start (not its submission) to its
         end, or to now while it runs; 0 while it waits in the queue."""
@@ -357,4 +364,28 @@ class OnPremProvider(Capacity, PoolShares, Billing):
             ended_at=status.ended_at,
             log_path=status.log_path,
             nodes=status.node_count or max(1, len(status.nodes)),
+            members=self._members(pool, status),
+        )
+
+    def _members(self, pool: Pool, status: AttemptStatus) -> tuple[GangMember, ...]:
+        """A gang's nodes by rank (the engine's order, head first), each in the state of
+        the whole attempt: the engine starts and ends a gang's nodes together (srun, the
+        node executor). The broker's own allocation (SSH, local) names the nodes at
+        launch; Slurm places them later, so there a node is `<job id>#<rank>` and its
+        address the node's name once placed. () for one node."""
+        if (status.node_count or len(status.nodes)) <= 1:
+            return ()
+        addresses = {node.name: node.address for node in pool.nodes}
+        slurm = pool.executor.kind == "slurm"
+        names = status.nodes or ("",) * status.node_count  # "": not placed yet
+        return tuple(
+            GangMember(
+                rank=rank,
+                node_id=f"{status.handle}#{rank}" if slurm else name,
+                zone=pool.name,
+                address=addresses.get(name, "") or name,
+                state=status.state,
+                exit_code=status.exit_code,
+            )
+            for rank, name in enumerate(names)
         )

@@ -123,3 +123,15 @@ def devices_of(allocation: Allocation, device_ids: Sequence[int]) -> tuple[tuple
         ids = [str(device_ids[g]) if device_ids else str(g) for g in grant.gpus]
         out.append(tuple(ids))
     return tuple(out)
+
+
+def pool_gang_nodes(pools: Iterable[Pool], region: str, instance_type: str) -> int:
+    """The most nodes one gang of `instance_type` may have in `region`'s pools: every node
+    of the pool that sells it (one Slurm job or one allocation spans at most all of
+    them; a larger gang would wait forever), 1 for MIG slices (no gang of slices), 0
+    where no pool sells the type. The pool is found as `shape_of` finds it."""
+    named = [p for p in pools if instance_type.startswith(p.name + "-") and p.region == region]
+    pool = max(named, key=lambda p: len(p.name), default=None)
+    if pool is None:
+        return 0
+    return len(pool.nodes) if instance_type == f"{pool.name}-node" else 1

@@ -21,6 +21,7 @@ from providers.capabilities import (
     Billing,
     Capacity,
     CheckpointStores,
+    Gangs,
     PlayedReclaims,
     PoolShares,
 )
@@ -33,7 +34,7 @@ if TYPE_CHECKING:
 SEPARATOR = ":"
 
 
-class Fleet(Capacity, PoolShares, Billing, CheckpointStores, PlayedReclaims):
+class Fleet(Capacity, PoolShares, Billing, CheckpointStores, Gangs, PlayedReclaims):
     """A `Provider` whose members each serve some clouds (see the module docstring).
 
     `routes` maps a cloud name to the member serving it; member names must differ.
@@ -87,7 +88,12 @@ class Fleet(Capacity, PoolShares, Billing, CheckpointStores, PlayedReclaims):
 
     @staticmethod
     def _tagged(member: Provider, instance: Instance) -> Instance:
-        return dataclasses.replace(instance, id=f"{member.name}{SEPARATOR}{instance.id}")
+        """`instance` with fleet ids: its own and its gang members' node ids."""
+        prefix = f"{member.name}{SEPARATOR}"
+        members = tuple(
+            dataclasses.replace(m, node_id=prefix + m.node_id) for m in instance.members
+        )
+        return dataclasses.replace(instance, id=prefix + instance.id, members=members)
 
     # --- the Provider contract (docstrings in providers.base) --------------------------
 
@@ -169,6 +175,15 @@ class Fleet(Capacity, PoolShares, Billing, CheckpointStores, PlayedReclaims):
                     free[(cloud, pool)] = gpus
         return free
 
+    def max_gang_nodes(self, cloud: str, region: str, instance_type: str) -> int:
+        """The gang limit of the member serving `cloud`: 1 where it runs no gangs."""
+        member = self.routes.get(cloud, self.default)
+        if member is None:
+            return 0
+        if not isinstance(member, Gangs):
+            return 1
+        return member.max_gang_nodes(cloud, region, instance_type)
+
     def checkpoint_store(self, job_id: str, cloud: str, region: str) -> str | None:
         """The checkpoint store of (cloud, region) when the member serving that cloud
         keeps one (the sandbox); None for a cloud, whose jobs read the manifest's URI."""
@@ -217,5 +232,7 @@ class Fleet(Capacity, PoolShares, Billing, CheckpointStores, PlayedReclaims):
             raise InvalidRequest(self.name, f"{member.name} instances cannot be reclaimed by hand")
         notice = member.interrupt(own_id, kind)
         if notice is None:
-            return None
-        return dataclasses.replace(notice, instance_id=instance_id)
+            return None  # (a gang's notice names the gang, also when one node was reclaimed)
+        return dataclasses.replace(
+            notice, instance_id=f"{member.name}{SEPARATOR}{notice.instance_id}"
+        )

@@ -108,9 +108,16 @@ def plan_manifests(
     view = offers_in_force(catalog, pools, overlays)
     now = SystemClock().now()
     jobs = [m.spec for m in manifests]
-    decisions = plan_many(jobs, view.index, now, top=top)
+    index = view.index
+    if view.pools_path is not None and any(job.requirements.nodes > 1 for job in jobs):
+        from broker.dispatch.gangs import with_pool_gang_limits
+        from onprem.inventory import load_pools
+
+        nodes = [job.requirements.nodes for job in jobs]
+        index = with_pool_gang_limits(index, load_pools(view.pools_path), nodes)
+    decisions = plan_many(jobs, index, now, top=top)
     decisions = [
-        d if d.placements else _with_hints(d, job, view.index, now)
+        d if d.placements else _with_hints(d, job, index, now)
         for d, job in zip(decisions, jobs, strict=True)
     ]
     banner = catalog_banner(view, date.today(), resolve_positive_int("freshness_days"))

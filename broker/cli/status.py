@@ -41,6 +41,15 @@ ATTEMPT_COLUMNS = (
     Column("exit_code", "exit", count, keep=0),
     Column("time_scale", "billed s per wall s", count, keep=0),
 )
+NODE_COLUMNS = (
+    Column("number", "#", count, keep=3),
+    Column("rank", "rank", count, keep=3),
+    Column("node", "node", keep=2),
+    Column("where", "where", keep=3),
+    Column("address", "address", keep=0),
+    Column("state", "state", keep=3, colour=state_colour),
+    Column("exit_code", "exit", count, keep=0),
+)
 NO_JOB = "give a job: id, team/name or name (`broker jobs` lists every job, finished ones too)"
 
 
@@ -81,6 +90,9 @@ def status(
                 wide=wide,
                 notes=_scale_notes(view["attempts"]),
             )
+            nodes = [{"number": a["number"]} | n for a in view["attempts"] for n in a["nodes"]]
+            if nodes:  # a gang: each node of each attempt
+                render(nodes, NODE_COLUMNS, output, wide=wide)
 
 
 def _view(store: StateStore, job: Job) -> dict[str, Any]:
@@ -109,6 +121,7 @@ def _view(store: StateStore, job: Job) -> dict[str, Any]:
             "cost_usd": money_text(total(charges.get(a.id, []))),
             "exit_code": a.exit_code,
             "time_scale": a.placed_on.time_scale,
+            "nodes": _nodes(store, a.id, a.placed_on.where),
         }
         for a in store.attempts(job.id)
     ]
@@ -122,6 +135,23 @@ def _view(store: StateStore, job: Job) -> dict[str, Any]:
         "events": events,
         "attempts": attempts,
     }
+
+
+def _nodes(store: StateStore, attempt_id: str, where: str) -> list[dict[str, Any]]:
+    """The nodes of a gang attempt by rank, as the controller last saw them ([] for one
+    node)."""
+    return [
+        {
+            "rank": m.rank,
+            "node": m.node_id,
+            "where": f"{where} ({m.zone})" if m.zone else where,
+            "address": m.address,
+            "state": m.state,
+            "exit_code": m.exit_code,
+        }
+        for instance in store.instances(attempt_id=attempt_id)
+        for m in instance.members
+    ]
 
 
 def _scale_notes(attempts: list[dict[str, Any]]) -> list[str]:

@@ -172,12 +172,20 @@ class Planning:
             for job in jobs:
                 if job.id not in specs:
                     specs[job.id] = self._steered_spec(job, now)
-            return plan_many([specs[job.id] for job in jobs], index, now)
+            batch = [specs[job.id] for job in jobs]
+            return plan_many(batch, self._gangs(index, batch), now)
 
         jobs, decisions, broken = isolate(queued, plan, _job_id, "planning", sorted(self._held))
         cooling = cooling_places(reclaims, now, scale)
         waits = self._cooling(jobs, decisions, specs, offered, cooling) if cooling else {}
         return Plans(jobs, decisions, broken, waits)
+
+    def _gangs(self, index: OfferIndex, specs: list[JobSpec]) -> OfferIndex:
+        """`index` with the provider's gang limits when a job of `specs` is a gang
+        (broker.dispatch.gangs: N nodes only where the provider holds N)."""
+        from broker.dispatch.gangs import with_gang_limits
+
+        return with_gang_limits(index, self.provider, [s.requirements.nodes for s in specs])
 
     def _pools(self, index: OfferIndex) -> OfferIndex:
         """`index` with every pool node offered when a full pool may be waited for."""
@@ -210,7 +218,8 @@ class Planning:
         reopened = OfferIndex(offered.offers.take(rows), extra_countries=offered.extra_countries)
         now = self.clock.now()
         try:
-            plans = plan_many([specs[job.id] for job in infeasible], reopened, now)
+            batch = [specs[job.id] for job in infeasible]
+            plans = plan_many(batch, self._gangs(reopened, batch), now)
         except Exception as exc:  # noqa: BLE001 (it planned in the batch: this is only a hint)
             if not_one_jobs(exc):
                 raise

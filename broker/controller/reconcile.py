@@ -184,6 +184,8 @@ class Controller(Launching, Closing, Budgets):
         instance = self._instance_of(job, attempt, report)
         if instance is None:
             return
+        if instance.members:
+            self._record_members(attempt.id, instance)
         if job.state is JobState.CANCELLED and instance.active:
             self.provider.terminate(instance.id)
             report.terminated.append(instance.id)
@@ -224,6 +226,15 @@ class Controller(Launching, Closing, Budgets):
                 report.cannot_reach(known[0].provider_id, exc)
                 return None
         return self._start(job, attempt, report)
+
+    def _record_members(self, attempt_id: str, instance: Instance) -> None:
+        """Keep a gang's nodes as last seen (ranks, places, states) for `broker status`;
+        written only when they changed."""
+        for known in self.store.instances(attempt_id=attempt_id):
+            if known.provider_id == instance.id and known.members != instance.members:
+                self.store.record_instance(
+                    known.cloud, known.provider_id, known.state, members=instance.members
+                )
 
     def _start(self, job: Job, attempt: Attempt, report: PassReport) -> Instance | None:
         """Copy the checkpoint where the attempt runs, then launch it; None when it did
@@ -343,7 +354,7 @@ class Controller(Launching, Closing, Budgets):
 
 
 def _instance_row(instance: Instance) -> dict:
-    return {
+    row = {
         "provider_id": instance.id,
         "cloud": instance.cloud,
         "region": instance.region,
@@ -351,3 +362,6 @@ def _instance_row(instance: Instance) -> dict:
         "instance_type": instance.instance_type,
         "tags": dict(instance.tags),
     }
+    if instance.members:  # a gang: its nodes, for `broker status`
+        row["members"] = instance.members
+    return row

@@ -1,6 +1,7 @@
 """The offer filters of step 1 (see `broker.planner.filters`): vCPUs, memory, interconnect,
-capacity and a price in the market, as masks over the flat array of the candidates of
-some slices; then the cut of each requirements' groups at its max_price_per_hour.
+capacity, room for a gang (broker.dispatch.gangs) and a price in the market, as masks
+over the flat array of the candidates of some slices; then the cut of each requirements'
+groups at its max_price_per_hour.
 
 Each filter counts per slice how many candidates it removed, and `count_offer_filters`
 turns those counts into each requirements' rejections, so that `broker plan --explain`
@@ -10,6 +11,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from broker.dispatch.gangs import gang_interruption_rate
 from broker.planner.candidates import Candidates, Tally
 from broker.planner.partitions import Partitions
 from broker.spec import Requirements
@@ -20,7 +22,7 @@ if TYPE_CHECKING:
     from broker.planner.host import HostAsk
 
 # What the offer filters removed, in the order they run: a column of SliceCandidates.removed each.
-OFFER_FILTERS = ("vcpus", "memory", "interconnect", "capacity", "price")
+OFFER_FILTERS = ("vcpus", "memory", "interconnect", "capacity", "gang", "price")
 
 
 class SliceCandidates:
@@ -88,6 +90,10 @@ class SliceCandidates:
             alive = self._keep(
                 "capacity", alive, np.isnan(capacity) | (capacity >= self.spread(nodes))
             )
+        if "gang" in column and (nodes > 1).any():
+            gang = self.spread(nodes)
+            most = column["gang"][self.at]  # NaN: not limited (broker plan, clouds)
+            alive = self._keep("gang", alive, (gang <= 1) | np.isnan(most) | (most >= gang))
         unit = column["price"][self.at]  # in the slice's market
         alive = self._keep("price", alive, ~np.isnan(unit))
         at = self.at[alive]
@@ -106,7 +112,8 @@ class SliceCandidates:
         first = self.row[self.group_start]
         self.group_spot = self.slice_spot[slice_of_group]
         self.group_place = partitions.place_of_row[first]
-        self.group_rate = np.where(self.group_spot, partitions.spot_rate[first], 0.0)
+        rate = gang_interruption_rate(partitions.spot_rate[first], nodes[slice_of_group])
+        self.group_rate = np.where(self.group_spot, rate, 0.0)
         self.group_from_catalog = self.group_spot & partitions.from_catalog[first]
         self.slice_groups = np.searchsorted(slice_of_group, np.arange(self.n + 1))
         del self.at
@@ -160,6 +167,7 @@ def count_offer_filters(
     reasons = (
         lambda q: f"no {q.interconnect} interconnect",
         lambda q: f"not enough free capacity for {q.nodes} node(s)",
+        lambda q: f"no gang of {q.nodes} nodes offered here",
     )
     for column, reason in enumerate(reasons, start=2):
         removed = survivors.removed[use_slice[counted], column]

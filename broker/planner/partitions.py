@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from broker.dispatch.gangs import GANG_COLUMN
 from broker.planner.cost import DEFAULT_INTERRUPTION_RATE
 
 if TYPE_CHECKING:
@@ -68,6 +69,8 @@ class Partitions:
         self.row_at = np.concatenate([ordered, spot_order])
         self.at = {name: numbers[name][self.row_at] for name in ("vcpus", "memory_gib", "capacity")}
         self.at["interconnect"] = table.codes["interconnect"][self.row_at]
+        if GANG_COLUMN in numbers:  # the gang limits of the provider (broker.dispatch.gangs)
+            self.at["gang"] = numbers[GANG_COLUMN][self.row_at]
         onprem = np.asarray(table.categories["cloud"]) == "onprem"
         self.at["onprem"] = onprem[cloud[self.row_at]] if n else np.zeros(0, dtype=bool)
         self.at["price"] = np.concatenate(

@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import sqlite3
 from collections.abc import Callable, Mapping, Sequence
+from dataclasses import asdict
 from datetime import datetime
 from decimal import Decimal
 from typing import TYPE_CHECKING, Any
@@ -37,6 +38,7 @@ if TYPE_CHECKING:
     from contextlib import AbstractContextManager
 
     from providers.base import InterruptionNotice
+    from providers.gang import GangMember
 
 
 class AttemptWrites:
@@ -287,14 +289,17 @@ class AttemptWrites:
         zone: str | None = None,
         instance_type: str | None = None,
         tags: Mapping[str, str] | None = None,
+        members: Sequence[GangMember] | None = None,
     ) -> InstanceRow:
-        """Record what a provider reports about an instance (None keeps what is known).
+        """Record what a provider reports about an instance (None keeps what is known;
+        `members`: a gang's nodes).
 
         `provider_id` is unique within its cloud (adapters qualify names that are
         not, e.g. GCP's `zone/name`). An ended state stamps `terminated_at` (when the
         instance was seen gone).
         """
         given = {"region": region, "zone": zone, "instance_type": instance_type, "tags": tags}
+        given["members"] = members
         found = {k: v for k, v in given.items() if v is not None}
         found |= {"cloud": cloud, "provider_id": provider_id, "state": state}
         with self._write() as now:
@@ -313,6 +318,8 @@ class AttemptWrites:
         row |= {k: found[k] for k in (*fields, "attempt_id") if k in found}
         if "tags" in found:
             row["tags_json"] = json_text(dict(found["tags"]))
+        if "members" in found:  # a gang's nodes (providers.gang.GangMember)
+            row["members_json"] = json_text([asdict(m) for m in found["members"]])
         state = str(found["state"])
         row |= {"state": state, "updated_at": now}
         if state not in LIVE_INSTANCE and not row.get("terminated_at"):

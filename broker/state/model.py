@@ -24,6 +24,8 @@ from decimal import (
 from enum import StrEnum
 from typing import TYPE_CHECKING, Any, Literal
 
+from providers.gang import GangMember
+
 if TYPE_CHECKING:
     from broker.spec import JobSpec
     from broker.state.placed import PlacedOn
@@ -183,6 +185,7 @@ class InstanceRow:
     created_at: datetime
     updated_at: datetime
     terminated_at: datetime | None = None
+    members: tuple[GangMember, ...] = ()  # a gang's nodes by rank, as last observed
 
 
 @dataclass(frozen=True, slots=True)
@@ -345,6 +348,7 @@ def instance_of(row: Any) -> InstanceRow:
         job_id=row["job_id"], tags=json.loads(row["tags_json"]), state=row["state"],
         created_at=_at(row["created_at"]), updated_at=_at(row["updated_at"]),
         terminated_at=parse_ts(row["terminated_at"]),
+        members=tuple(GangMember(**m) for m in json.loads(row["members_json"])),
     )  # fmt: skip
 
 

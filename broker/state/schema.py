@@ -185,7 +185,14 @@ RUNS = Migration(
     rebuilds=True,
 )
 
-MIGRATIONS: list[Migration] = [INITIAL, LEDGER_PLACE, RUNS]
+GANG_MEMBERS = Migration(
+    4,
+    "instances: the nodes of a gang (rank, node id, zone, address, state, exit code)",
+    # '[]' for a single node, and on rows written before
+    ("ALTER TABLE instances ADD COLUMN members_json TEXT NOT NULL DEFAULT '[]'",),
+)
+
+MIGRATIONS: list[Migration] = [INITIAL, LEDGER_PLACE, RUNS, GANG_MEMBERS]
 
 _BOOKKEEPING = """CREATE TABLE IF NOT EXISTS schema_migrations (
     version INTEGER PRIMARY KEY,

@@ -3,14 +3,16 @@
 `NodeExecutor` runs `onprem.executors.nodescripts` on each node through a Shell
 (OpenSSH for `SshExecutor`, this machine for `LocalExecutor`). The broker allocates
 the GPUs (`onprem.allocation`) and passes them in the request: each node's wrapper
-exports CUDA_VISIBLE_DEVICES, and a multi-node attempt gets the rank environment
-(BROKER_NODE_RANK, BROKER_NUM_NODES, BROKER_NODE_IPS, MASTER_ADDR) on every node.
+exports CUDA_VISIBLE_DEVICES, and a multi-node attempt (a gang) gets the rank environment
+(`providers.gang.rank_environment`: the nodes' inventory addresses, head first, and a
+MASTER_PORT of the attempt's own) on every node, whose record is tagged with its rank.
 Starting is all or nothing: when one node refuses, the nodes already started are
 stopped before the error is raised.
 """
 
 from __future__ import annotations
 
+import hashlib
 import io
 import json
 import tarfile
@@ -25,11 +27,15 @@ from onprem.executors import nodescripts
 from onprem.executors.base import AttemptRequest, AttemptStatus, NodeUnreachable
 from onprem.executors.options import LocalOptions, SshOptions
 from onprem.executors.shell import LocalShell, Shell, SshShell
+from onprem.executors.slurm_gang import FIRST_PORT, PORTS
 from providers.base import ID_PATTERN, InstanceState
 from providers.errors import InvalidRequest, ProviderError
+from providers.gang import TAG_RANK, rank_environment
 
 US = "\x1f"
 RECORD_FORMAT = 1
+GANG_MARKER = "gang"  # a rank stopped because another rank of its gang failed
+GANG_STOP_GRACE = 10.0  # seconds those ranks get between SIGTERM and SIGKILL
 
 
 @dataclass(frozen=True)
@@ -89,6 +95,10 @@ class NodeExecutor:
         if hosts is None:
             return next((s for s in self.list_attempts() if s.attempt_id == attempt_id), None)
         seen = [item for host in hosts for item in self._list(host, attempt_id)]
+        left = _left_by_a_failed_rank(seen)
+        if left:  # all or nothing: one rank failed, the others stop now
+            self._stop(attempt_id, left, GANG_STOP_GRACE, GANG_MARKER)
+            seen = [item for host in hosts for item in self._list(host, attempt_id)]
         return _merge(attempt_id, seen) if seen else None
 
     def cancel(self, attempt_id: str, grace_seconds: float, *, interrupted: bool = False) -> bool:
@@ -235,16 +245,13 @@ def _bundle(rank: int, request: AttemptRequest, addresses: list[str], directory:
         exports.append(("CUDA_VISIBLE_DEVICES", ",".join(request.devices[rank])))
     if request.slices:
         exports.append(("BROKER_MIG_SLICES", ",".join(request.slices[rank])))
-    exports += [
-        ("BROKER_NODE_RANK", str(rank)),
-        ("BROKER_NUM_NODES", str(request.nodes)),
-        ("BROKER_NODE_IPS", ",".join(addresses)),
-        ("MASTER_ADDR", addresses[0]),
-    ]
+    port = attempt_port(request.attempt_id)
+    exports += rank_environment(rank, tuple(addresses), request.gpus_per_node, port).items()
+    tags = [*request.tags, (TAG_RANK, str(rank))] if request.nodes > 1 else list(request.tags)
     record = {
         "format": RECORD_FORMAT,
         "attempt_id": request.attempt_id,
-        "tags": [list(pair) for pair in request.tags],
+        "tags": [list(pair) for pair in tags],
         "hosts": list(request.hosts),
         "host": host,
         "rank": rank,
@@ -267,6 +274,12 @@ def _bundle(rank: int, request: AttemptRequest, addresses: list[str], directory:
         if request.workdir:
             tar.add(request.workdir, arcname="work")
     return buffer.getvalue()
+
+
+def attempt_port(attempt_id: str) -> int:
+    """A gang's MASTER_PORT, the same on every node and after a restart: from its id."""
+    digest = hashlib.sha256(attempt_id.encode()).digest()
+    return FIRST_PORT + int.from_bytes(digest[:4], "big") % PORTS
 
 
 def _parse(host: str, line: str) -> _Seen:
@@ -296,6 +309,15 @@ def _epoch(text: str) -> datetime | None:
         return None
 
 
+def _left_by_a_failed_rank(items: list[_Seen]) -> list[str]:
+    """The nodes of a gang still running after one of its ranks failed by itself (a
+    non-zero exit, not stopped by the broker): they are to be stopped."""
+    failed = [
+        i for i in items if not i.alive and i.ended is not None and i.exit_code and not i.marker
+    ]
+    return [i.host for i in items if i.alive] if failed and len(items) > 1 else []
+
+
 def _merge(attempt_id: str, items: list[_Seen]) -> AttemptStatus:
     """One status for an attempt from its directories on its nodes (rank order)."""
     items = sorted(items, key=lambda i: i.record.get("rank", 0))
@@ -309,7 +331,9 @@ def _merge(attempt_id: str, items: list[_Seen]) -> AttemptStatus:
         if any(i.ended is not None for i in items) and not any(i.alive for i in items):
             state = "running"  # a node has ended, another has not reported: still going
     else:
-        codes = [i.exit_code for i in items]
+        # The code of the rank that failed, not of those its gang stopped after it.
+        codes = [i.exit_code for i in items if i.marker != GANG_MARKER]
+        codes += [i.exit_code for i in items if i.marker == GANG_MARKER]
         code = next((c for c in codes if c != 0), 0)
         markers = {i.marker for i in items}
         if "cancelled" in markers:
@@ -335,7 +359,7 @@ def _merge(attempt_id: str, items: list[_Seen]) -> AttemptStatus:
         node_count=len(hosts),
         gpus=sum(len(d) for _, d in held),
         gpu_ids=tuple(f"{host}:{','.join(d)}" for host, d in held if d),
-        tags=tuple(tuple(pair) for pair in record.get("tags", [])),
+        tags=tuple(tuple(p) for p in record.get("tags", []) if p[0] != TAG_RANK),  # the node's
         reason=items[0].marker,
         log_path=f"{items[0].host}:{items[0].record.get('dir', '')}/log.txt",
     )

@@ -8,8 +8,9 @@ Every attempt lives in `<base>/<attempt id>/` on its node:
     pid            "<pid> <start time> <boot id>" of the wrapper, the group leader
     log.txt        the job's stdout and stderr
     exit_code      the job's exit status (128 + n after signal n), when it ended
-    cancelled, interrupted
-                   markers: the broker stopped it (terminate / preemption)
+    cancelled, interrupted, gang
+                   markers: the broker stopped it (terminate / preemption / another
+                   rank of its gang failed)
 
 `START` creates the directory with one `mkdir` (atomic: a second start of the same
 attempt finds it and starts nothing), unpacks a tar of the files from stdin, then
@@ -96,6 +97,7 @@ for id in "$@"; do
     code=$(cat "$d/exit_code"); ended=$(stat -c %.6Y "$d/exit_code")
   fi
   [ -f "$d/pid" ] && started=$(stat -c %.6Y "$d/pid")
+  [ -f "$d/gang" ] && marker=gang
   [ -f "$d/interrupted" ] && marker=interrupted
   [ -f "$d/cancelled" ] && marker=cancelled
   if [ "$live" = 0 ] && [ -z "$ended" ] && [ -f "$d/pid" ]; then  # died without a status

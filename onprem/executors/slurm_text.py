@@ -23,6 +23,7 @@ from urllib.parse import parse_qsl, urlencode
 
 from onprem.executors.base import AttemptRequest, AttemptStatus
 from onprem.executors.nodescripts import KEPT_ENV
+from onprem.executors.slurm_gang import gang_start
 from providers.base import TAG_ATTEMPT, TAG_BROKER, TAG_JOB, InstanceState
 
 US = "\x1f"
@@ -141,6 +142,9 @@ def batch_script(
     if request.tags:  # an empty --comment= would end sbatch's reading of the directives
         lines.append(f"#SBATCH --comment={comment(request.tags)}")
     end = f"BROKER_{uuid.uuid4().hex}"
+    start = ['setsid /bin/sh -c "$broker_script" &']
+    if request.nodes > 1:  # a gang: one task per node, each with its rank (slurm_gang)
+        start = gang_start(request.gpus_per_node, f"{end}_TASK")
     lines += [f"export {k}={shlex.quote(v)}" for k, v in request.env]
     lines += [
         # SIGTERM (--signal, scancel) goes to the job's whole session, once: the trap is
@@ -161,7 +165,7 @@ def batch_script(
         request.script.rstrip("\n"),
         end,
         ")",
-        'setsid /bin/sh -c "$broker_script" &',
+        *start,
         "broker_job=$!",
         '[ -z "$broker_term" ] || broker_pass',  # SIGTERM came while the job was starting
         'while :; do wait "$broker_job"; broker_rc=$?',

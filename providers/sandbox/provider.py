@@ -11,6 +11,8 @@ reconcile:
     <workdir>/<attempt_id>/exit_code      written by the script when the command ends
     <workdir>/<attempt_id>/workdir/       the job's run.workdir, unpacked from its archive
                                           before the job starts (its BROKER_WORKDIR)
+    <workdir>/<attempt_id>/gang.json      a gang of N nodes instead (gang_record.py): one
+    <workdir>/<attempt_id>/rank-<r>/      folder as above per rank, each its own process
     <workdir>/checkpoints/<cloud>/<region>/<job_id>/
                                           BROKER_CHECKPOINT_DIR: the checkpoint store of
                                           that place (a bucket in that region, played
@@ -26,9 +28,10 @@ an flock, so two controllers sharing it never launch one attempt twice nor overf
 a region. Times come from the injected clock; billing scales them by `time_scale`.
 
 Beside this module: records.py (the workdir, its records and lock, a record as an
-Instance), processes.py (starting, watching, waiting for and signalling jobs),
-catalog.py (what the catalog sells, the nodes free per region), jobs.py (a job's script,
-its delivered workdir, the container runtime of image jobs).
+Instance), record_runs.py (one record's process from start to end), gang_runs.py (a
+gang of N records, one per rank), processes.py (starting, watching, waiting for and
+signalling jobs), catalog.py (what the catalog sells, the nodes free per region),
+jobs.py (a job's script, its delivered workdir, the container runtime of image jobs).
 
 A SIGTERM that lands while the shell is still starting the command (between fork and
 exec) can be lost, as on any machine: `terminate` then kills the job after its grace
@@ -38,8 +41,6 @@ period, and `interrupt` after the notice deadline.
 from __future__ import annotations
 
 import hashlib
-import signal
-import time
 from collections.abc import Mapping, Sequence
 from dataclasses import replace
 from datetime import datetime, timedelta
@@ -54,7 +55,7 @@ from providers.base import (
     instance_tags,
     request_text,
 )
-from providers.capabilities import Billing, Capacity, CheckpointStores, PlayedReclaims
+from providers.capabilities import Billing, Capacity, CheckpointStores, Gangs, PlayedReclaims
 from providers.errors import InsufficientCapacity, InvalidRequest, NotFound
 from providers.jobscript import container_image
 from providers.sandbox.catalog import (
@@ -66,22 +67,22 @@ from providers.sandbox.catalog import (
     spot_prices,
     zone_to_report,
 )
+from providers.sandbox.gang_runs import GangRuns
 from providers.sandbox.jobs import (
     container_name,
     container_runtime,
     no_runtime_reason,
-    remove_container,
     write_script,
 )
 from providers.sandbox.processes import (
     INHERITED_ENV,
-    KILL_WAIT_SECONDS,
     Processes,
     job_env,
-    signal_group,
 )
+from providers.sandbox.record_runs import RecordRuns
 from providers.sandbox.records import (
     EXIT_CODE,
+    ID_PREFIX,
     LOG,
     NAME,
     RESERVED_DIRS,
@@ -95,8 +96,11 @@ if TYPE_CHECKING:
     from pricing.table import OfferTable
 
 
-class SandboxProvider(Capacity, Billing, CheckpointStores, PlayedReclaims):
-    """A `Provider` whose instances are local processes (see the module docstring).
+class SandboxProvider(
+    GangRuns, RecordRuns, Capacity, Billing, CheckpointStores, Gangs, PlayedReclaims
+):
+    """A `Provider` whose instances are local processes (see the module docstring); a
+    request for N > 1 nodes runs as a gang of N processes (gang_runs.py).
 
     `capacity`: nodes that may run at once per (cloud, region); an int for every
     region, or a mapping whose unlisted regions get DEFAULT_CAPACITY (0 closes one).
@@ -159,10 +163,19 @@ class SandboxProvider(Capacity, Billing, CheckpointStores, PlayedReclaims):
 
     def launch(self, request: LaunchRequest) -> Instance:
         zone = self._check(request)
+        if request.nodes > 1:
+            self._check_gang(request)
         digest = hashlib.sha256(request_text(request).encode()).hexdigest()
         self.workdir.mkdir(parents=True, exist_ok=True)
         with self._dir.locked():
             existing = self._dir.load(request.attempt_id)
+            gang = self._gang_of(ID_PREFIX + request.attempt_id)
+            if gang is not None and gang.request_hash != digest:
+                raise InvalidRequest(
+                    NAME, f"attempt {request.attempt_id} was launched with another request"
+                )
+            if gang is not None:
+                return self._launch_gang(request, zone, digest)  # completes a partial gang
             if existing is not None:
                 if existing.request_hash != digest:
                     raise InvalidRequest(
@@ -181,30 +194,26 @@ class SandboxProvider(Capacity, Billing, CheckpointStores, PlayedReclaims):
                     f"no capacity in {request.cloud}/{request.region}: "
                     f"{used} of {limit} nodes busy, {request.nodes} asked",
                 )
+            if request.nodes > 1:
+                return self._launch_gang(request, zone, digest)
             return instance_of(self._start(request, zone, digest))
 
     def describe(self, instance_id: str) -> Instance:
+        gang = self._gang_of(instance_id)
+        if gang is not None:
+            return self._gang_instance(gang)
         return instance_of(self._observe(self._dir.require(instance_id)))
 
     def terminate(self, instance_id: str) -> bool:
-        with self._dir.locked():
-            record = self._observe(self._dir.require(instance_id))
-            if record.ended_at is not None:
-                return False
-            record = replace(record, terminated=True)
-            self._dir.write(record)
-        signal_group(record.pid, signal.SIGTERM)
-        if not self._processes.wait_exit(record, self.terminate_grace):
-            signal_group(record.pid, signal.SIGKILL)
-            self._processes.wait_exit(record, KILL_WAIT_SECONDS)
-        signal_group(record.pid, signal.SIGKILL)  # whatever the job left in its group
-        self._remove_container(record)
-        self._observe(record)
-        return True
+        gang = self._gang_of(instance_id)
+        if gang is not None:
+            return self._terminate_gang(gang)
+        return self._stop(self._dir.require(instance_id))
 
     def list_instances(self) -> list[Instance]:
-        records = sorted(self._dir.records(), key=lambda r: (r.launched_at, r.attempt_id))
-        return [instance_of(self._observe(record)) for record in records]
+        records = [instance_of(self._observe(record)) for record in self._dir.records()]
+        everything = [*records, *self._gang_instances()]
+        return sorted(everything, key=lambda i: (i.launched_at, i.attempt_id or ""))
 
     def interruptions(self) -> list[InterruptionNotice]:
         notices = []
@@ -213,6 +222,7 @@ class SandboxProvider(Capacity, Billing, CheckpointStores, PlayedReclaims):
                 if record.interrupted_at and record.attempt_id not in self._reported:
                     self._reported.add(record.attempt_id)
                     notices.append(notice_of(record))
+            notices += self._gang_notices()
         return notices
 
     def object_store(self):
@@ -227,23 +237,12 @@ class SandboxProvider(Capacity, Billing, CheckpointStores, PlayedReclaims):
     def interrupt(self, instance_id: str, kind: str = "spot-reclaim") -> InterruptionNotice | None:
         """Play a spot reclaim: record a notice and send the job SIGTERM (the job contract:
         SIGTERM -> checkpoint -> exit). The job is killed if it still runs at the
-        deadline. None when the instance had already ended."""
-        with self._dir.locked():
-            record = self._observe(self._dir.require(instance_id))
-            if record.ended_at is not None:
-                return None
-            if record.interrupted_at is None:
-                now = self.clock.now()
-                deadline = now + timedelta(seconds=self.notice_seconds)
-                record = replace(
-                    record,
-                    interrupted_at=now.isoformat(),
-                    interrupt_kind=kind,
-                    interrupt_deadline=deadline.isoformat(),
-                )
-                self._dir.write(record)
-        signal_group(record.pid, signal.SIGTERM)
-        return notice_of(record)
+        deadline. None when the instance had already ended. For a gang (its id, or the
+        node id of any one rank), every rank gets the notice: the gang ends as a unit."""
+        gang = self._gang_of(instance_id)
+        if gang is not None:
+            return self._interrupt_gang(gang, kind)
+        return self._interrupt_record(self._dir.require(instance_id), kind)
 
     def crunch_spot(self, cloud: str) -> None:
         """Play a spot capacity crunch on `cloud`: from now on this object sells no spot
@@ -254,16 +253,11 @@ class SandboxProvider(Capacity, Billing, CheckpointStores, PlayedReclaims):
     def wait(self, instance_id: str, timeout: float) -> Instance:
         """The instance once its process has ended, or as it is after `timeout` seconds
         (an interrupted one is killed when its notice runs out, as `describe` would)."""
-        record = self._observe(self._dir.require(instance_id))
-        if record.ended_at is None and record.interrupt_deadline:
-            # An interrupted job that ignores SIGTERM is killed at its notice's deadline.
-            left = datetime.fromisoformat(record.interrupt_deadline) - self.clock.now()
-            pause = min(timeout, max(0.0, left.total_seconds()))
-            if not self._processes.wait_exit(record, pause):
-                record = self._observe(record)
-                timeout -= pause
-        if record.ended_at is None:
-            self._processes.wait_exit(record, timeout)
+        gang = self._gang_of(instance_id)
+        if gang is not None:
+            return self._wait_gang(gang, timeout)
+        record = self._dir.require(instance_id)
+        self._wait_record(record, timeout)
         return self.describe(instance_id)
 
     def free_nodes(self) -> dict[tuple[str, str], int]:
@@ -280,15 +274,8 @@ class SandboxProvider(Capacity, Billing, CheckpointStores, PlayedReclaims):
     def last_checkpoint_at(self, job_id: str, cloud: str, region: str) -> datetime | None:
         """When the job last wrote a checkpoint file in (cloud, region), by the files'
         modification times (None: never), on the provider's clock."""
-        folder = self._dir.checkpoint_folder(job_id, cloud, region)
-        newest = max(
-            (entry.stat().st_mtime for entry in folder.rglob("*") if entry.is_file()),
-            default=None,
-        )
-        if newest is None:
-            return None
-        age = time.time() - newest  # how long ago, in wall seconds
-        return self.clock.now() - timedelta(seconds=max(0.0, age))
+        age = self._dir.last_write_age(self._dir.checkpoint_folder(job_id, cloud, region))
+        return None if age is None else self.clock.now() - timedelta(seconds=age)
 
     def billed_hours(self, instance: Instance) -> float:
         """Hours to bill: clock seconds from launch to end (or now) × the time scale the
@@ -296,8 +283,9 @@ class SandboxProvider(Capacity, Billing, CheckpointStores, PlayedReclaims):
         if instance.launched_at is None:
             return 0.0
         end = instance.ended_at or self.clock.now()
+        gang = self._gang_of(instance.id)
         try:
-            scale = self._dir.require(instance.id).time_scale
+            scale = gang.time_scale if gang else self._dir.require(instance.id).time_scale
         except NotFound:
             scale = None
         seconds = max(0.0, (end - instance.launched_at).total_seconds())
@@ -320,8 +308,20 @@ class SandboxProvider(Capacity, Billing, CheckpointStores, PlayedReclaims):
             self._index = catalog_index(self._offers)
         return zone_to_report(request, self._index)
 
-    def _start(self, request: LaunchRequest, zone: str, digest: str) -> Record:
-        run_dir = self._dir.run_dir(request.attempt_id)
+    def _start(
+        self,
+        request: LaunchRequest,
+        zone: str,
+        digest: str,
+        *,
+        key: str = "",
+        tags: tuple[tuple[str, str], ...] = (),
+        extra_env: Mapping[str, str] | None = None,
+    ) -> Record:
+        """Start one process for `request`; a gang's rank passes its record's `key`
+        (its folder), its `tags` and its rank environment (`extra_env`)."""
+        key = key or request.attempt_id
+        run_dir = self._dir.run_dir(key)
         checkpoints = self._dir.checkpoint_folder(request.job_id, request.cloud, request.region)
         run_dir.mkdir(parents=True, exist_ok=True)
         checkpoints.mkdir(parents=True, exist_ok=True)
@@ -332,32 +332,28 @@ class SandboxProvider(Capacity, Billing, CheckpointStores, PlayedReclaims):
 
         def record(pid: int, proc_start: int) -> Record:
             written = Record(
-                attempt_id=request.attempt_id,
+                attempt_id=key,
                 request_hash=digest,
                 cloud=request.cloud,
                 region=request.region,
                 zone=zone,
                 instance_type=request.instance_type,
                 market=request.market,
-                nodes=request.nodes,
-                tags=instance_tags(request),
+                nodes=request.nodes if key == request.attempt_id else 1,  # a rank: one
+                tags=tags or instance_tags(request),
                 pid=pid,
                 proc_start=proc_start,
                 boot_id=self._processes.boot_id,
                 launched_at=self.clock.now().isoformat(),
                 log_path=str(log_path),
-                container=container_name(request.attempt_id) if container_image(request) else "",
+                container=container_name(key) if container_image(request) else "",
                 time_scale=self.billing_scale,
             )
             self._dir.write(written)
             return written
 
-        env = job_env(self.inherit_env)
-        return self._processes.start(request.attempt_id, script, log_path, env, record)
-
-    def _remove_container(self, record: Record) -> None:
-        if record.container and self.containers:
-            remove_container(self.containers, record.container)
+        env = job_env(self.inherit_env) | dict(extra_env or {})
+        return self._processes.start(key, script, log_path, env, record)
 
     # --- places and records --------------------------------------------------------------
 
@@ -373,28 +369,9 @@ class SandboxProvider(Capacity, Billing, CheckpointStores, PlayedReclaims):
             if record.ended_at is None:
                 key = (record.cloud, record.region)
                 used[key] = used.get(key, 0) + record.nodes
+        for key, nodes in self._gang_usage().items():
+            used[key] = used.get(key, 0) + nodes
         return used
 
     def _limit(self, cloud: str, region: str) -> int:
         return limit_of(self.capacity, cloud, region)
-
-    def _observe(self, record: Record) -> Record:
-        """`record`, with its end recorded the first time any provider sees it ended."""
-        if record.ended_at is not None:
-            return record
-        if self._processes.running(record):
-            deadline = record.interrupt_deadline
-            if deadline and self.clock.now() >= datetime.fromisoformat(deadline):
-                signal_group(record.pid, signal.SIGKILL)  # the notice ran out
-                self._remove_container(record)
-            return record
-        with self._dir.locked():
-            current = self._dir.load(record.attempt_id) or record
-            if current.ended_at is None:
-                ended = self.clock.now().isoformat()
-                exit_code = self._processes.exit_code(
-                    current, self._dir.run_dir(current.attempt_id) / EXIT_CODE
-                )
-                current = replace(current, ended_at=ended, exit_code=exit_code)
-                self._dir.write(current)
-            return current

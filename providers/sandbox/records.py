@@ -116,6 +116,16 @@ class Workdir:
         """The folder standing for a job's checkpoint store in (cloud, region)."""
         return self.root / "checkpoints" / cloud / region / job_id
 
+    def last_write_age(self, folder: Path) -> float | None:
+        """Wall seconds since a file under `folder` was last written (None: no file)."""
+        import time
+
+        newest = max(
+            (entry.stat().st_mtime for entry in folder.rglob("*") if entry.is_file()),
+            default=None,
+        )
+        return None if newest is None else max(0.0, time.time() - newest)
+
     def write(self, record: Record) -> None:
         """Replace the attempt's record, atomically."""
         atomic_write_text(self.run_dir(record.attempt_id) / RECORD, record.to_json(), durable=False)

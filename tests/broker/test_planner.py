@@ -109,7 +109,7 @@ def brute_force(job: JobSpec, index: OfferIndex) -> list[tuple[float, float, int
                         known
                         if not math.isnan(known)
                         else cost.DEFAULT_INTERRUPTION_RATE[offer["cloud"]]
-                    )
+                    ) * req.nodes  # a reclaim of any node stops a gang: N nodes' rates
                 lost = run / 2 if ck is None else min(ck.interval_minutes / 120, run / 2)
                 per = lost + cost.RESTART_HOURS + restore_h
                 work = run + staging

@@ -11,6 +11,7 @@ import threading
 import uuid
 from collections import deque
 from collections.abc import Callable, Iterator
+from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from decimal import ROUND_CEILING, ROUND_HALF_EVEN, Context, Decimal
 from pathlib import Path
@@ -479,7 +480,8 @@ def test_a_version_2_file_migrates_to_runs_keeping_every_row(path, clock):
     with sqlite3.connect(path) as conn:  # as broker wrote it before migration 3
         conn.execute("PRAGMA foreign_keys = OFF")
         conn.executescript(
-            "DELETE FROM schema_migrations WHERE version = 3;"
+            "DELETE FROM schema_migrations WHERE version >= 3;"
+            "ALTER TABLE instances DROP COLUMN members_json;"  # migration 4's
             "CREATE TABLE old_jobs AS SELECT id, team, name, queue, priority, state, version,"
             " pending_version, created_at, updated_at, queued_at FROM jobs;"
             "DROP TABLE jobs;"
@@ -722,3 +724,22 @@ def test_a_process_killed_mid_transaction_leaves_nothing_and_no_lock(store, path
     assert store.attempt(attempt).state is AttemptState.RUNNING
     assert store.finish_attempt(attempt, "succeeded", 0, "", 3, [{"kind": "compute"}])
     assert [e.amount_usd for e in store.ledger(job_id=job)] == [Decimal("98.3178")]
+
+
+def test_a_gangs_nodes_are_kept_with_its_instance_and_updated(store, path, clock):
+    from providers.gang import GangMember
+
+    job, attempt = launched(store, "gang")
+    members = tuple(GangMember(r, f"node-{r}", "z-1", f"10.0.0.{r + 1}", "running") for r in (0, 1))
+    store.attempt_running(attempt, {"provider_id": "g-1", "members": members})
+    (row,) = store.instances(attempt_id=attempt)
+    assert row.members == members
+    ended = (
+        replace(members[0], state="succeeded", exit_code=0),
+        replace(members[1], state="failed", exit_code=3),
+    )
+    store.record_instance(row.cloud, "g-1", "running", members=ended)
+    with StateStore.open(path, clock) as again:
+        assert again.instances(attempt_id=attempt)[0].members == ended
+    store.record_instance(row.cloud, "g-1", "terminated")  # members not given: kept
+    assert store.instances(attempt_id=attempt)[0].members == ended

@@ -16,6 +16,7 @@ from onprem.executors.options import LocalOptions, SlurmOptions, SshOptions
 from onprem.inventory import Executor, Pool, PoolNode
 from onprem.provider import OnPremProvider
 from providers.base import Instance, LaunchRequest
+from providers.gang import TAG_RANK, GangMember
 from tests.waiting import wait_until
 
 REGION = "onprem-ci"
@@ -124,12 +125,27 @@ class OnPremHarness:
             self.provider.preempt(instance.id)
             return
         # A job of the high partition takes the node: Slurm preempts ours (PreemptMode=REQUEUE).
-        (node,) = self._nodes_of(instance)
+        node = self._nodes_of(instance)[0]  # of a gang: its head (the whole job is requeued)
         self.slurm.run(
             "sbatch", "--parsable", "-p", "high", "-w", node, "--gres=gpu:a100:8",
             "-o", "/dev/null", "--wrap", "sleep 1",
         )  # fmt: skip
         assert wait_until(lambda: self.provider.describe(instance.id).state == "interrupted", 60)
+
+    def member_tags(self, instance: Instance, member: GangMember) -> dict[str, str]:
+        """What the engine keeps of one node of a gang: the record on the node (SSH,
+        local), or for Slurm the node's place in the job's node list (its SLURM_NODEID)."""
+        attempt = instance.id.rsplit(":", 1)[1]
+        executor = self.provider.executor(self.pool.name)
+        if self.slurm is None:
+            (seen,) = executor._list(member.node_id, attempt)
+            return dict(tuple(pair) for pair in seen.record["tags"])
+        assert wait_until(lambda: bool(self._nodes_of(instance)), 60)  # Slurm placed it
+        placed = self.provider.describe(instance.id).members[member.rank]
+        handle = executor.status(attempt).handle
+        nodelist = self.slurm.run("squeue", "-h", "-j", handle, "-o", "%N").strip()
+        order = self.slurm.run("scontrol", "show", "hostnames", nodelist).split()
+        return {TAG_RANK: str(order.index(placed.address))}  # the node's name
 
     def _nodes_of(self, instance: Instance) -> tuple[str, ...]:
         attempt = instance.id.rsplit(":", 1)[1]

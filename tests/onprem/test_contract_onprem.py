@@ -19,9 +19,18 @@ from tests.onprem.harness import (
 from tests.providers.contract import (
     BillingContract,
     CapacityContract,
+    GangMembersContract,
+    GangsContract,
     PoolSharesContract,
     ProviderContract,
 )
+from tests.waiting import wait_until
+
+
+def _quiet(cluster) -> bool:
+    """No job of an earlier test is left on the cluster: the pools of these harnesses
+    share its nodes, so a job still ending elsewhere would move their free counts."""
+    return cluster.run("squeue", "-h", "-o", "%i").strip() == ""
 
 
 def _unique(name: str) -> str:
@@ -30,7 +39,7 @@ def _unique(name: str) -> str:
 
 @pytest.fixture
 def local_harness(tmp_path) -> Iterator[OnPremHarness]:
-    harness = OnPremHarness(local_pool(_unique("desk")), tmp_path, ("capacity", "invalid"))
+    harness = OnPremHarness(local_pool(_unique("desk"), nodes=2), tmp_path, ("capacity", "invalid"))
     yield harness
     harness.close()
 
@@ -50,6 +59,7 @@ def ssh_harness(tmp_path, ssh_nodes) -> Iterator[OnPremHarness]:
 
 @pytest.fixture
 def slurm_harness(tmp_path, slurm_cluster) -> Iterator[OnPremHarness]:
+    assert wait_until(lambda: _quiet(slurm_cluster), 120)
     pool = slurm_pool(slurm_cluster, _unique("a100"), base_dir=str(tmp_path / "attempts"))
     harness = OnPremHarness(
         pool, tmp_path, ("capacity", "invalid"), slurm=slurm_cluster, whole_node=True
@@ -60,6 +70,7 @@ def slurm_harness(tmp_path, slurm_cluster) -> Iterator[OnPremHarness]:
 
 @pytest.fixture
 def slurm_login_harness(tmp_path, slurm_cluster, ssh_nodes) -> Iterator[OnPremHarness]:
+    assert wait_until(lambda: _quiet(slurm_cluster), 120)
     pool = slurm_pool(slurm_cluster, _unique("login"), ssh=ssh_nodes)
     harness = OnPremHarness(
         pool,
@@ -73,27 +84,37 @@ def slurm_login_harness(tmp_path, slurm_cluster, ssh_nodes) -> Iterator[OnPremHa
     harness.close()
 
 
-class TestLocalContract(ProviderContract, CapacityContract, PoolSharesContract, BillingContract):
+class TestLocalContract(
+    ProviderContract, CapacityContract, PoolSharesContract, BillingContract, GangsContract,
+    GangMembersContract,
+):  # fmt: skip
     @pytest.fixture
     def harness(self, local_harness):
         return local_harness
 
 
-class TestSshContract(ProviderContract, CapacityContract, PoolSharesContract, BillingContract):
+class TestSshContract(
+    ProviderContract, CapacityContract, PoolSharesContract, BillingContract, GangsContract,
+    GangMembersContract,
+):  # fmt: skip
     @pytest.fixture
     def harness(self, ssh_harness):
         return ssh_harness
 
 
-class TestSlurmContract(ProviderContract, CapacityContract, PoolSharesContract, BillingContract):
+class TestSlurmContract(
+    ProviderContract, CapacityContract, PoolSharesContract, BillingContract, GangsContract,
+    GangMembersContract,
+):  # fmt: skip
     @pytest.fixture
     def harness(self, slurm_harness):
         return slurm_harness
 
 
 class TestSlurmOverSshContract(
-    ProviderContract, CapacityContract, PoolSharesContract, BillingContract
-):
+    ProviderContract, CapacityContract, PoolSharesContract, BillingContract, GangsContract,
+    GangMembersContract,
+):  # fmt: skip
     @pytest.fixture
     def harness(self, slurm_login_harness):
         return slurm_login_harness

@@ -33,6 +33,7 @@ from providers.errors import (
     QuotaExceeded,
     RateLimited,
 )
+from providers.gang import TAG_RANK, GangMember, gang_state
 
 # The error classes a harness can make a launch fail with.
 ERRORS: dict[str, type[ProviderError]] = {
@@ -56,6 +57,10 @@ class Harness(Protocol):
 
     def unknown_id(self) -> str:
         """An instance id of the provider's shape that was never launched."""
+        ...
+
+    def member_tags(self, instance: Instance, member: GangMember) -> dict[str, str]:
+        """What the engine keeps of one node of a gang (GangMembersContract only)."""
         ...
 
     def interrupt(self, instance: Instance) -> None:
@@ -344,6 +349,41 @@ class GangsContract:
         with pytest.raises(InvalidRequest):
             provider.launch(harness.request("g-3", nodes=most + 1))
         assert attempts_of(provider, "g-3") == []
+
+
+class GangMembersContract:
+    """Beyond `GangsContract`, for providers whose harness can tell each node's tags and
+    reclaim a running gang (the sandbox, the fleet, on-prem pools): every node is
+    tagged with its rank, describe aggregates the members, a reclaim ends them all."""
+
+    def gang(self, harness: Harness, attempt: str) -> Instance:
+        provider = harness.provider
+        assert isinstance(provider, Gangs)
+        request = harness.request(attempt, nodes=2)
+        assert provider.max_gang_nodes(request.cloud, request.region, request.instance_type) >= 2
+        return provider.launch(request)
+
+    def test_every_node_is_tagged_with_its_rank(self, harness: Harness) -> None:
+        instance = self.gang(harness, "gm-1")
+        for member in instance.members:
+            assert harness.member_tags(instance, member)[TAG_RANK] == str(member.rank)
+
+    def test_describe_aggregates_the_members(self, harness: Harness) -> None:
+        instance = self.gang(harness, "gm-2")
+        described = harness.provider.describe(instance.id)
+        assert described.state == gang_state(described.members)[0]
+        assert described.active
+        assert all(m.state in ("pending", "running") for m in described.members)
+
+    def test_a_reclaim_interrupts_the_whole_gang(self, harness: Harness) -> None:
+        provider = harness.provider
+        provider.interruptions()  # whatever came before
+        instance = self.gang(harness, "gm-3")
+        harness.interrupt(instance)
+        assert [n.instance_id for n in provider.interruptions()] == [instance.id]
+        ended = provider.describe(instance.id)
+        assert ended.state == "interrupted"
+        assert all(m.state not in ("pending", "running") for m in ended.members)
 
 
 CAPABILITY_SUITES: dict[type, type] = {

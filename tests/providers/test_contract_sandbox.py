@@ -14,12 +14,15 @@ from broker.clock import SystemClock
 from pricing.catalog import read_offer_table
 from pricing.table import OfferTable
 from providers.base import Instance, LaunchRequest
+from providers.gang import GangMember
 from providers.sandbox import SandboxProvider
 from tests.fakes.offers import write_catalog
 from tests.providers.contract import (
     BillingContract,
     CapacityContract,
     CheckpointStoresContract,
+    GangMembersContract,
+    GangsContract,
     PlayedReclaimsContract,
     ProviderContract,
 )
@@ -56,6 +59,13 @@ class SandboxHarness:
 
     def unknown_id(self) -> str:
         return "sbx-never-launched"
+
+    def member_tags(self, instance: Instance, member: GangMember) -> dict[str, str]:
+        """A rank's tags, from its record on disk."""
+        attempt, _, rank = member.node_id.removeprefix("sbx-").partition("/")
+        record = self.provider._dir.load(f"{attempt}/{rank}")
+        assert record is not None, member
+        return dict(record.tags)
 
     def interrupt(self, instance: Instance) -> None:
         self.provider.interrupt(instance.id)
@@ -97,6 +107,8 @@ class TestSandboxContract(
     CapacityContract,
     BillingContract,
     CheckpointStoresContract,
+    GangMembersContract,
+    GangsContract,
     PlayedReclaimsContract,
 ):
     pass

@@ -15,12 +15,15 @@ from pricing.table import OfferTable
 from providers.base import Instance, LaunchRequest
 from providers.errors import InvalidRequest, NotFound, ProviderError
 from providers.fleet import Fleet
+from providers.gang import GangMember
 from providers.sandbox import SandboxProvider
 from tests.fakes.offers import write_catalog
 from tests.providers.contract import (
     BillingContract,
     CapacityContract,
     CheckpointStoresContract,
+    GangMembersContract,
+    GangsContract,
     PlayedReclaimsContract,
     PoolSharesContract,
     ProviderContract,
@@ -74,6 +77,14 @@ class FleetHarness:
     def unknown_id(self) -> str:
         return "aws-sim:sbx-never-launched"
 
+    def member_tags(self, instance: Instance, member: GangMember) -> dict[str, str]:
+        """A rank's tags, from the AWS member's record on disk."""
+        own = member.node_id.partition(":")[2]
+        attempt, _, rank = own.removeprefix("sbx-").partition("/")
+        record = self.aws._dir.load(f"{attempt}/{rank}")
+        assert record is not None, member
+        return dict(record.tags)
+
     def interrupt(self, instance: Instance) -> None:
         own = instance.id.partition(":")[2]
         self.aws.interrupt(own)
@@ -109,7 +120,7 @@ def harness(tmp_path) -> Iterator[FleetHarness]:
 
 class TestFleetContract(
     ProviderContract, CapacityContract, PoolSharesContract, BillingContract,
-    CheckpointStoresContract, PlayedReclaimsContract,
+    CheckpointStoresContract, PlayedReclaimsContract, GangsContract, GangMembersContract,
 ):  # fmt: skip
     pass
 
@@ -159,4 +170,3 @@ def test_member_names_must_differ(harness):
                 "gcp": AwsSimulator(harness.offers, harness.workdir / "x", SystemClock()),
             }
         )
-

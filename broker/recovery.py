@@ -5,9 +5,11 @@
   day (10 minutes, 20, 40... at most 4 hours). The planner therefore moves a job
   elsewhere, and a job cannot ping-pong between two preempting regions: both stay
   closed longer each time.
-- Each place with reclaims gets a learned interruption rate (reclaims per spot hour
-  run there, over the last day) when it is higher than the catalog's: the planner's
-  risk-adjusted cost then prefers steadier places, or on-demand.
+- Each place where spot ran lately gets a learned interruption rate: the catalog's
+  moved by the reclaims and spot hours seen there, as far as they weigh
+  (`broker.learned_rates`, a Gamma-Poisson posterior with decaying evidence). The
+  planner's risk-adjusted cost then prefers steadier places, or on-demand, without one
+  early reclaim writing a place off; the cool-down is the short-term signal.
 - A job's checkpoint lives where its last attempt ran; the planner prices moving it
   (egress and copy time) to each candidate, and the controller copies it before the
   next attempt starts (`broker.controller.checkpoints`).
@@ -74,7 +76,8 @@ def recent_reclaims(store: StateStore, now: datetime) -> list[Reclaim]:
 def cooldown(reclaims_here: int, scale: float = 1.0) -> timedelta:
     """How long spot stays closed after the n-th reclaim at one place within HISTORY;
     `scale` multiplies it (0: no cool-down; the simulator's policies tune it)."""
-    return min(COOLDOWN_BASE * 2 ** max(0, reclaims_here - 1), COOLDOWN_MAX) * scale
+    doublings = min(max(0, reclaims_here - 1), 32)  # past the cap already; no overflow
+    return min(COOLDOWN_BASE * 2**doublings, COOLDOWN_MAX) * scale
 
 
 @dataclass(frozen=True)
@@ -150,29 +153,6 @@ def cooling_reason(wait: Cooling) -> str:
     return f"cooling down until {wait.until.astimezone(UTC):%Y-%m-%dT%H:%M:%SZ} ({wait.where})"
 
 
-def learned_rates(reclaims: list[Reclaim], spot_hours: dict) -> dict[tuple[str, str, str], float]:
-    """Reclaims per spot hour per (cloud, region, instance type); at least one hour of
-    exposure is assumed, so a single early reclaim does not read as an infinite rate."""
-    counts: dict[tuple[str, str, str], int] = defaultdict(int)
-    for r in reclaims:
-        counts[(r.cloud, r.region, r.instance_type)] += 1
-    return {key: n / max(1.0, spot_hours.get(key, 0.0)) for key, n in counts.items()}
-
-
-def spot_exposure(store: StateStore, now: datetime) -> dict[tuple[str, str, str], float]:
-    """Billed spot hours per (cloud, region, instance type) over HISTORY, every outcome."""
-    hours: dict[tuple[str, str, str], float] = defaultdict(float)
-    for attempt in store.attempts():
-        if attempt.market != "spot" or attempt.ended_at is None:
-            continue
-        if now - attempt.ended_at > HISTORY:
-            continue
-        p = attempt.placed_on
-        key = (p.cloud, p.region, p.instance_type)
-        hours[key] += float(attempt.billed_hours or 0)
-    return hours
-
-
 def adjust_index(
     index: OfferIndex,
     store: StateStore,
@@ -181,30 +161,23 @@ def adjust_index(
     reclaims: list[Reclaim] | None = None,
 ) -> OfferIndex:
     """`index` with spot closed where it is cooling down (`cooldown_scale` x the
-    cool-down) and learned interruption rates applied; the same index when nothing was
-    reclaimed lately (the common case). `reclaims`: `recent_reclaims`, when read already."""
-    reclaims = recent_reclaims(store, now) if reclaims is None else reclaims
-    if not reclaims:
-        return index
-    import numpy as np
+    cool-down) and learned interruption rates applied (`broker.learned_rates`); the same
+    index when no spot ran lately (the common case). `reclaims`: `recent_reclaims`, when
+    read already."""
+    from broker.learned_rates import evidence, store_runs, with_learned_rates
 
+    reclaims = recent_reclaims(store, now) if reclaims is None else reclaims
+    seen = evidence(store_runs(store, now))
+    if not seen and not reclaims:
+        return index
     from pricing.query import OfferIndex
-    from pricing.table import OfferTable
     from providers.cloud import restrict_offers
 
     table = index.offers
     closed = closed_places(reclaims, now, cooldown_scale)
     for cloud in sorted({u.cloud for u in closed}):
         table, _ = restrict_offers(table, cloud, [u for u in closed if u.cloud == cloud])
-    rates = learned_rates(reclaims, spot_exposure(store, now))
-    numbers = dict(table.numbers)
-    column = numbers["spot_interruption_rate"].copy()
-    cloud, region, itype = (table.text(n) for n in ("cloud", "region", "instance_type"))
-    for (c, r, t), rate in rates.items():
-        rows = (cloud == c) & (region == r) & (itype == t)
-        column[rows] = np.fmax(column[rows], rate)  # fmax: a NaN (unknown) takes the rate
-    numbers["spot_interruption_rate"] = column
-    table = OfferTable(numbers, table.codes, table.categories)
+    table = with_learned_rates(table, seen)
     return OfferIndex(table, extra_countries=index.extra_countries)
 
 
@@ -219,8 +192,15 @@ def checkpoint_place(store: StateStore, job: Job) -> Place | None:
     return Place(p.cloud, p.region)
 
 
-def with_checkpoint_at(spec: JobSpec, place: Place | None) -> JobSpec:
-    """`spec` with its checkpoint located at `place` (the planner then prices moving it)."""
+def with_checkpoint_at(spec: JobSpec, place: Place | None, moves_with_job: bool = True) -> JobSpec:
+    """`spec` as the planner must price it, `place` being where the job last ran (None:
+    nowhere yet). A checkpoint that moves with the job (a provider keeping a store per
+    place) lies there; one in the manifest's bucket stays there, and is saved once the
+    job ran (docs/planner.md, "Checkpoint egress")."""
     if place is None or spec.checkpoint is None:
         return spec
-    return replace(spec, checkpoint=replace(spec.checkpoint, location=place))
+    if moves_with_job:
+        ckpt = replace(spec.checkpoint, location=place, moves_with_job=True, saved=True)
+    else:
+        ckpt = replace(spec.checkpoint, saved=True)
+    return replace(spec, checkpoint=ckpt)

@@ -97,11 +97,18 @@ def brute_force(job: JobSpec, index: OfferIndex) -> list[tuple[float, float, int
                 restore_h = restore_usd = write_usd = 0.0
                 ck = job.checkpoint
                 if ck and ck.location and ck.size_gb:
+                    # docs/planner.md, "Checkpoint egress"
                     bucket = Place(ck.location.cloud, ck.location.region)
                     back = egress_price(bucket, here)
-                    restore_h = cost.copy_hours(ck.size_gb, back.scope)
-                    restore_usd = ck.size_gb * back.price_per_gb
-                    write_usd = ck.size_gb * egress_price(here, bucket).price_per_gb
+                    if ck.saved:  # brought in once
+                        staging += cost.copy_hours(ck.size_gb, back.scope)
+                        egress_in += ck.size_gb * back.price_per_gb
+                    if ck.moves_with_job:  # kept where the job runs: restores local
+                        restore_h = cost.copy_hours(ck.size_gb, "same_region")
+                    else:
+                        restore_h = cost.copy_hours(ck.size_gb, back.scope)
+                        restore_usd = ck.size_gb * back.price_per_gb
+                        write_usd = ck.size_gb * egress_price(here, bucket).price_per_gb
                 rate = 0.0
                 if spot:
                     known = offer["spot_interruption_rate"]
@@ -120,7 +127,8 @@ def brute_force(job: JobSpec, index: OfferIndex) -> list[tuple[float, float, int
                 total_h = hours(rate)
                 if math.isinf(total_h):
                     continue
-                usd = price * total_h + egress_in + rate * total_h * restore_usd
+                # each interruption restores, and writes one more checkpoint on its notice
+                usd = price * total_h + egress_in + rate * total_h * (restore_usd + write_usd)
                 if ck and ck.location:
                     usd += total_h * 60 / ck.interval_minutes * write_usd
                 deadline = job.runtime.deadline_at(NOW)
@@ -181,6 +189,8 @@ jobs = st.builds(
         st.sampled_from([10.0, 60.0]),
         st.sampled_from([0.0, 50.0]),
         st.none() | places,
+        st.booleans(),  # moves with the job (a store per place) or stays in its bucket
+        st.booleans(),  # saved: the next attempt restores it
     ),
     data=st.lists(
         st.builds(DataInput, st.just("s3://d/"), st.sampled_from([10.0, 500.0]), places), max_size=2

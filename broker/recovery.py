@@ -2,7 +2,8 @@
 
 - A place (cloud, region, zone, instance type) that just reclaimed spot capacity is
   not offered spot for a cool-down that doubles with each reclaim there in the last
-  day (10 minutes, 20, 40... at most 4 hours). The planner therefore moves a job
+  day (10 minutes, 20, 40... at most 4 hours); instances taken back together, or while
+  the place is closed, count as one reclaim. The planner therefore moves a job
   elsewhere, and a job cannot ping-pong between two preempting regions: both stay
   closed longer each time.
 - Each place where spot ran lately gets a learned interruption rate: the catalog's
@@ -80,6 +81,21 @@ def cooldown(reclaims_here: int, scale: float = 1.0) -> timedelta:
     return min(COOLDOWN_BASE * 2**doublings, COOLDOWN_MAX) * scale
 
 
+def cooling(times, scale: float, zero):
+    """(when the place sells spot again, reclaims counted) for reclaims at sorted `times`
+    (datetimes, with `zero` = timedelta(0); or hours, with `zero` = 0.0). A reclaim counts
+    when the place was selling again: the instances one capacity event takes back at once,
+    or while the place is closed, are one reclaim, so a burst does not close it for hours."""
+    until, counted = None, 0
+    hours = not isinstance(zero, timedelta)
+    for at in times:
+        if until is None or at >= until:
+            counted += 1
+            step = cooldown(counted, scale)
+            until = at + (step / timedelta(hours=1) if hours else step)
+    return until, counted
+
+
 @dataclass(frozen=True)
 class Cooling:
     """A place whose spot market is closed until `until` after `reclaims` reclaims."""
@@ -109,12 +125,12 @@ def cooling_places(reclaims: list[Reclaim], now: datetime, scale: float = 1.0) -
     by_place: dict[tuple[str, str, str, str], list[datetime]] = defaultdict(list)
     for r in reclaims:
         by_place[(r.cloud, r.region, r.zone, r.instance_type)].append(r.at)
-    cooling = []
+    closing = []
     for (cloud, region, zone, instance_type), times in sorted(by_place.items()):
-        until = max(times) + cooldown(len(times), scale)
+        until, counted = cooling(sorted(times), scale, timedelta(0))
         if now < until:
-            cooling.append(Cooling(cloud, region, zone, instance_type, until, len(times)))
-    return cooling
+            closing.append(Cooling(cloud, region, zone, instance_type, until, counted))
+    return closing
 
 
 def closed_places(reclaims: list[Reclaim], now: datetime, scale: float = 1.0) -> list[Unavailable]:

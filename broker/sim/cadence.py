@@ -85,7 +85,7 @@ class Cadence:
         from broker.recovery import checkpoint_place, with_checkpoint_at
 
         settings = self.controller.settings
-        store = self.controller.store
+        store = _Reads(self.controller.store)  # read once for every question below
         home = checkpoint_place(store, job)
         spec = with_checkpoint_at(self._spec(job), home, True)  # a store per place
         requirements = spec.requirements
@@ -158,8 +158,8 @@ class Cadence:
         from broker.controller.steering import steer
         from broker.state import OPEN_ATTEMPT
 
-        store = self.controller.store
-        attempts = store.attempts(job.id, states=OPEN_ATTEMPT)
+        store = _Reads(self.controller.store)
+        attempts = self.controller.store.attempts(job.id, states=OPEN_ATTEMPT)
         if not any(a.market == "on-demand" and a.placed_on.steered for a in attempts):
             return None
         spec = self._spec(job)
@@ -185,7 +185,7 @@ class Cadence:
     def _cooling_wake(self, now: float) -> float:
         """The first pass at which a cool-down may end: a closed place reopens, or a
         reclaim leaves the 24-hour window (the next cool-down there is shorter)."""
-        from broker.recovery import HISTORY, cooldown, recent_reclaims
+        from broker.recovery import HISTORY, cooling, recent_reclaims
 
         when = self._at(now)
         reclaims = recent_reclaims(self.controller.store, when)
@@ -193,7 +193,7 @@ class Cadence:
         times: dict[tuple, list[datetime]] = {}
         for r in reclaims:
             times.setdefault((r.cloud, r.region, r.zone, r.instance_type), []).append(r.at)
-        moments = [max(ts) + cooldown(len(ts), scale) for ts in times.values()]
+        moments = [cooling(sorted(ts), scale, timedelta(0))[0] for ts in times.values()]
         moments += [r.at + HISTORY for r in reclaims]
         later = [self._hours(m) for m in moments if m > when]
         return grid_from(min(later), self.step) if later else float("inf")
@@ -225,3 +225,30 @@ class Cadence:
 
 
 _ANY = object()  # the job may act at any pass: take the next one
+
+
+class _Reads:
+    """The store's reads that steering asks, each read once: the store does not change
+    while the cadence asks its questions, and a bisection asks the same ones many times."""
+
+    def __init__(self, store) -> None:
+        self._store = store
+        self._attempts: dict[str, list] = {}
+        self._versions: dict[tuple[str, int | None], object] = {}
+        self._checkpoints: dict | None = None
+
+    def attempts(self, job_id: str):
+        if job_id not in self._attempts:
+            self._attempts[job_id] = self._store.attempts(job_id)
+        return self._attempts[job_id]
+
+    def version(self, job_id: str, number: int | None = None):
+        key = (job_id, number)
+        if key not in self._versions:
+            self._versions[key] = self._store.version(job_id, number)
+        return self._versions[key]
+
+    def checkpoints(self):
+        if self._checkpoints is None:
+            self._checkpoints = self._store.checkpoints()
+        return self._checkpoints

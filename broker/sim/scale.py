@@ -118,7 +118,7 @@ class _Fleet(SpotSide, PoolSide):
         self.deadline = [manifest_deadline(j) for j in self.jobs]  # as the manifests say
         self.team = [j.team for j in self.jobs]
         self._places_of: dict[int, list] = {}
-        self._wakes: dict[int, tuple] = {}  # job -> (open, saved, answers, wake): _next_change
+        self._wakes: dict[tuple, tuple] = {}  # (job, open) -> (saved, answers, wake)
         self._cooled: dict[int, set] = {}  # waiting job -> the cooling places it waits out
         self._usage: tuple[float, dict[str, float]] = (-1.0, {})
         self.seq = 0
@@ -188,12 +188,15 @@ class _Fleet(SpotSide, PoolSide):
                 deciding[i] = None
         # launch: every job that may act now, in the queue's order
         deciding.update(dict.fromkeys(soon_wait))
-        deciding.update(dict.fromkeys(i for i in moved if self.state[i].run is None))
         for place in list(self.freed):
             deciding.update(dict.fromkeys(self._waiters_for(place)))
+        told = [i for i in moved if self.state[i].run is None and i not in deciding]
         self.rates.plan()
-        for i in self._in_queue_order(deciding):
-            self._decide(i)
+        for i in self._in_queue_order([*deciding, *told]):
+            if i in deciding:
+                self._decide(i)
+            else:
+                self._reconsider(i)
         self.rates.planned()
 
     def _due(self) -> tuple[list[int], list[int]]:
@@ -226,23 +229,38 @@ class _Fleet(SpotSide, PoolSide):
             for k in self._spot_places(i)
         ):
             return True
-        known = self._wakes.get(i)
+        st = self.state[i]
+        known = self._wakes.get((i, st.asked_open))
         if known is None:
             return True
-        st = self.state[i]
         said = (self._choice(i, self.now, st.asked_open),
                 self._choice(i, self.now, False) if st.where is not None else "")  # fmt: skip
-        return said != known[2]
+        return said != known[1]
 
     def _remember(self, i: int, wake: float, seq: int) -> None:
         heapq.heappush(self.soon, (wake, seq, i))
 
     def _waiters_for(self, place: int) -> list[int]:
-        """The jobs waiting for `place` once room freed there: every one plans again in
-        the pass (those the room cannot take lose the race, as in the controller)."""
-        if self._spot_left(place) <= 0:
+        """The jobs waiting for `place` that its freed room can take, first in the queue's
+        order first. (The controller plans every queued job in the pass, and the others
+        would lose the race for the room and wait again: they are left waiting.)"""
+        room = self._spot_left(place)
+        if room <= 0 or not self.spot_waiters[place]:
             return []
-        return list(self.spot_waiters[place])
+        return self._in_queue_order(self.spot_waiters[place])[: int(min(room, 1e9))]
+
+    def _reconsider(self, i: int) -> None:
+        """Waiting job `i` is told otherwise of spot: its policy's answer, and so its next
+        wake, may change; it decides again only if the answer is now on-demand (room that
+        freed in this pass went to the waiters the room could take)."""
+        _, choice = self._markets(i)
+        if choice in ("on-demand", ""):
+            return self._decide(i)
+        wakes = [self._next_change(i)]
+        reopens = self._reopening(i)
+        if reopens is not None:
+            wakes.append(reopens)
+        self._retry(i, min(wakes))
 
     def _team_usage(self) -> dict[str, float]:
         if self._usage[0] != self.now:  # launches now add nothing yet: once per pass
@@ -346,18 +364,18 @@ class _Fleet(SpotSide, PoolSide):
         is_open, home = st.asked_open, st.where is not None
         said = (self._choice(i, self.now, is_open),
                 self._choice(i, self.now, False) if home else "")  # fmt: skip
-        known = self._wakes.get(i)
+        known = self._wakes.get((i, is_open))
         # the same question with the same answers now as at the last wake asked: the same
         # first change (every pass between answered as then)
-        if known is not None and known[:3] == (is_open, st.saved, said) and self.now < known[3]:
-            return known[3]
+        if known is not None and known[:2] == (st.saved, said) and self.now < known[2]:
+            return known[2]
         wakes = [first_change(lambda t: self._choice(i, t, is_open), self.now, step, deadline)]
         if home:
             wakes.append(first_change(lambda t: self._choice(i, t, False), self.now, step,
                                       deadline))  # fmt: skip
         found = [w for w in wakes if w is not None]
         wake = min(found) if found else grid_from(deadline, step)
-        self._wakes[i] = (is_open, st.saved, said, wake)
+        self._wakes[(i, is_open)] = (st.saved, said, wake)
         return wake
 
     def _home(self, i: int, choice: str) -> tuple[str, str] | None:
@@ -397,6 +415,8 @@ class _Fleet(SpotSide, PoolSide):
     def _retry(self, i: int, at: float) -> None:
         """Decide job `i` again at `at` (replacing any retry pending)."""
         st = self.state[i]
+        if st.waiting and st.retry_at == at:
+            return  # already due then
         st.waiting, st.retry_at = self._push(at, RETRY, i), at
         self._remember(i, at, st.waiting)
 

@@ -102,15 +102,14 @@ class SpotSide:
 
     def _cooling_until(self, place: object) -> float | None:
         """When `place` sells spot again, while it is cooling down now; else None."""
-        from broker.recovery import cooldown
+        from broker.recovery import cooling
 
         if place is None or not self.reclaimed_at[place]:  # type: ignore[index]
             return None
         times = [t for t in self.reclaimed_at[place] if self.now - t <= _DAY + _EPS]  # type: ignore[index]
         if not times:
             return None
-        hours = cooldown(len(times), self.settings.cooldown_scale).total_seconds() / 3600
-        until = max(times) + hours
+        until, _ = cooling(times, self.settings.cooldown_scale, 0.0)
         return until if self.now < until - _EPS else None
 
     def _reopening(self, i: int) -> float | None:

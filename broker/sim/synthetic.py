@@ -16,16 +16,18 @@ ZONES = (
 
 
 def synthetic_offers(zones=ZONES):
-    """Catalog rows for `zones` (one row each)."""
+    """Catalog rows for `zones` (one row each; a ninth field, when given, is the GPU
+    count of the instance, else 1)."""
     from pricing.table import OfferTable
 
     columns: dict[str, list] = {name: [] for name in (
         "cloud", "region", "zone", "instance_type", "accelerator", "accelerator_count",
         "accelerator_memory_gib", "vcpus", "memory_gib", "interconnect", "price_on_demand",
         "price_spot", "spot_interruption_rate", "capacity", "source", "as_of")}  # fmt: skip
-    for cloud, region, zone, itype, gpu, on_demand, spot, rate in zones:
+    for cloud, region, zone, itype, gpu, on_demand, spot, rate, *count in zones:
         row = dict(cloud=cloud, region=region, zone=zone, instance_type=itype, accelerator=gpu,
-                   accelerator_count=1.0, accelerator_memory_gib=16.0, vcpus=8.0, memory_gib=61.0,
+                   accelerator_count=float(count[0]) if count else 1.0,
+                   accelerator_memory_gib=16.0, vcpus=8.0, memory_gib=61.0,
                    interconnect="", price_on_demand=on_demand, price_spot=spot,
                    spot_interruption_rate=rate, capacity=float("nan"), source="synthetic",
                    as_of="2026-01-01")  # fmt: skip

@@ -390,3 +390,31 @@ def test_placements_built_by_columns_equal_those_built_one_by_one() -> None:
         built[0].total = 1.0
     with pytest.raises(TypeError):  # every field must be given
         _build(Rejection, reason=["r"])
+
+
+@pytest.mark.parametrize("hours", [2.0, 40.0])
+def test_a_checkpoint_that_moves_with_the_job_costs_one_copy_however_long_it_runs(hours):
+    """docs/planner.md, "Checkpoint egress": kept where the job runs, a saved 50 GB
+    checkpoint crosses once (to us-west-2 from us-east-1), and no write goes back; kept
+    in a us-east-1 bucket, every write (one per 30 minutes) goes back there."""
+    import pandas as pd
+
+    rows = synthetic_offers(1, seed=1).iloc[:1].copy()
+    rows["cloud"], rows["region"], rows["zone"] = "aws", "us-west-2", ""
+    rows["accelerator"], rows["accelerator_count"] = "A100", 8.0
+    rows["price_on_demand"], rows["price_spot"] = 20.0, float("nan")
+    index = OfferIndex(OfferTable.from_frame(pd.DataFrame(rows)))
+    east = Place("aws", "us-east-1")
+    per_gb = egress_price(east, Place("aws", "us-west-2")).price_per_gb
+
+    def egress(moves: bool) -> tuple[float, float]:
+        ckpt = Checkpoint("s3://b/", 30.0, 50.0, east, moves_with_job=moves, saved=True)
+        job = JobSpec("j", "t", Requirements(accelerators=(GpuAsk("A100", 8.0),)),
+                      runtime=RuntimeEstimate(hours), checkpoint=ckpt)  # fmt: skip
+        best = plan(job, index, NOW).placements[0]
+        return best.cost.egress, best.expected_hours  # hours: the run and the copy in
+
+    back = egress_price(Place("aws", "us-west-2"), east).price_per_gb
+    assert egress(True)[0] == pytest.approx(50 * per_gb)
+    usd, run = egress(False)
+    assert usd == pytest.approx(50 * per_gb + run * 2 * 50 * back)

@@ -129,7 +129,7 @@ def test_the_scale_engine_ranks_spot_by_learned_rates_as_the_planner_does(monkey
     # catalog's rates it would not.
     from broker.sim import scale_rates
 
-    policy = policies.make("broker")
+    policy = policies.make("broker", cooldown_scale=0)  # no cool-down: the rates alone
     scenario = synthetic(18)
     full = simulate(scenario, policy)
     assert_agree(simulate_at_scale(scenario, policy, spot_scale=1), full)

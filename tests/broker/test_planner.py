@@ -403,6 +403,7 @@ def test_a_checkpoint_that_moves_with_the_job_costs_one_copy_however_long_it_run
     rows["cloud"], rows["region"], rows["zone"] = "aws", "us-west-2", ""
     rows["accelerator"], rows["accelerator_count"] = "A100", 8.0
     rows["price_on_demand"], rows["price_spot"] = 20.0, float("nan")
+    rows["vcpus"], rows["memory_gib"] = 96.0, 1152.0  # p4d: above the A100 host floor
     index = OfferIndex(OfferTable.from_frame(pd.DataFrame(rows)))
     east = Place("aws", "us-east-1")
     per_gb = egress_price(east, Place("aws", "us-west-2")).price_per_gb

@@ -24,13 +24,13 @@ def run_suite(traces: Path, policy_text: str, *, workers: int, limit: int | None
     scenarios, notes = suite(traces / "skynomad-spot/results", traces)
     scenarios = scenarios[:limit]
     items = [part.strip() for part in policy_text.split(",") if part.strip()]
-    tasks = [(str(traces), s, w, item) for s, sc in enumerate(scenarios)
+    tasks = [(str(traces), s, w, sc.zones, sc.windows[w], item) for s, sc in enumerate(scenarios)
              for w in range(len(sc.windows)) for item in [*items, "optimum"]]  # fmt: skip
     started = time.perf_counter()
-    results = _pool(tasks, workers, scenarios)
+    results = _pool(tasks, workers)
     wall = time.perf_counter() - started
     rows = []
-    for (_, s, w, item), (cost, misses) in zip(tasks, results, strict=True):
+    for (_, s, w, _, _, item), (cost, misses) in zip(tasks, results, strict=True):
         window = scenarios[s].windows[w]
         rows.append({"scenario": s, "window": w, "policy": item, "cost_usd": cost,
                      "deadline_misses": misses, "skynomad_usd": skynomad_cost(window),
@@ -114,20 +114,15 @@ def _summary(per: list[dict], rows: list[dict], items: list[str]) -> dict:
     return out
 
 
-def _pool(tasks: list[tuple], workers: int, scenarios) -> list[tuple[float, int]]:
-    global _SCENARIOS
-    _SCENARIOS = scenarios
+def _pool(tasks: list[tuple], workers: int) -> list[tuple[float, int]]:
     if workers <= 1:
         return [_run(t) for t in tasks]
     import multiprocessing
     from concurrent.futures import ProcessPoolExecutor
 
-    context = multiprocessing.get_context("fork")  # the workers inherit the scenarios
+    context = multiprocessing.get_context("fork")  # the workers inherit the imports
     with ProcessPoolExecutor(max_workers=workers, mp_context=context) as pool:
         return list(pool.map(_run, tasks, chunksize=1))
-
-
-_SCENARIOS: list = []
 
 
 def _run(task: tuple) -> tuple[float, int]:
@@ -135,19 +130,22 @@ def _run(task: tuple) -> tuple[float, int]:
     from broker.sim import policies
     from broker.sim.engine import Scenario, simulate
     from broker.sim.model import SimJob
-    from broker.sim.traces.skynomad_suite import CHECKPOINT_MINUTES, suite_offers, suite_trace
+    from broker.sim.traces.skynomad_suite import (
+        CHECKPOINT_MINUTES,
+        gpu_of,
+        suite_offers,
+        suite_trace,
+    )
 
-    traces, s, w, item = task
-    scenario = _SCENARIOS[s]
-    window = scenario.windows[w]
-    trace = suite_trace(Path(traces), scenario.zones).window(
+    traces, _, _, zones, window, item = task
+    trace = suite_trace(Path(traces), zones).window(
         window.start_hours, window.deadline_hours + TAIL_HOURS
     )
-    offers = suite_offers(Path(traces), scenario.zones)
+    offers = suite_offers(Path(traces), zones)
     if item == "optimum":
         return _optimum(trace, offers, window), 0
-    gpus = 8 if scenario.gpu == "H100" else 1
-    job = SimJob("suite-job", "bench", 0.0, scenario.gpu, gpus, window.task_hours,
+    gpu = gpu_of(zones)
+    job = SimJob("suite-job", "bench", 0.0, gpu, 8 if gpu == "H100" else 1, window.task_hours,
                  window.deadline_hours, checkpoint_minutes=CHECKPOINT_MINUTES,
                  checkpoint_gb=window.checkpoint_gb)  # fmt: skip
     step = next(iter(trace.places.values())).step_hours

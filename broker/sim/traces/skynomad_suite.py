@@ -69,7 +69,12 @@ class SuiteScenario:
 
     @property
     def gpu(self) -> str:
-        return "H100" if self.zones[0].endswith("_h100_16") else "V100"
+        return gpu_of(self.zones)
+
+
+def gpu_of(zones: tuple[str, ...]) -> str:
+    """The GPU of a scenario's zones: SkyNomad's GCP probes are H100s, the rest V100s."""
+    return "H100" if zones[0].endswith("_h100_16") else "V100"
 
 
 def suite(results: Path, traces: Path) -> tuple[list[SuiteScenario], list[str]]:

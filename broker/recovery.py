@@ -20,7 +20,9 @@ All of it is read from the state store, so a restarted controller knows it too.
 
 from __future__ import annotations
 
+import math
 from collections import defaultdict
+from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING
@@ -81,19 +83,29 @@ def cooldown(reclaims_here: int, scale: float = 1.0) -> timedelta:
     return min(COOLDOWN_BASE * 2**doublings, COOLDOWN_MAX) * scale
 
 
-def cooling(times, scale: float, zero):
-    """(when the place sells spot again, reclaims counted) for reclaims at sorted `times`
-    (datetimes, with `zero` = timedelta(0); or hours, with `zero` = 0.0). A reclaim counts
-    when the place was selling again: the instances one capacity event takes back at once,
-    or while the place is closed, are one reclaim, so a burst does not close it for hours."""
-    until, counted = None, 0
-    hours = not isinstance(zero, timedelta)
-    for at in times:
-        if until is None or at >= until:
+def cooling(hours: Sequence[float], scale: float = 1.0) -> tuple[float, int]:
+    """(the hour the place sells spot again, the reclaims counted) for reclaims at the
+    sorted, non-empty `hours`. A reclaim counts only when the place was selling again:
+    the instances one capacity event takes back at once, or while the place is closed,
+    are one reclaim, so a burst does not close it for hours."""
+    until, counted = -math.inf, 0
+    for at in hours:
+        if at >= until:
             counted += 1
-            step = cooldown(counted, scale)
-            until = at + (step / timedelta(hours=1) if hours else step)
+            until = at + cooldown(counted, scale) / timedelta(hours=1)
     return until, counted
+
+
+def cooling_at(times: Sequence[datetime], scale: float = 1.0) -> tuple[datetime, int]:
+    """`cooling` of reclaims at the sorted, non-empty datetimes `times`."""
+    first = times[0]
+    until, counted = cooling([(t - first) / timedelta(hours=1) for t in times], scale)
+    return first + timedelta(hours=until), counted
+
+
+def cooling_until(times: Sequence[datetime], scale: float = 1.0) -> datetime:
+    """When a place reclaimed at the sorted, non-empty `times` sells spot again."""
+    return cooling_at(times, scale)[0]
 
 
 @dataclass(frozen=True)
@@ -127,7 +139,7 @@ def cooling_places(reclaims: list[Reclaim], now: datetime, scale: float = 1.0) -
         by_place[(r.cloud, r.region, r.zone, r.instance_type)].append(r.at)
     closing = []
     for (cloud, region, zone, instance_type), times in sorted(by_place.items()):
-        until, counted = cooling(sorted(times), scale, timedelta(0))
+        until, counted = cooling_at(sorted(times), scale)
         if now < until:
             closing.append(Cooling(cloud, region, zone, instance_type, until, counted))
     return closing

@@ -185,7 +185,7 @@ class Cadence:
     def _cooling_wake(self, now: float) -> float:
         """The first pass at which a cool-down may end: a closed place reopens, or a
         reclaim leaves the 24-hour window (the next cool-down there is shorter)."""
-        from broker.recovery import HISTORY, cooling, recent_reclaims
+        from broker.recovery import HISTORY, cooling_until, recent_reclaims
 
         when = self._at(now)
         reclaims = recent_reclaims(self.controller.store, when)
@@ -193,7 +193,7 @@ class Cadence:
         times: dict[tuple, list[datetime]] = {}
         for r in reclaims:
             times.setdefault((r.cloud, r.region, r.zone, r.instance_type), []).append(r.at)
-        moments = [cooling(sorted(ts), scale, timedelta(0))[0] for ts in times.values()]
+        moments = [cooling_until(sorted(ts), scale) for ts in times.values()]
         moments += [r.at + HISTORY for r in reclaims]
         later = [self._hours(m) for m in moments if m > when]
         return grid_from(min(later), self.step) if later else float("inf")

@@ -109,7 +109,7 @@ class SpotSide:
         times = [t for t in self.reclaimed_at[place] if self.now - t <= _DAY + _EPS]  # type: ignore[index]
         if not times:
             return None
-        until, _ = cooling(times, self.settings.cooldown_scale, 0.0)
+        until, _ = cooling(times, self.settings.cooldown_scale)
         return until if self.now < until - _EPS else None
 
     def _reopening(self, i: int) -> float | None:

@@ -75,3 +75,39 @@ def test_rows_with_evidence_take_their_posterior_and_an_unknown_rate_its_clouds_
     rates = with_learned_rates(table, seen).numbers["spot_interruption_rate"]
     assert rates[0] == pytest.approx((0.05 * PRIOR_HOURS + 1) / (PRIOR_HOURS + 0.5))  # aws default
     assert rates[1] == 0.05  # no evidence there
+
+
+# --- the cool-down: a short-term signal --------------------------------------------------
+
+
+def test_a_burst_of_reclaims_at_one_place_closes_it_as_one_reclaim():
+    from datetime import UTC, datetime, timedelta
+
+    from broker.recovery import Reclaim, closed_places, cooling
+
+    # Five instances taken back within a minute: one reclaim, 10 minutes closed (each
+    # counted would have closed it 160 minutes).
+    assert cooling([0.0, 0.005, 0.01, 0.012, 0.015]) == (pytest.approx(1 / 6), 1)
+    # A reclaim after it reopened counts: 20 minutes from the second one.
+    assert cooling([0.0, 0.5]) == (pytest.approx(0.5 + 1 / 3), 2)
+    at = datetime(2026, 1, 1, tzinfo=UTC)
+    burst = [Reclaim("aws", "us-east-1", "us-east-1a", "p3.2xlarge", at + timedelta(seconds=s),
+                     1.0) for s in (0, 20, 40)]  # fmt: skip
+    assert closed_places(burst, at + timedelta(minutes=9))
+    assert not closed_places(burst, at + timedelta(minutes=11))
+
+
+@given(st.lists(st.floats(0, 24), min_size=1, max_size=30), st.floats(0.1, 4))
+def test_a_place_stays_closed_past_its_last_reclaim_and_counts_no_more_than_happened(
+    hours, scale
+):
+    from broker.recovery import COOLDOWN_BASE, COOLDOWN_MAX, cooldown, cooling
+
+    hours = sorted(hours)
+    until, counted = cooling(hours, scale)
+    assert 1 <= counted <= len(hours)
+    assert until > hours[-1]
+    assert until - hours[-1] <= COOLDOWN_MAX.total_seconds() / 3600 * scale + 1e-9
+    assert until - hours[0] >= COOLDOWN_BASE.total_seconds() / 3600 * scale - 1e-9
+    # never longer than counting every reclaim, as before
+    assert until <= hours[-1] + cooldown(len(hours), scale).total_seconds() / 3600 + 1e-9

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import math
 import re
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -175,3 +176,54 @@ def test_one_early_reclaim_does_not_send_the_job_to_a_place_four_times_dearer(en
         assert result.preemptions == 1 and result.deadline_misses == 0
         saved = math.floor((0.5 - 0.1) / EVERY + 1e-9) * EVERY
         assert result.total_cost == pytest.approx(0.5 * (0.5 + 0.1 + 20.0 - saved), abs=0.01)
+
+
+def test_both_engines_bill_a_checkpoint_move_alike():
+    # The move above in the fleet-scale engine, with production's stay_home (home never
+    # sells again, so waiting cannot help): the same egress, cost and completion.
+    away = ZONES[1]
+    trace = SpotTrace({TracePlace("aws", HOME[2], "V100"): Availability(1.0, (1, 1, 1, 0, 0)),
+                       TracePlace("aws", away[2], "V100"): Availability(1.0, (1,))})  # fmt: skip
+    job = SimJob("one", "nlp", 0.0, "V100", 1, 6.0, 20.0, checkpoint_minutes=30.0,
+                 checkpoint_gb=50.0)  # fmt: skip
+    scenario = Scenario(synthetic_offers((HOME, away)), trace, [job], restart_hours=0.1)
+    policy = policies.make("broker")
+    full, fast = (ENGINES[e](scenario, policy) for e in ("full", "scale"))
+    assert full.egress_cost == pytest.approx(50 * 0.02)
+    assert (fast.egress_cost, fast.total_cost, fast.mean_completion_hours) == pytest.approx(
+        (full.egress_cost, full.total_cost, full.mean_completion_hours), abs=1e-4
+    )
+
+
+# --- 5. the simulator's default is production's ----------------------------------------
+
+
+def test_the_simulated_broker_runs_with_the_settings_broker_run_uses():
+    # `broker run` plans with DispatchSettings() (the deadline-aware policy at its
+    # defaults); the simulated "broker" must be that, not a cool-down scaled to 0.
+    from broker.dispatch.settings import DispatchSettings
+    from broker.spotpolicy import DeadlineAware
+
+    simulated = policies.make("broker").settings(RESTART, STEP)
+    production = DispatchSettings(restart_hours=RESTART, pass_hours=STEP)
+    assert simulated.spot_policy.describe() == DeadlineAware().describe()
+    assert replace(simulated, spot_policy=None) == production
+    assert production.cooldown_scale == 1.0
+
+
+@pytest.mark.parametrize("engine", sorted(ENGINES))
+def test_the_default_broker_keeps_a_reclaimed_place_closed_for_its_cooldown(engine):
+    # Reclaimed at 1 h, the zone sells again at 1.25 h, after the first 10-minute
+    # cool-down: both go back then. Reclaimed again at 1.5 h, it sells from 1.75 h, but
+    # a second reclaim in a day closes it for 20 minutes (to 1.83 h): production waits
+    # that out, cooldown_scale=0 (the simulator's default before) goes back at 1.75 h.
+    cheap = ("aws", "us-east-1", "us-east-1a", "p3.2xlarge", "V100", 3.06, 0.5, 0.05)
+    counts = Availability(0.25, (1, 1, 1, 1, 0, 1, 0, 1) + (1,) * 100)
+    trace = SpotTrace({TracePlace("aws", cheap[2], "V100"): counts})
+    job = SimJob("j", "t", 0.0, "V100", 1, 10.0, 40.0, checkpoint_minutes=10.0)
+    scenario = Scenario(synthetic_offers((cheap,)), trace, [job], restart_hours=0.1,
+                        reconcile_hours=0.05)  # fmt: skip
+    default = ENGINES[engine](scenario, policies.make("broker"))
+    eager = ENGINES[engine](scenario, policies.make("broker", cooldown_scale=0))
+    assert default.preemptions == eager.preemptions == 2
+    assert default.mean_completion_hours > eager.mean_completion_hours

@@ -1,11 +1,13 @@
 """Spot survival: what the broker learns from interruptions, and where a checkpoint lives.
 
-- A place (cloud, region, zone, instance type) that just reclaimed spot capacity is
-  not offered spot for a cool-down that doubles with each reclaim there in the last
-  day (10 minutes, 20, 40... at most 4 hours); instances taken back together, or while
-  the place is closed, count as one reclaim. The planner therefore moves a job
-  elsewhere, and a job cannot ping-pong between two preempting regions: both stay
-  closed longer each time.
+- A place (cloud, region, zone, instance type) that just reclaimed spot capacity is not
+  offered spot for a cool-down that doubles with each reclaim there in the last 4 hours
+  (10 minutes, 20, 40... at most 4 hours); instances taken back together, or while the
+  place is closed, count as one reclaim. A reclaim counts towards the doubling only as
+  long as the longest cool-down lasts: the longer memory of a flaky place is its learned
+  rate's (below), so a morning of reclaims does not close it all afternoon. The planner
+  therefore moves a job elsewhere, and a job cannot ping-pong between two preempting
+  regions: both stay closed longer each time.
 - Each place where spot ran lately gets a learned interruption rate: the catalog's
   moved by the reclaims and spot hours seen there, as far as they weigh
   (`broker.learned_rates`, a Gamma-Poisson posterior with decaying evidence). The
@@ -36,7 +38,7 @@ if TYPE_CHECKING:
 
 COOLDOWN_BASE = timedelta(minutes=10)
 COOLDOWN_MAX = timedelta(hours=4)
-HISTORY = timedelta(hours=24)
+HISTORY = COOLDOWN_MAX  # how long a reclaim counts towards the doubling
 REASON = "spot reclaimed here"
 
 
@@ -77,7 +79,8 @@ def recent_reclaims(store: StateStore, now: datetime) -> list[Reclaim]:
 
 
 def cooldown(reclaims_here: int, scale: float = 1.0) -> timedelta:
-    """How long spot stays closed after the n-th reclaim at one place within HISTORY;
+    """How long spot stays closed after the n-th reclaim at one place within HISTORY
+    (counted as `cooling` counts them);
     `scale` multiplies it (0: no cool-down; the simulator's policies tune it)."""
     doublings = min(max(0, reclaims_here - 1), 32)  # past the cap already; no overflow
     return min(COOLDOWN_BASE * 2**doublings, COOLDOWN_MAX) * scale

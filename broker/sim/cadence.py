@@ -11,9 +11,9 @@ could act on is provably idle until later, that later pass:
   "wait" under `spot_strict`, or its manifest says `spot: only`) and no place it may use
   sells spot, or every such place is cooling down after a reclaim. It may act again at a
   provider event (the engine passes there anyway), when a cool-down ends, when a reclaim
-  leaves the cool-down's 24-hour window, or at the first pass at which its spot policy
-  would answer otherwise (`broker.dispatch.cadence.first_change`; asked with and without
-  spot on sale, as stay-home asks both);
+  leaves the cool-down's 4-hour window (`broker.recovery.HISTORY`), or at the first pass
+  at which its spot policy would answer otherwise (`broker.dispatch.cadence.first_change`;
+  asked with and without spot on sale, as stay-home asks both);
 - a **policy-steered on-demand run** may go back to spot (`Controller._back_to_spot`) at
   the first pass at which its policy would say "spot";
 - a plain running attempt is never acted on between events.
@@ -184,7 +184,7 @@ class Cadence:
 
     def _cooling_wake(self, now: float) -> float:
         """The first pass at which a cool-down may end: a closed place reopens, or a
-        reclaim leaves the 24-hour window (the next cool-down there is shorter)."""
+        reclaim leaves the HISTORY window (the next cool-down there is shorter)."""
         from broker.recovery import HISTORY, cooling_until, recent_reclaims
 
         when = self._at(now)

@@ -6,9 +6,10 @@ spot room.
   the count drops, the newest runs are reclaimed and keep the work of their last
   checkpoint (lost work counted as the reports count it).
 - **Cool-downs** (`broker.recovery.cooldown`): a place that reclaimed a run sells no spot
-  to the engine for 10 minutes, doubling with each reclaim there in the last day (at most
-  4 hours), times the settings' `cooldown_scale`. The spot policy is still told spot is
-  on sale there (the controller asks the provider, which knows nothing of cool-downs).
+  to the engine for 10 minutes, doubling with each reclaim there in the last 4 hours
+  (`broker.recovery.HISTORY`; at most 4 hours), times the settings' `cooldown_scale`. The
+  spot policy is still told spot is on sale there (the controller asks the provider, which
+  knows nothing of cool-downs).
 - **Back to spot** (`Controller._back_to_spot`): a run the spot policy sent to on-demand
   stops gracefully (nothing lost) at the first pass at which the policy, asked with the
   run counted, says "spot"; the job then decides again in that pass.
@@ -20,16 +21,18 @@ spot room.
 from __future__ import annotations
 
 import math
+from datetime import timedelta
 from typing import TYPE_CHECKING
 
 from broker.dispatch.cadence import first_change, grid_after, grid_from
+from broker.recovery import HISTORY
 
 if TYPE_CHECKING:
     from broker.sim.scale import _Run
 
 END, TICK, BACK, SUBMIT, RETRY = 0, 1, 2, 3, 4  # the loop's events, in order at one instant
 _EPS = 1e-9
-_DAY = 24.0  # hours: broker.recovery.HISTORY
+_HISTORY = HISTORY / timedelta(hours=1)  # hours a reclaim counts towards the doubling
 
 
 class SpotSide:
@@ -106,7 +109,7 @@ class SpotSide:
 
         if place is None or not self.reclaimed_at[place]:  # type: ignore[index]
             return None
-        times = [t for t in self.reclaimed_at[place] if self.now - t <= _DAY + _EPS]  # type: ignore[index]
+        times = [t for t in self.reclaimed_at[place] if self.now - t <= _HISTORY + _EPS]  # type: ignore[index]
         if not times:
             return None
         until, _ = cooling(times, self.settings.cooldown_scale)

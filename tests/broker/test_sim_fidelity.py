@@ -227,3 +227,25 @@ def test_the_default_broker_keeps_a_reclaimed_place_closed_for_its_cooldown(engi
     eager = ENGINES[engine](scenario, policies.make("broker", cooldown_scale=0))
     assert default.preemptions == eager.preemptions == 2
     assert default.mean_completion_hours > eager.mean_completion_hours
+
+
+@pytest.mark.parametrize("engine", sorted(ENGINES))
+def test_a_morning_of_reclaims_does_not_close_a_place_all_afternoon(tmp_path, engine):
+    # Reclaimed at 0.5, 1.25 and 2.5 h (cool-downs of 10, 20, 40 minutes), steady from
+    # 2.75 h, reclaimed again at 8 h and selling from 8.25 h. Counted over a day, the 4th
+    # reclaim closed the zone for 80 minutes (to 9.33 h); counted over the last 4 hours
+    # (the longest cool-down) it is a first one: 10 minutes, so the job is back at 8.25 h.
+    cheap = ("aws", "us-east-1", "us-east-1a", "p3.2xlarge", "V100", 3.06, 0.5, 0.05)
+    up, down = (1,), (0,)
+    counts = up * 2 + down + up * 2 + down + up * 4 + down + up * 21 + down + up * 200
+    trace = SpotTrace({TracePlace("aws", cheap[2], "V100"): Availability(0.25, counts)})
+    job = SimJob("j", "t", 0.0, "V100", 1, 20.0, 40.0, checkpoint_minutes=10.0)
+    scenario = Scenario(synthetic_offers((cheap,)), trace, [job], restart_hours=0.1,
+                        reconcile_hours=0.05)  # fmt: skip
+    policy = policies.make("broker")
+    result, rows, _ = _attempts(scenario, policy, tmp_path / "run")
+    assert [r[2:4] for r in rows] == [("spot", "interrupted")] * 4 + [("spot", "succeeded")]
+    assert [round(r[1], 2) for r in rows[:4]] == [0.5, 1.25, 2.5, 8.0]
+    assert rows[4][0] == pytest.approx(8.25)
+    other = ENGINES[engine](scenario, policy)
+    assert other.mean_completion_hours == pytest.approx(result.mean_completion_hours, abs=1e-4)

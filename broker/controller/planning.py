@@ -241,11 +241,9 @@ class Planning:
         if not spot_only(choice, self.settings):
             return spec
         requirements = replace(spec.requirements, spot="only")
-        checkpoint = spec.checkpoint
         if home is not None and stays_home(
             self.settings,
-            has_home=True,
-            checkpoint_gb=checkpoint.size_gb if checkpoint else 0.0,
+            has_home=spec.checkpoint is not None,
             choice=choice,
             choice_without_spot=lambda: steer(
                 spec, job, self.store, now, self.settings, spot_available=False

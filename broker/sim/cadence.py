@@ -97,11 +97,9 @@ class Cadence:
             if not spot_only(choice, settings):
                 return _ANY
         clouds, regions = requirements.clouds, requirements.regions
-        checkpoint = spec.checkpoint
         if home is not None and stays_home(
             settings,
-            has_home=True,
-            checkpoint_gb=checkpoint.size_gb if checkpoint else 0.0,
+            has_home=spec.checkpoint is not None,
             choice=choice,
             choice_without_spot=lambda: steer(
                 spec, job, store, when, settings, spot_available=False

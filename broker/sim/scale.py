@@ -384,8 +384,7 @@ class _Fleet(SpotSide, PoolSide):
         home = self.state[i].where
         kept = stays_home(
             self.settings,
-            has_home=home is not None,
-            checkpoint_gb=self.jobs[i].checkpoint_gb,
+            has_home=home is not None and self.jobs[i].checkpoint_minutes is not None,
             choice=choice,
             choice_without_spot=lambda: self._choice(i, self.now, False),
         )

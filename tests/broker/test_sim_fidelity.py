@@ -249,3 +249,22 @@ def test_a_morning_of_reclaims_does_not_close_a_place_all_afternoon(tmp_path, en
     assert rows[4][0] == pytest.approx(8.25)
     other = ENGINES[engine](scenario, policy)
     assert other.mean_completion_hours == pytest.approx(result.mean_completion_hours, abs=1e-4)
+
+
+@pytest.mark.parametrize("engine", sorted(ENGINES))
+def test_a_reclaimed_job_with_time_to_wait_waits_for_home_even_with_nothing_to_move(engine):
+    # A 0 GB checkpoint (nothing to copy): reclaimed at 2 h in us-east-1a (spot 0.50),
+    # which sells again from 2.5 h, with us-east-2a (1.50) on sale throughout. With 20 h
+    # to spare the policy would wait, so the job waits for home (about 10.4 h at 0.50)
+    # instead of moving to the dearer zone for the rest of the run (12 USD more).
+    cheap = ("aws", "us-east-1", "us-east-1a", "p3.2xlarge", "V100", 3.06, 0.5, 0.05)
+    dear = ("aws", "us-east-2", "us-east-2a", "p3.2xlarge", "V100", 3.06, 1.5, 0.05)
+    home = Availability(0.5, (1,) * 4 + (0,) + (1,))
+    trace = SpotTrace({TracePlace("aws", cheap[2], "V100"): home,
+                       TracePlace("aws", dear[2], "V100"): Availability(0.5, (1,))})  # fmt: skip
+    job = SimJob("j", "t", 0.0, "V100", 1, 10.0, 30.0, checkpoint_minutes=10.0)
+    scenario = Scenario(synthetic_offers((cheap, dear)), trace, [job], restart_hours=0.1)
+    result = ENGINES[engine](scenario, policies.make("broker"))
+    assert result.preemptions == 1 and result.egress_cost == 0.0
+    saved = math.floor((2.0 - 0.1) / EVERY + 1e-9) * EVERY
+    assert result.total_cost == pytest.approx(0.5 * (2.0 + 0.1 + 10.0 - saved), abs=0.01)

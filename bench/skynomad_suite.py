@@ -62,11 +62,13 @@ def _scenario(scenario, rows: list[dict], items: list[str]) -> dict:
         "scenario": scenario.label,
         "windows": len(scenario.windows),
         "mean_cost_usd": ours,
-        "deadline_misses": {item: sum(r["deadline_misses"] for r in rows if r["policy"] == item)
-                            for item in items},  # fmt: skip
+        "deadline_misses": {
+            item: sum(r["deadline_misses"] for r in rows if r["policy"] == item) for item in items
+        },  # fmt: skip
         "our_optimum_usd": optimum,
-        "our_optimum_infeasible_windows": sum(r["cost_usd"] != r["cost_usd"] for r in rows
-                                              if r["policy"] == "optimum"),  # fmt: skip
+        "our_optimum_infeasible_windows": sum(
+            r["cost_usd"] != r["cost_usd"] for r in rows if r["policy"] == "optimum"
+        ),  # fmt: skip
         "skynomad_usd": mean(skynomad),
         "published_optimum_usd": mean(published),
     }
@@ -103,12 +105,17 @@ def _summary(per: list[dict], rows: list[dict], items: list[str]) -> dict:
         "broker_at_or_below_skynomad": f"{below} of {len(versus)}",
         "broker_vs_skynomad_mean_percent": mean_vs,
         "broker_vs_our_optimum_mean_percent": mean_gap,
-        "deadline_misses": {item: sum(r["deadline_misses"] for r in rows if r["policy"] == item)
-                            for item in items},  # fmt: skip
+        "deadline_misses": {
+            item: sum(r["deadline_misses"] for r in rows if r["policy"] == item) for item in items
+        },  # fmt: skip
         "deadline_misses_where_feasible": missed,
         "broker_worst_windows_x_optimum": [
-            {"scenario": per[r["scenario"]]["scenario"], "window": r["window"],
-             "times_optimum": round(ratio, 2)} for ratio, r in worst
+            {
+                "scenario": per[r["scenario"]]["scenario"],
+                "window": r["window"],
+                "times_optimum": round(ratio, 2),
+            }
+            for ratio, r in worst
         ],  # fmt: skip
     }
     return out

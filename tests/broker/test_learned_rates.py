@@ -98,9 +98,7 @@ def test_a_burst_of_reclaims_at_one_place_closes_it_as_one_reclaim():
 
 
 @given(st.lists(st.floats(0, 24), min_size=1, max_size=30), st.floats(0.1, 4))
-def test_a_place_stays_closed_past_its_last_reclaim_and_counts_no_more_than_happened(
-    hours, scale
-):
+def test_a_place_stays_closed_past_its_last_reclaim_and_counts_no_more_than_happened(hours, scale):
     from broker.recovery import COOLDOWN_BASE, COOLDOWN_MAX, cooldown, cooling
 
     hours = sorted(hours)

@@ -247,7 +247,10 @@ class _Fleet(SpotSide, PoolSide):
         room = self._spot_left(place)
         if room <= 0 or not self.spot_waiters[place]:
             return []
-        return self._in_queue_order(self.spot_waiters[place])[: int(min(room, 1e9))]
+        waiting = [i for i in self.spot_waiters[place] if self._queued(i)]
+        if room >= len(waiting):
+            return waiting  # all of them: the pass decides them in the queue's order
+        return self._in_queue_order(waiting)[: int(room)]
 
     def _reconsider(self, i: int) -> None:
         """Waiting job `i` is told otherwise of spot: its policy's answer, and so its next
@@ -267,8 +270,11 @@ class _Fleet(SpotSide, PoolSide):
             self._usage = (self.now, self.usage.usage(self.now))
         return self._usage[1]
 
+    def _queued(self, i: int) -> bool:
+        return self.state[i].run is None and self.state[i].end is None
+
     def _in_queue_order(self, jobs) -> list[int]:
-        chosen = [i for i in jobs if self.state[i].run is None and self.state[i].end is None]
+        chosen = [i for i in jobs if self._queued(i)]
         if len(chosen) < 2:
             return chosen
         return queue_order(

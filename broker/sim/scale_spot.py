@@ -48,6 +48,8 @@ class SpotSide:
         # steered jobs (waiting, or on a steered on-demand run) per place they watch
         self.watchers: list[dict[int, None]] = [{} for _ in self.spot]
         self.reclaimed_at: list[list[float]] = [[] for _ in self.spot]
+        # place -> (hour asked, reclaims then, its answer): _cooling_until, once per pass
+        self._cooled_at: dict[object, tuple[float, int, float | None]] = {}
         self.touched: set[int] = set()  # places whose room changed since the last pass
         self.freed: dict[int, None] = {}  # places with room freed in this pass
         self.failed_launches = 0
@@ -109,11 +111,17 @@ class SpotSide:
 
         if place is None or not self.reclaimed_at[place]:  # type: ignore[index]
             return None
+        seen = len(self.reclaimed_at[place])  # type: ignore[index]
+        known = self._cooled_at.get(place)
+        if known is not None and known[:2] == (self.now, seen):
+            return known[2]
         times = [t for t in self.reclaimed_at[place] if self.now - t <= _HISTORY + _EPS]  # type: ignore[index]
-        if not times:
-            return None
-        until, _ = cooling(times, self.settings.cooldown_scale)
-        return until if self.now < until - _EPS else None
+        answer = None
+        if times:
+            until, _ = cooling(times, self.settings.cooldown_scale)
+            answer = until if self.now < until - _EPS else None
+        self._cooled_at[place] = (self.now, seen, answer)
+        return answer
 
     def _reopening(self, i: int) -> float | None:
         """The first pass at which a cooling place of job `i` with room reopens."""

@@ -159,7 +159,7 @@ resources:
 placement:
   clouds: [onprem]
 run:
-  command: python3 ../train.py --steps 100000 --step-seconds 0.01
+  command: python3 {train} --steps 100000 --step-seconds 0.01
 runtime:
   estimate_hours: 4
 checkpoint:
@@ -179,13 +179,13 @@ def test_a_higher_priority_job_preempts_checkpointed_work_on_a_full_pool(tmp_pat
         policy=Policy(preemption_protect_minutes=0),
         time_scale=3600,  # billed in whole seconds: the victim's short run bills minutes
     )
-    (rt.workdir / "train.py").write_text((REPO / "examples" / "train.py").read_text())
+    train = REPO / "examples" / "train.py"  # an on-prem attempt runs in its pool's folder
     jobs = tmp_path / "jobs"
     jobs.mkdir()
 
     def submit_text(name: str, team: str, priority: int) -> str:
         path = jobs / f"{name}.yaml"
-        path.write_text(PREEMPT_JOB.format(name=name, team=team, priority=priority))
+        path.write_text(PREEMPT_JOB.format(name=name, team=team, priority=priority, train=train))
         (manifest,) = load_manifests([path]).manifests
         return submit_manifests(rt.store, [manifest])[0].job_id
 

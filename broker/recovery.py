@@ -155,7 +155,8 @@ def closed_places(reclaims: list[Reclaim], now: datetime, scale: float = 1.0) ->
     return [
         Unavailable(
             c.cloud, c.region, c.zone, c.instance_type, "spot",
-            f"{REASON} {c.reclaims}x in 24 h: closed until {c.until:%H:%M} UTC",
+            f"{REASON} {c.reclaims}x in {HISTORY // timedelta(hours=1)} h: "
+            f"closed until {c.until:%H:%M} UTC",
         )
         for c in cooling_places(reclaims, now, scale)
     ]  # fmt: skip

@@ -234,6 +234,7 @@ class _Reads:
         self._attempts: dict[str, list] = {}
         self._versions: dict[tuple[str, int | None], object] = {}
         self._checkpoints: dict | None = None
+        self._lost: dict[str | None, dict] = {}
 
     def attempts(self, job_id: str):
         if job_id not in self._attempts:
@@ -250,3 +251,8 @@ class _Reads:
         if self._checkpoints is None:
             self._checkpoints = self._store.checkpoints()
         return self._checkpoints
+
+    def lost_shares(self, job_id: str | None = None):
+        if job_id not in self._lost:
+            self._lost[job_id] = self._store.lost_shares(job_id)
+        return self._lost[job_id]

@@ -136,16 +136,22 @@ def test_the_stopped_attempt_records_its_checkpoint_so_the_policy_counts_its_wor
 # --- 3. one egress model: the plan prices a move as the ledger bills it -----------------
 
 
-def test_the_plan_prices_a_checkpoint_move_as_the_ledger_bills_it(tmp_path):
-    # Reclaimed at home (3 h), the job moves to us-east-2a with its 50 GB checkpoint:
-    # one copy, billed by the ledger; the plan of that attempt priced the same copy
-    # (it priced every checkpoint write back to us-east-1 before: 10x more).
+def _move_scenario() -> Scenario:
+    """A 6 h job with a 50 GB checkpoint, reclaimed at home at 3 h for good, with
+    us-east-2a selling throughout."""
     away = ZONES[1]
     trace = SpotTrace({TracePlace("aws", HOME[2], "V100"): Availability(1.0, (1, 1, 1, 0, 0)),
                        TracePlace("aws", away[2], "V100"): Availability(1.0, (1,))})  # fmt: skip
     job = SimJob("one", "nlp", 0.0, "V100", 1, 6.0, 20.0, checkpoint_minutes=30.0,
                  checkpoint_gb=50.0)  # fmt: skip
-    scenario = Scenario(synthetic_offers((HOME, away)), trace, [job], restart_hours=0.1)
+    return Scenario(synthetic_offers((HOME, away)), trace, [job], restart_hours=0.1)
+
+
+def test_the_plan_prices_a_checkpoint_move_as_the_ledger_bills_it(tmp_path):
+    # Reclaimed at home (3 h), the job moves to us-east-2a with its 50 GB checkpoint:
+    # one copy, billed by the ledger; the plan of that attempt priced the same copy
+    # (it priced every checkpoint write back to us-east-1 before: 10x more).
+    scenario = _move_scenario()
     result, rows, planned = _attempts(scenario, policies.make("broker", stay_home=False),
                                       tmp_path / "move")  # fmt: skip
     assert [r[2:4] for r in rows] == [("spot", "interrupted"), ("spot", "succeeded")]
@@ -181,12 +187,7 @@ def test_one_early_reclaim_does_not_send_the_job_to_a_place_four_times_dearer(en
 def test_both_engines_bill_a_checkpoint_move_alike():
     # The move above in the fleet-scale engine, with production's stay_home (home never
     # sells again, so waiting cannot help): the same egress, cost and completion.
-    away = ZONES[1]
-    trace = SpotTrace({TracePlace("aws", HOME[2], "V100"): Availability(1.0, (1, 1, 1, 0, 0)),
-                       TracePlace("aws", away[2], "V100"): Availability(1.0, (1,))})  # fmt: skip
-    job = SimJob("one", "nlp", 0.0, "V100", 1, 6.0, 20.0, checkpoint_minutes=30.0,
-                 checkpoint_gb=50.0)  # fmt: skip
-    scenario = Scenario(synthetic_offers((HOME, away)), trace, [job], restart_hours=0.1)
+    scenario = _move_scenario()
     policy = policies.make("broker")
     full, fast = (ENGINES[e](scenario, policy) for e in ("full", "scale"))
     assert full.egress_cost == pytest.approx(50 * 0.02)

@@ -41,8 +41,20 @@ def main() -> None:
                         help="processes for the Can't Be Late runs")  # fmt: skip
     parser.add_argument("--cbl-detail", type=Path, default=None,
                         help="Can't Be Late: write every run's cost here (JSON)")  # fmt: skip
+    parser.add_argument("--suite", choices=["skynomad"], default=None,
+                        help="only every SkyNomad scenario the simulator replays")  # fmt: skip
+    parser.add_argument("--suite-limit", type=int, default=None, help="first N scenarios")
+    parser.add_argument("--suite-detail", type=Path, default=None,
+                        help="suite: write every run's cost here (JSON)")  # fmt: skip
     args = parser.parse_args()
     traces = args.shared / "traces"
+    if args.suite == "skynomad":
+        from skynomad_suite import run_suite
+
+        print(json.dumps(run_suite(traces, args.policy, workers=_workers(args.workers),
+                                   limit=args.suite_limit, detail=args.suite_detail),
+                         indent=2))  # fmt: skip
+        return
     rows = skynomad.read_results(traces / "skynomad-spot/results/v100.csv.gz")
     windows = skynomad.scenario_windows(rows)[: args.windows]
     spot = read_spot([traces / "cant-be-late-spot/availability/1-node/aws-02-15-2023"])

@@ -1,13 +1,18 @@
 """Spot survival: what the broker learns from interruptions, and where a checkpoint lives.
 
-- A place (cloud, region, zone, instance type) that just reclaimed spot capacity is
-  not offered spot for a cool-down that doubles with each reclaim there in the last
-  day (10 minutes, 20, 40... at most 4 hours). The planner therefore moves a job
-  elsewhere, and a job cannot ping-pong between two preempting regions: both stay
-  closed longer each time.
-- Each place with reclaims gets a learned interruption rate (reclaims per spot hour
-  run there, over the last day) when it is higher than the catalog's: the planner's
-  risk-adjusted cost then prefers steadier places, or on-demand.
+- A place (cloud, region, zone, instance type) that just reclaimed spot capacity is not
+  offered spot for a cool-down that doubles with each reclaim there in the last 4 hours
+  (10 minutes, 20, 40... at most 4 hours); instances taken back together, or while the
+  place is closed, count as one reclaim. A reclaim counts towards the doubling only as
+  long as the longest cool-down lasts: the longer memory of a flaky place is its learned
+  rate's (below), so a morning of reclaims does not close it all afternoon. The planner
+  therefore moves a job elsewhere, and a job cannot ping-pong between two preempting
+  regions: both stay closed longer each time.
+- Each place where spot ran lately gets a learned interruption rate: the catalog's
+  moved by the reclaims and spot hours seen there, as far as they weigh
+  (`broker.learned_rates`, a Gamma-Poisson posterior with decaying evidence). The
+  planner's risk-adjusted cost then prefers steadier places, or on-demand, without one
+  early reclaim writing a place off; the cool-down is the short-term signal.
 - A job's checkpoint lives where its last attempt ran; the planner prices moving it
   (egress and copy time) to each candidate, and the controller copies it before the
   next attempt starts (`broker.controller.checkpoints`).
@@ -17,7 +22,9 @@ All of it is read from the state store, so a restarted controller knows it too.
 
 from __future__ import annotations
 
+import math
 from collections import defaultdict
+from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING
@@ -31,7 +38,7 @@ if TYPE_CHECKING:
 
 COOLDOWN_BASE = timedelta(minutes=10)
 COOLDOWN_MAX = timedelta(hours=4)
-HISTORY = timedelta(hours=24)
+HISTORY = COOLDOWN_MAX  # how long a reclaim counts towards the doubling
 REASON = "spot reclaimed here"
 
 
@@ -72,9 +79,36 @@ def recent_reclaims(store: StateStore, now: datetime) -> list[Reclaim]:
 
 
 def cooldown(reclaims_here: int, scale: float = 1.0) -> timedelta:
-    """How long spot stays closed after the n-th reclaim at one place within HISTORY;
+    """How long spot stays closed after the n-th reclaim at one place within HISTORY
+    (counted as `cooling` counts them);
     `scale` multiplies it (0: no cool-down; the simulator's policies tune it)."""
-    return min(COOLDOWN_BASE * 2 ** max(0, reclaims_here - 1), COOLDOWN_MAX) * scale
+    doublings = min(max(0, reclaims_here - 1), 32)  # past the cap already; no overflow
+    return min(COOLDOWN_BASE * 2**doublings, COOLDOWN_MAX) * scale
+
+
+def cooling(hours: Sequence[float], scale: float = 1.0) -> tuple[float, int]:
+    """(the hour the place sells spot again, the reclaims counted) for reclaims at the
+    sorted, non-empty `hours`. A reclaim counts only when the place was selling again:
+    the instances one capacity event takes back at once, or while the place is closed,
+    are one reclaim, so a burst does not close it for hours."""
+    until, counted = -math.inf, 0
+    for at in hours:
+        if at >= until:
+            counted += 1
+            until = at + cooldown(counted, scale) / timedelta(hours=1)
+    return until, counted
+
+
+def cooling_at(times: Sequence[datetime], scale: float = 1.0) -> tuple[datetime, int]:
+    """`cooling` of reclaims at the sorted, non-empty datetimes `times`."""
+    first = times[0]
+    until, counted = cooling([(t - first) / timedelta(hours=1) for t in times], scale)
+    return first + timedelta(hours=until), counted
+
+
+def cooling_until(times: Sequence[datetime], scale: float = 1.0) -> datetime:
+    """When a place reclaimed at the sorted, non-empty `times` sells spot again."""
+    return cooling_at(times, scale)[0]
 
 
 @dataclass(frozen=True)
@@ -106,12 +140,12 @@ def cooling_places(reclaims: list[Reclaim], now: datetime, scale: float = 1.0) -
     by_place: dict[tuple[str, str, str, str], list[datetime]] = defaultdict(list)
     for r in reclaims:
         by_place[(r.cloud, r.region, r.zone, r.instance_type)].append(r.at)
-    cooling = []
+    closing = []
     for (cloud, region, zone, instance_type), times in sorted(by_place.items()):
-        until = max(times) + cooldown(len(times), scale)
+        until, counted = cooling_at(sorted(times), scale)
         if now < until:
-            cooling.append(Cooling(cloud, region, zone, instance_type, until, len(times)))
-    return cooling
+            closing.append(Cooling(cloud, region, zone, instance_type, until, counted))
+    return closing
 
 
 def closed_places(reclaims: list[Reclaim], now: datetime, scale: float = 1.0) -> list[Unavailable]:
@@ -121,7 +155,8 @@ def closed_places(reclaims: list[Reclaim], now: datetime, scale: float = 1.0) ->
     return [
         Unavailable(
             c.cloud, c.region, c.zone, c.instance_type, "spot",
-            f"{REASON} {c.reclaims}x in 24 h: closed until {c.until:%H:%M} UTC",
+            f"{REASON} {c.reclaims}x in {HISTORY // timedelta(hours=1)} h: "
+            f"closed until {c.until:%H:%M} UTC",
         )
         for c in cooling_places(reclaims, now, scale)
     ]  # fmt: skip
@@ -150,29 +185,6 @@ def cooling_reason(wait: Cooling) -> str:
     return f"cooling down until {wait.until.astimezone(UTC):%Y-%m-%dT%H:%M:%SZ} ({wait.where})"
 
 
-def learned_rates(reclaims: list[Reclaim], spot_hours: dict) -> dict[tuple[str, str, str], float]:
-    """Reclaims per spot hour per (cloud, region, instance type); at least one hour of
-    exposure is assumed, so a single early reclaim does not read as an infinite rate."""
-    counts: dict[tuple[str, str, str], int] = defaultdict(int)
-    for r in reclaims:
-        counts[(r.cloud, r.region, r.instance_type)] += 1
-    return {key: n / max(1.0, spot_hours.get(key, 0.0)) for key, n in counts.items()}
-
-
-def spot_exposure(store: StateStore, now: datetime) -> dict[tuple[str, str, str], float]:
-    """Billed spot hours per (cloud, region, instance type) over HISTORY, every outcome."""
-    hours: dict[tuple[str, str, str], float] = defaultdict(float)
-    for attempt in store.attempts():
-        if attempt.market != "spot" or attempt.ended_at is None:
-            continue
-        if now - attempt.ended_at > HISTORY:
-            continue
-        p = attempt.placed_on
-        key = (p.cloud, p.region, p.instance_type)
-        hours[key] += float(attempt.billed_hours or 0)
-    return hours
-
-
 def adjust_index(
     index: OfferIndex,
     store: StateStore,
@@ -181,30 +193,23 @@ def adjust_index(
     reclaims: list[Reclaim] | None = None,
 ) -> OfferIndex:
     """`index` with spot closed where it is cooling down (`cooldown_scale` x the
-    cool-down) and learned interruption rates applied; the same index when nothing was
-    reclaimed lately (the common case). `reclaims`: `recent_reclaims`, when read already."""
-    reclaims = recent_reclaims(store, now) if reclaims is None else reclaims
-    if not reclaims:
-        return index
-    import numpy as np
+    cool-down) and learned interruption rates applied (`broker.learned_rates`); the same
+    index when no spot ran lately (the common case). `reclaims`: `recent_reclaims`, when
+    read already."""
+    from broker.learned_rates import evidence, store_runs, with_learned_rates
 
+    reclaims = recent_reclaims(store, now) if reclaims is None else reclaims
+    seen = evidence(store_runs(store, now))
+    if not seen and not reclaims:
+        return index
     from pricing.query import OfferIndex
-    from pricing.table import OfferTable
     from providers.cloud import restrict_offers
 
     table = index.offers
     closed = closed_places(reclaims, now, cooldown_scale)
     for cloud in sorted({u.cloud for u in closed}):
         table, _ = restrict_offers(table, cloud, [u for u in closed if u.cloud == cloud])
-    rates = learned_rates(reclaims, spot_exposure(store, now))
-    numbers = dict(table.numbers)
-    column = numbers["spot_interruption_rate"].copy()
-    cloud, region, itype = (table.text(n) for n in ("cloud", "region", "instance_type"))
-    for (c, r, t), rate in rates.items():
-        rows = (cloud == c) & (region == r) & (itype == t)
-        column[rows] = np.fmax(column[rows], rate)  # fmax: a NaN (unknown) takes the rate
-    numbers["spot_interruption_rate"] = column
-    table = OfferTable(numbers, table.codes, table.categories)
+    table = with_learned_rates(table, seen)
     return OfferIndex(table, extra_countries=index.extra_countries)
 
 
@@ -219,8 +224,15 @@ def checkpoint_place(store: StateStore, job: Job) -> Place | None:
     return Place(p.cloud, p.region)
 
 
-def with_checkpoint_at(spec: JobSpec, place: Place | None) -> JobSpec:
-    """`spec` with its checkpoint located at `place` (the planner then prices moving it)."""
+def with_checkpoint_at(spec: JobSpec, place: Place | None, moves_with_job: bool = True) -> JobSpec:
+    """`spec` as the planner must price it, `place` being where the job last ran (None:
+    nowhere yet). A checkpoint that moves with the job (a provider keeping a store per
+    place) lies there; one in the manifest's bucket stays there, and is saved once the
+    job ran (docs/planner.md, "Checkpoint egress")."""
     if place is None or spec.checkpoint is None:
         return spec
-    return replace(spec, checkpoint=replace(spec.checkpoint, location=place))
+    if moves_with_job:
+        ckpt = replace(spec.checkpoint, location=place, moves_with_job=True, saved=True)
+    else:
+        ckpt = replace(spec.checkpoint, saved=True)
+    return replace(spec, checkpoint=ckpt)

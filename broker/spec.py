@@ -82,12 +82,20 @@ class RuntimeEstimate:
 
 @dataclass(frozen=True, slots=True)
 class Checkpoint:
-    """Where the job checkpoints, how often and how big each checkpoint is."""
+    """Where the job checkpoints, how often and how big each checkpoint is.
+
+    The last two fields are not in manifests: the controller sets them before planning
+    (`broker.recovery.with_checkpoint_at`), so the planner prices moving a checkpoint as
+    the ledger bills it (docs/planner.md, "Checkpoint egress")."""
 
     uri: str
     interval_minutes: float = 30.0
     size_gb: float = 0.0
     location: Place | None = None  # the bucket's region, when known
+    # kept in the store of the place the job runs in (copied once when it moves), not
+    # in one bucket; `location` is then where it lies now
+    moves_with_job: bool = False
+    saved: bool = False  # a checkpoint exists: the next attempt restores it
 
 
 @dataclass(frozen=True, slots=True)

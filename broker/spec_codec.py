@@ -40,6 +40,9 @@ def encode(spec: JobSpec) -> dict[str, Any]:
         }
     elif isinstance(deadline, datetime):
         data["runtime"]["deadline"] = {"at": deadline.isoformat()}
+    if spec.checkpoint is not None:
+        for planned in ("moves_with_job", "saved"):  # set at planning time, never stored
+            data["checkpoint"].pop(planned)
     if spec.checkpoint is not None and spec.checkpoint.location is not None:
         data["checkpoint"]["location"] = _place_json(spec.checkpoint.location)
     for item, entry in zip(spec.data, data["data"], strict=True):

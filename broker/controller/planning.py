@@ -22,6 +22,7 @@ if TYPE_CHECKING:
     from datetime import datetime
 
     from broker.clock import Clock
+    from broker.controller.checkpoints import Checkpoints
     from broker.dispatch.settings import DispatchSettings
     from broker.planner.decision import Decision, Placement
     from broker.queue import Policy, Verdict
@@ -85,6 +86,7 @@ class Planning:
     pool_gpus: dict[tuple[str, str], float]
     settings: DispatchSettings
     _steered: dict[str, str]
+    checkpoints: Checkpoints
     _held: set[str]  # jobs held by an error on the last look (tried alone first)
     _capacity: Capacity | None
     _pool_shares: PoolShares | None
@@ -241,7 +243,7 @@ class Planning:
         from broker.recovery import checkpoint_place, with_checkpoint_at
 
         home = checkpoint_place(self.store, job)
-        spec = with_checkpoint_at(self._spec(job), home)
+        spec = with_checkpoint_at(self._spec(job), home, self.checkpoints.stores is not None)
         spec, choice = steer(
             spec, job, self.store, now, self.settings, spot_available=self._spot_open(spec)
         )
@@ -249,11 +251,9 @@ class Planning:
         if not spot_only(choice, self.settings):
             return spec
         requirements = replace(spec.requirements, spot="only")
-        checkpoint = spec.checkpoint
         if home is not None and stays_home(
             self.settings,
-            has_home=True,
-            checkpoint_gb=checkpoint.size_gb if checkpoint else 0.0,
+            has_home=spec.checkpoint is not None,
             choice=choice,
             choice_without_spot=lambda: steer(
                 spec, job, self.store, now, self.settings, spot_available=False

@@ -18,12 +18,20 @@ class DispatchSettings:
       deadline-aware one with its defaults.
     - `spot_strict`: a deadline job whose policy says "spot" or "wait" is planned on
       spot only (it waits queued while no spot is on sale), and the policy is told
-      whether spot is on sale now. Off in production, where a job the policy lets use
-      spot also takes on-demand when that is cheaper.
+      whether spot is on sale now (where the provider can tell). On by default: without
+      it a job the policy told to wait took on-demand at once, and, not sent there by
+      its policy, never went back to spot (81.43 USD on the V100 scenario against 39.73;
+      docs/benchmarks.md). Where the provider cannot tell, spot is assumed on sale: the
+      policy never says "wait", and a job it lets use spot waits queued while no spot
+      placement is open (a cool-down, a full zone) until it sends the job to on-demand.
     - `cooldown_scale`: x the reclaim cool-down of `broker.recovery` (0: a reclaimed
-      place sells spot again at once).
+      place sells spot again at once). 1: on clouds the cool-down is the only sign
+      that capacity just went; it costs 0.5 % on the V100 scenario (39.73 USD against
+      39.53), where the trace says when spot is back (docs/benchmarks.md).
     - `stay_home`: with `spot_strict`, a reclaimed job whose policy would still wait
-      plans spot only where its checkpoint is (`broker.dispatch.home`).
+      plans spot only where its checkpoint is (`broker.dispatch.home`). On by default:
+      waiting for its own zone beats paying egress and a restart to move (47.36 USD on
+      the V100 scenario without it, 39.73 with it).
     - `restart_hours`: what a (re)start really costs, restore included, when known
       better than the planner's estimate (None: the estimate).
     - `pass_hours`: hours between two passes, which is how often the spot policy is
@@ -33,9 +41,9 @@ class DispatchSettings:
     """
 
     spot_policy: Any = None
-    spot_strict: bool = False
+    spot_strict: bool = True
     cooldown_scale: float = 1.0
-    stay_home: bool = False
+    stay_home: bool = True
     restart_hours: float | None = None
     pass_hours: float = 0.0
     pool_wait_factor: float = 1.0

@@ -131,7 +131,13 @@ class _Places:
             tuple((d.size_gb, d.location.cloud, d.location.region) for d in job.data if d.location),
             None
             if ckpt is None or ckpt.location is None or not ckpt.size_gb
-            else (ckpt.size_gb, ckpt.location.cloud, ckpt.location.region),
+            else (
+                ckpt.size_gb,
+                ckpt.location.cloud,
+                ckpt.location.region,
+                ckpt.moves_with_job,
+                ckpt.saved,
+            ),
         )
         found = self._moves.get(key)
         if found is None:
@@ -187,10 +193,20 @@ class _Places:
                 figures[:, 1] += item.size_gb * price
         ckpt = job.checkpoint
         if ckpt is not None and ckpt.location is not None and ckpt.size_gb:
+            # docs/planner.md, "Checkpoint egress": a saved checkpoint is brought in once
+            # (restored from its bucket, or copied from where it lies); then either the
+            # job's own place keeps it (restores local, writes free) or every restore and
+            # write crosses to the bucket.
             price, hours = self.from_place(ckpt.location)
-            figures[:, 2] = ckpt.size_gb * hours
-            figures[:, 3] = ckpt.size_gb * price
-            figures[:, 4] = ckpt.size_gb * self.to_place(ckpt.location)
+            if ckpt.saved:
+                figures[:, 0] += ckpt.size_gb * hours
+                figures[:, 1] += ckpt.size_gb * price
+            if ckpt.moves_with_job:
+                figures[:, 2] = cost.copy_hours(ckpt.size_gb, "same_region")
+            else:
+                figures[:, 2] = ckpt.size_gb * hours
+                figures[:, 3] = ckpt.size_gb * price
+                figures[:, 4] = ckpt.size_gb * self.to_place(ckpt.location)
         return figures
 
     def moves(self) -> np.ndarray:
@@ -239,8 +255,10 @@ def _plan_chunk(
     finite = np.isfinite(expected.total)
     hours = np.where(finite, expected.total, 0.0)
     writes_per_hour = 60.0 / np.where(params.writes_ckpt[job], params.interval[job], np.inf)
-    egress = (
-        egress_in + expected.interruptions * restore_egress + hours * writes_per_hour * write_egress
+    egress = (  # each interruption restores, and writes one checkpoint on its notice
+        egress_in
+        + expected.interruptions * (restore_egress + write_egress)
+        + hours * writes_per_hour * write_egress
     )  # the same for every candidate of the group
 
     def totals(candidates: np.ndarray, pair: np.ndarray) -> np.ndarray:

@@ -18,6 +18,7 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from broker.dispatch.cadence import grid_after
 from broker.sim.manifests import label, manifest_text
 from broker.sim.model import SimJob, SpotTrace
 from broker.sim.policies import SimPolicy
@@ -62,14 +63,18 @@ def simulate(
     *,
     progress: Callable[[float], None] | None = None,
     workdir: Path | None = None,
+    every_step: bool = False,
 ) -> PolicyResult:
-    """Run `scenario` under `policy`; `progress` is told the share of jobs finished."""
+    """Run `scenario` under `policy`; `progress` is told the share of jobs finished.
+    `every_step`: pass at every step of the reconcile grid while a job is unfinished
+    (the reference for the passes `broker.sim.cadence` skips; slow)."""
     if workdir is None:
         shm = Path("/dev/shm")
         root = shm if shm.is_dir() and _writable(shm) else None
         with tempfile.TemporaryDirectory(prefix="broker-sim-", dir=root) as tmp:
-            return simulate(scenario, policy, progress=progress, workdir=Path(tmp))
-    return _run(scenario, policy, progress, workdir)
+            return simulate(scenario, policy, progress=progress, workdir=Path(tmp),
+                            every_step=every_step)  # fmt: skip
+    return _run(scenario, policy, progress, workdir, every_step)
 
 
 def _writable(path: Path) -> bool:
@@ -78,10 +83,13 @@ def _writable(path: Path) -> bool:
     return os.access(path, os.W_OK)
 
 
-def _run(scenario: Scenario, policy: SimPolicy, progress, workdir: Path) -> PolicyResult:
+def _run(
+    scenario: Scenario, policy: SimPolicy, progress, workdir: Path, every_step: bool
+) -> PolicyResult:
     from broker.clock import FixedClock
     from broker.controller import Controller
     from broker.manifest.load import parse_manifest_text
+    from broker.sim.cadence import Cadence
     from broker.sim.metrics import collect
     from broker.sim.provider import SimulatedProvider, Work
     from broker.state import StateStore
@@ -109,6 +117,7 @@ def _run(scenario: Scenario, policy: SimPolicy, progress, workdir: Path) -> Poli
         pool_gpus=dict(scenario.pool_gpus),
         settings=policy.settings(scenario.restart_hours, scenario.reconcile_hours),
     )
+    cadence = Cadence(controller, provider, ORIGIN, scenario.reconcile_hours, every_step)
     order = sorted(range(len(scenario.jobs)), key=lambda i: (scenario.jobs[i].submit_hours, i))
     names = job_names(scenario.jobs)
     pending = [(scenario.jobs[i], names[i]) for i in order]
@@ -134,15 +143,14 @@ def _run(scenario: Scenario, policy: SimPolicy, progress, workdir: Path) -> Poli
             finished = done
             if submitted == len(pending) and done == len(pending):
                 break
-            following = [provider.next_event()]
+            following = [provider.next_event(), cadence.next_pass(now)]
             if submitted < len(pending):
                 following.append(pending[submitted][0].submit_hours)
-            if store.queued():
-                following.append(now + scenario.reconcile_hours)
             following = [t for t in following if t is not None and t > now + 1e-9]
-            if not following:
-                following = [now + scenario.reconcile_hours]
-            now = min(following)
+            # past the horizon (or nothing can happen any more): stop at the grid's first
+            # pass after it, as passing at every step would
+            end = grid_after(scenario.horizon_hours, scenario.reconcile_hours)
+            now = min([*following, end])
             if now > scenario.horizon_hours:
                 break
             clock.current = ORIGIN + timedelta(hours=now)

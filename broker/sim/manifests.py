@@ -16,6 +16,16 @@ def label(text: str) -> str:
     return (cleaned or "x")[:63].strip("-") or "x"
 
 
+def deadline_minutes(hours: float) -> int:
+    """A deadline in the manifest's whole minutes (at least one)."""
+    return max(1, math.floor(hours * 60 + 1e-6))
+
+
+def manifest_deadline(job: SimJob) -> float | None:
+    """The job's deadline, in hours from submission, as its manifest states it."""
+    return None if job.deadline_hours is None else deadline_minutes(job.deadline_hours) / 60
+
+
 def manifest_text(
     job: SimJob, spot: str, clouds: tuple[str, ...] = (), name: str | None = None
 ) -> str:
@@ -38,7 +48,7 @@ def manifest_text(
     lines += [f"  spot: {spot}", "run:", "  command: simulated", "runtime:"]
     lines.append(f"  estimate_hours: {job.hours!r}")
     if job.deadline_hours is not None:
-        lines.append(f"  deadline: {max(1, math.floor(job.deadline_hours * 60 + 1e-6))}m")
+        lines.append(f"  deadline: {deadline_minutes(job.deadline_hours)}m")
     if job.checkpoint_minutes is not None:
         lines += [
             "checkpoint:",

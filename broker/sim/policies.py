@@ -82,12 +82,17 @@ def make(name: str, **params: Any) -> SimPolicy:
     if name == "uniform-progress":
         return SimPolicy(name, "prefer", UniformProgress(**params), strict=True, params=params)
     if name in ("broker", "burst-always"):
-        own = ("stay_home", "cooldown_scale", "pool_wait_factor")
+        # production's settings (DispatchSettings' defaults), what `broker run` does;
+        # burst-always only never waits for a full pool
+        base = DispatchSettings()
+        own = ("stay_home", "cooldown_scale", "pool_wait_factor", "strict")
         rules = {k: v for k, v in params.items() if k not in own}
-        stay = bool(params.get("stay_home", name == "broker"))
-        scale = float(params.get("cooldown_scale", 0.0 if name == "broker" else 1.0))
-        wait = float(params.get("pool_wait_factor", 1.0 if name == "broker" else 0.0))
-        return SimPolicy(name, "prefer", DeadlineAware(**rules), strict=True, params=params,
+        stay = bool(params.get("stay_home", base.stay_home))
+        scale = float(params.get("cooldown_scale", base.cooldown_scale))
+        wait = float(params.get("pool_wait_factor",
+                                base.pool_wait_factor if name == "broker" else 0.0))  # fmt: skip
+        strict = bool(params.get("strict", base.spot_strict))
+        return SimPolicy(name, "prefer", DeadlineAware(**rules), strict=strict, params=params,
                          stay_home=stay, cooldown_scale=scale,
                          pool_wait_factor=wait)  # fmt: skip
     raise ValueError(f"unknown policy {name!r}{hint(name, NAMES)}; known: {', '.join(NAMES)}")

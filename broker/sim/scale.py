@@ -1,59 +1,61 @@
 """The fleet-scale engine: a cluster trace of tens of thousands of jobs in seconds.
 
 The discrete-event engine (`engine.py`) drives the real controller over a SQLite
-state store, one pass per event: faithful to production, and about one job per wall
-second. Philly's 82,247 jobs need a leaner loop that keeps the same decisions:
+state store, one pass per event: faithful to production, and slow for a cluster trace.
+Philly's 82,247 jobs need a leaner loop that keeps the same decisions, at the same
+passes:
 
+- **Passes**: everything due at one hour is one controller pass: runs that end and
+  trace steps first, then steered on-demand runs that go back to spot, then every job
+  that must decide, in the queue policy's order (`broker.sim.scale_order`). A job that
+  waits is decided again at its own next pass (`broker.dispatch.cadence`: when a cool-down
+  keeping it out ends, when its spot policy would answer otherwise), when spot frees or
+  opens at one of its places, and at any pass within the step before that wake, as the
+  controller would.
 - **Placements** come from the production planner (`plan_many`), asked once per job
-  shape (GPU, count, market, duration and deadline bucket) with every market open. At
+  shape and place of its checkpoint (`broker.sim.shapes`) with every market open. At
   each decision the job takes the first ranked placement open now: spot on sale with
-  room at its place, a pool with free GPUs, on-demand always. That is what planning
-  over the current offers ranks first, because a placement's expected cost does not
-  depend on which other offers exist.
+  room at its place and not cooling down, a pool with free GPUs, on-demand always.
 - **Market**: a deadline job with `spot: prefer` asks its spot policy through
-  `broker.dispatch.market`, the question the controller asks in production; "spot"
-  and "wait" then plan spot only (the `spot_strict` setting). A pool is open to every
-  choice: it is no spot gamble.
-- **Full pool**: with the policy's `pool_wait_factor` > 0 (`broker`), wait for it when
-  `broker.dispatch.pool` says waiting is cheaper and fits the waiting budget and the
-  deadline (Starburst), as the controller does; else (`burst-always`) take the next
-  placement at once.
-- **stay_home**: a reclaimed job's spot stays in its checkpoint's region while its spot
-  policy would still wait (`broker.dispatch.home`, as in the controller).
-- **Spot**: a place holds at most the trace's count x `spot_scale` spot runs. When the
-  count drops, the newest runs there are reclaimed and lose the work since their last
-  checkpoint; the job decides again at once.
+  `broker.dispatch.market`, the question the controller asks; "spot" and "wait" then
+  plan spot only (the `spot_strict` setting). A pool is open to every choice.
+- **Full pool**: waited for or burst from as `broker.dispatch.pool` says
+  (`broker.sim.scale_pool`); **stay_home** as `broker.dispatch.home` says.
+- **Spot**: reclaims, cool-downs, back to spot and one pass's view of spot room
+  (`broker.sim.scale_spot`).
+- **Egress**: a job resuming away from its checkpoint pays its copy as the ledger
+  prices it (`broker.state.charges.egress_entry`).
 
 State lives in lists, events in a heap; ties break on sequence numbers, so the same
-inputs give the same figures. A job resuming away from its checkpoint pays its copy's
-egress as the ledger prices it. Not modelled here (engine.py has them): an on-demand run
-going back to spot (it runs to its end), cool-downs, learned interruption rates, queue
-priorities, quotas and budgets, price traces.
+inputs give the same figures. Not modelled here (engine.py has them): learned
+interruption rates (plans use the catalog's), quotas and budgets, price traces.
 """
 
 from __future__ import annotations
 
 import heapq
-import math
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
+from broker.dispatch.cadence import first_change, grid_from
 from broker.dispatch.home import stays_home
 from broker.dispatch.market import MarketAsk, choose_market, spot_only
-from broker.dispatch.pool import PoolWait, give_up_at, waits_for_pool
+from broker.sim.manifests import manifest_deadline
 from broker.sim.metrics import PolicyResult
 from broker.sim.model import SimJob
 from broker.sim.scale_figures import Totals, scale_result
-from broker.sim.shapes import Option, changes, plan_shapes
+from broker.sim.scale_order import TeamUsage, queue_order
+from broker.sim.scale_pool import PoolSide
+from broker.sim.scale_rates import LearnedRates
+from broker.sim.scale_spot import BACK, END, RETRY, SUBMIT, TICK, SpotSide
+from broker.sim.shapes import Option, ShapePlans, changes
 
 if TYPE_CHECKING:
     from broker.sim.engine import Scenario
     from broker.sim.policies import SimPolicy
 
-_END, _TICK, _SUBMIT, _RETRY = 0, 1, 2, 3  # event order at one instant
 _EPS = 1e-9
-_MIN_RETRY = 1 / 60  # hours: a pool waiter is never re-decided twice in one instant
 
 
 @dataclass(slots=True)
@@ -63,6 +65,7 @@ class _Run:
     start: float
     seq: int
     finish: float = 0.0  # when it ends, unless reclaimed
+    steered: bool = False  # on demand by the spot policy's say: may go back to spot
 
 
 @dataclass(slots=True)
@@ -74,9 +77,11 @@ class _JobState:
     waiting: int = 0  # the sequence number of its pending retry (0: none)
     retry_at: float = -1.0  # when that retry falls due
     pool: str | None = None  # the pool whose queue it waits in
-    home: tuple[str, str] | None = None  # (cloud, region) of its checkpoint, once reclaimed
     where: tuple[str, str] | None = None  # (cloud, region) of its last run: its checkpoint's
+    written: set[tuple[str, str]] = field(default_factory=set)  # regions holding a checkpoint
     queued_at: float | None = None  # when it last entered the queue (None: its submission)
+    back: int = 0  # the sequence number of its pending back-to-spot check (0: none)
+    asked_open: bool = False  # what its policy was last told of spot
 
 
 def simulate_at_scale(
@@ -92,65 +97,194 @@ def simulate_at_scale(
     return _Fleet(scenario, policy, spot_scale, progress).run()
 
 
-class _Fleet:
+class _Fleet(SpotSide, PoolSide):
     def __init__(self, scenario, policy, spot_scale, progress) -> None:
         self.scenario, self.policy, self.progress = scenario, policy, progress
         self.jobs: list[SimJob] = sorted(scenario.jobs, key=lambda j: j.submit_hours)
         self.state = [_JobState() for _ in self.jobs]
         self.restart = scenario.restart_hours
+        self.step = scenario.reconcile_hours
         self.scale = spot_scale
         self.settings = policy.settings(scenario.restart_hours, scenario.reconcile_hours)
         self.wait_factor = self.settings.pool_wait_factor
-        self.options = plan_shapes(scenario, policy, self.jobs)
-        self.spot = scenario.spot.places
-        self.spot_room = [a.count_at(0.0) * spot_scale for a in self.spot.values()]
-        self.spot_runs: list[list[_Run]] = [[] for _ in self.spot]
-        self.pool_total = {name: gpus for (_c, name), gpus in scenario.pool_gpus.items()}
-        self.pool_free = dict(self.pool_total)
-        self.pool_runs: dict[str, dict[int, _Run]] = {name: {} for name in self.pool_total}
-        self.pool_queue: dict[str, list[int]] = {name: [] for name in self.pool_total}
-        self.pool_queued_gpus = dict.fromkeys(self.pool_total, 0.0)
-        # jobs waiting for spot, per spot place they could use (insertion-ordered sets)
-        self.spot_waiters: list[dict[int, None]] = [{} for _ in self.spot]
+        self.plans = ShapePlans(scenario, policy, self.jobs)
+        self.rates = LearnedRates()
         self.totals = Totals()
         self.events: list[tuple[float, int, int, object]] = []
+        self.soon: list[tuple[float, int, int]] = []  # (wake, seq, job): see _due
+        self.usage = TeamUsage(_default_half_life())
+        self.teams: set[str] = set()
+        self.priority = [j.priority for j in self.jobs]
+        self.deadline = [manifest_deadline(j) for j in self.jobs]  # as the manifests say
+        self.team = [j.team for j in self.jobs]
         self._places_of: dict[int, list] = {}
+        self._wakes: dict[tuple, tuple] = {}  # (job, open) -> (saved, answers, wake)
+        self._cooled: dict[int, set] = {}  # waiting job -> the cooling places it waits out
+        self._usage: tuple[float, dict[str, float]] = (-1.0, {})
         self.seq = 0
         self.now = 0.0
         self.done = 0
+        self._init_spot_side()
+        self._init_pool_side()
 
     # --- the loop ---------------------------------------------------------------------
 
     def run(self) -> PolicyResult:
         for i, job in enumerate(self.jobs):
-            self._push(job.submit_hours, _SUBMIT, i)
+            self._push(job.submit_hours, SUBMIT, i)
         self.changes = changes(self.scenario.spot, self.scenario.horizon_hours)
         for t in self.changes:
-            self._push(t, _TICK, None)
+            self._push(t, TICK, None)
         horizon = self.scenario.horizon_hours
         report_every = max(1, len(self.jobs) // 100)
         while self.events and self.done < len(self.jobs):
-            t, kind, seq, item = heapq.heappop(self.events)
-            if t > horizon:
+            if self.events[0][0] > horizon:
                 break
-            self.now = t
-            if kind == _END:
-                self._end(item)  # type: ignore[arg-type]
-            elif kind == _TICK:
-                self._tick(t)
-            elif kind == _SUBMIT:
-                self._decide(item)  # type: ignore[arg-type]
-            elif self.state[item].waiting == seq:  # type: ignore[index]
-                self.state[item].waiting = 0  # type: ignore[index]
-                self._decide(item)  # type: ignore[arg-type]
-            if self.progress is not None and self.done % report_every == 0 and kind == _END:
+            self.now = self.events[0][0]
+            before = self.done
+            self._pass()
+            if self.progress is not None and self.done // report_every > before // report_every:
                 self.progress(self.done / len(self.jobs))
-        return self._result()
+        return scale_result(
+            self.policy, self.scale, self.jobs, self.state, self.totals, self.pool_total, self.now
+        )
 
     def _push(self, t: float, kind: int, item: object) -> int:
         self.seq += 1
         heapq.heappush(self.events, (t, kind, self.seq, item))
         return self.seq
+
+    def _pass(self) -> None:
+        """Everything due now, as one controller pass (module docstring)."""
+        deciding: dict[int, None] = {}
+        backs: list[int] = []
+        passed = False
+        self.freed = {}
+        while self.events and self.events[0][0] <= self.now + _EPS:
+            _t, kind, seq, item = heapq.heappop(self.events)
+            if kind == END:
+                passed |= self._end(item)  # type: ignore[arg-type]
+            elif kind == TICK:
+                deciding.update(dict.fromkeys(self._tick(_t)))
+                passed = True
+            elif kind == SUBMIT:
+                deciding[item] = None  # type: ignore[index]
+                passed = True
+            elif kind == BACK and self.state[item].back == seq:  # type: ignore[index]
+                backs.append(item)  # type: ignore[arg-type]
+                passed = True
+            elif kind == RETRY and self.state[item].waiting == seq:  # type: ignore[index]
+                self.state[item].waiting = 0  # type: ignore[index]
+                deciding[item] = None  # type: ignore[index]
+                passed = True
+        if not passed:
+            return  # stale events only: no pass
+        soon_wait, soon_back = self._due()
+        moved = self._moved_openness()
+        # observe: steered on-demand runs that go back to spot
+        check = set(backs) | set(soon_back) | {i for i in moved if self.state[i].run}
+        for i in sorted(check):
+            if self._back_to_spot(i):
+                deciding[i] = None
+        # launch: every job that may act now, in the queue's order
+        deciding.update(dict.fromkeys(soon_wait))
+        for place in list(self.freed):
+            deciding.update(dict.fromkeys(self._waiters_for(place)))
+        told = [i for i in moved if self.state[i].run is None and i not in deciding]
+        self.rates.plan()
+        for i in self._in_queue_order([*deciding, *told]):
+            if i in deciding:
+                self._decide(i)
+            else:
+                self._reconsider(i)
+        self.rates.planned()
+
+    def _due(self) -> tuple[list[int], list[int]]:
+        """Jobs woken within the next step (waiting, and on steered runs): a pass now may
+        already see them act (their cool-down over, their policy's answer changed since
+        the last grid pass). Each stays due at its wake unless decided again."""
+        due = []
+        while self.soon and self.soon[0][0] < self.now + self.step - _EPS:
+            due.append(heapq.heappop(self.soon))
+        waiting, backs = [], []
+        for wake, seq, i in due:
+            if wake <= self.now + _EPS:
+                continue  # its own event handles it
+            st = self.state[i]
+            if st.waiting == seq:
+                if self._may_act(i):
+                    waiting.append(i)
+            elif st.back == seq:
+                backs.append(i)
+            else:
+                continue
+            heapq.heappush(self.soon, (wake, seq, i))
+        return waiting, backs
+
+    def _may_act(self, i: int) -> bool:
+        """Whether waiting job `i` may act at this pass before its wake: a cool-down that
+        kept it out is over, or its policy answers otherwise than when it last waited."""
+        if any(
+            self._cooling_until(k) is None and k in self._cooled.get(i, ())
+            for k in self._spot_places(i)
+        ):
+            return True
+        st = self.state[i]
+        known = self._wakes.get((i, st.asked_open))
+        if known is None:
+            return True
+        said = (self._choice(i, self.now, st.asked_open),
+                self._choice(i, self.now, False) if st.where is not None else "")  # fmt: skip
+        return said != known[1]
+
+    def _remember(self, i: int, wake: float, seq: int) -> None:
+        heapq.heappush(self.soon, (wake, seq, i))
+
+    def _waiters_for(self, place: int) -> list[int]:
+        """The jobs waiting for `place` that its freed room can take, first in the queue's
+        order first. (The controller plans every queued job in the pass, and the others
+        would lose the race for the room and wait again: they are left waiting.)"""
+        room = self._spot_left(place)
+        if room <= 0 or not self.spot_waiters[place]:
+            return []
+        waiting = [i for i in self.spot_waiters[place] if self._queued(i)]
+        if room >= len(waiting):
+            return waiting  # all of them: the pass decides them in the queue's order
+        return self._in_queue_order(waiting)[: int(room)]
+
+    def _reconsider(self, i: int) -> None:
+        """Waiting job `i` is told otherwise of spot: its policy's answer, and so its next
+        wake, may change; it decides again only if the answer is now on-demand (room that
+        freed in this pass went to the waiters the room could take)."""
+        _, choice = self._markets(i)
+        if choice in ("on-demand", ""):
+            return self._decide(i)
+        wakes = [self._next_change(i)]
+        reopens = self._reopening(i)
+        if reopens is not None:
+            wakes.append(reopens)
+        self._retry(i, min(wakes))
+
+    def _team_usage(self) -> dict[str, float]:
+        if self._usage[0] != self.now:  # launches now add nothing yet: once per pass
+            self._usage = (self.now, self.usage.usage(self.now))
+        return self._usage[1]
+
+    def _queued(self, i: int) -> bool:
+        return self.state[i].run is None and self.state[i].end is None
+
+    def _in_queue_order(self, jobs) -> list[int]:
+        chosen = [i for i in jobs if self._queued(i)]
+        if len(chosen) < 2:
+            return chosen
+        return queue_order(
+            chosen,
+            priority=self.priority,
+            team=self.team,
+            queued_at={i: self.jobs[i].submit_hours for i in chosen},  # the store's: kept
+            usage=self._team_usage(),
+            teams=self.teams,
+        )
 
     # --- one job's decision ---------------------------------------------------------------
 
@@ -160,22 +294,24 @@ class _Fleet:
             return
         for place in self._spot_places(i):
             self.spot_waiters[place].pop(i, None)
+        self._unwatch(i)
         self._unqueue(i)
-        options = self.options[i]
         markets, choice = self._markets(i)
         home = self._home(i, choice)
         pool_pick: Option | None = None
         cloud: Option | None = None
-        for option in options:
+        for option in self.rates.ranked(self._options(i), self.now):
             if option.kind == "pool":
-                if self.pool_free[option.key] + _EPS >= option.gpus and not self._queued(option):
-                    return self._launch(i, option)
+                if self._pool_has_room(option):
+                    return self._launch(i, option, steered=choice == "on-demand")
                 if pool_pick is None and self.wait_factor > 0:
                     pool_pick = option
                 continue
             if option.kind not in markets:
                 continue
-            if option.kind == "spot" and self._spot_left(option.key) <= 0:
+            if option.kind == "spot" and (
+                self._seen_left(option.key) <= 0 or self._cooling_until(option.key) is not None
+            ):
                 continue
             if home is not None and option.region != home:
                 continue
@@ -183,9 +319,11 @@ class _Fleet:
             break
         if pool_pick is not None and self._wait_for_pool(i, pool_pick, cloud):
             return
+        if cloud is not None and cloud.kind == "spot" and self._spot_left(cloud.key) <= 0:
+            return self._lost_race(i, cloud)
         if cloud is not None:
-            return self._launch(i, cloud)
-        self._wait(i)
+            return self._launch(i, cloud, steered=choice == "on-demand")
+        self._wait(i, choice)
 
     def _markets(self, i: int) -> tuple[tuple[str, ...], str]:
         """The cloud markets this decision may use, and the spot policy's choice ("" when
@@ -198,122 +336,98 @@ class _Fleet:
             return ("spot",), ""
         if self.jobs[i].deadline_hours is None:
             return ("spot", "on-demand"), ""
-        open_now = any(self._spot_left(k) > 0 for k in self._spot_places(i))
-        choice = self._choice(i, self.now, open_now)
+        self.state[i].asked_open = is_open = self._spot_open(i)
+        choice = self._choice(i, self.now, is_open)
         if choice == "on-demand":
             return ("on-demand",), choice
         if spot_only(choice, self.settings):
             return ("spot",), choice
         return ("spot", "on-demand"), choice
 
-    def _choice(self, i: int, at: float, spot_open: bool) -> str:
-        """The spot policy's answer for idle job `i` at hour `at`."""
-        job = self.jobs[i]
+    def _choice(self, i: int, at: float, spot_open: bool, current: str | None = None) -> str:
+        """The spot policy's answer for job `i` at hour `at` (`current`: what runs, whose
+        progress then counts)."""
+        job, st = self.jobs[i], self.state[i]
+        done = st.saved
+        if current is not None and st.run is not None:
+            done += max(0.0, at - st.run.start - self.restart)
         ask = MarketAsk(
-            elapsed=at - job.submit_hours,
-            deadline=job.deadline_hours,  # type: ignore[arg-type]
+            elapsed=max(0.0, at - job.submit_hours),  # events within 1e-9 h are one pass
+            deadline=self.deadline[i],  # type: ignore[arg-type]
             work_total=job.hours,
-            work_done=self.state[i].saved,
+            work_done=done,
             restart_hours=self.restart,
             checkpoint_hours=job.checkpoint_minutes / 60 if job.checkpoint_minutes else None,
         )
-        return choose_market(ask, self.settings, spot_available=spot_open)
+        return choose_market(ask, self.settings, current=current, spot_available=spot_open)
 
     def _next_change(self, i: int) -> float:
-        """The first reconcile step at which idle job `i`'s spot policy would stop
-        answering as it does now, were spot to stay closed: found by bisection, since
-        while nothing runs the answers move one way in time (waiting turns to on-demand
-        as the spare runs out). Re-deciding there equals re-deciding at every step."""
-        job, step = self.jobs[i], self.scenario.reconcile_hours
-        now_says = self._choice(i, self.now, False)
-        last = job.submit_hours + job.deadline_hours  # type: ignore[operator]
-        high = max(1, math.ceil((last - self.now) / step))
-        if self._choice(i, self.now + high * step, False) == now_says:
-            return self.now + high * step
-        low = 0  # answers as now at low; differently at high
-        while high - low > 1:
-            mid = (low + high) // 2
-            if self._choice(i, self.now + mid * step, False) == now_says:
-                low = mid
-            else:
-                high = mid
-        return self.now + high * step
+        """The first pass at which idle job `i`'s spot policy would answer otherwise, as
+        spot is on sale now and, for a job with a checkpoint somewhere, as if none were
+        (what stay-home asks); its deadline when neither changes."""
+        job, step, st = self.jobs[i], self.step, self.state[i]
+        deadline = job.submit_hours + self.deadline[i]  # type: ignore[operator]
+        is_open, home = st.asked_open, st.where is not None
+        said = (self._choice(i, self.now, is_open),
+                self._choice(i, self.now, False) if home else "")  # fmt: skip
+        known = self._wakes.get((i, is_open))
+        # the same question with the same answers now as at the last wake asked: the same
+        # first change (every pass between answered as then)
+        if known is not None and known[:2] == (st.saved, said) and self.now < known[2]:
+            return known[2]
+        wakes = [first_change(lambda t: self._choice(i, t, is_open), self.now, step, deadline)]
+        if home:
+            wakes.append(first_change(lambda t: self._choice(i, t, False), self.now, step,
+                                      deadline))  # fmt: skip
+        found = [w for w in wakes if w is not None]
+        wake = min(found) if found else grid_from(deadline, step)
+        self._wakes[(i, is_open)] = (st.saved, said, wake)
+        return wake
 
     def _home(self, i: int, choice: str) -> tuple[str, str] | None:
-        """The checkpoint's region, when a reclaimed job's spot is kept there now
+        """The checkpoint's region, when the job's spot is kept there now
         (broker.dispatch.home)."""
-        home = self.state[i].home
+        home = self.state[i].where
         kept = stays_home(
             self.settings,
-            has_home=home is not None,
-            checkpoint_gb=self.jobs[i].checkpoint_gb,
+            has_home=home is not None and self.jobs[i].checkpoint_minutes is not None,
             choice=choice,
             choice_without_spot=lambda: self._choice(i, self.now, False),
         )
         return home if kept else None
 
-    def _queued(self, option: Option) -> bool:
-        return bool(self.pool_queue[option.key])
+    def _options(self, i: int) -> list[Option]:
+        """Job `i`'s ranked options now: planned with its checkpoint where it last ran."""
+        return self.plans.options(i, self.state[i].where)
 
-    def _wait_for_pool(self, i: int, option: Option, cloud: Option | None) -> bool:
-        job, name = self.jobs[i], option.key
-        queue = self.pool_queue[name]
-        queued_at = self.state[i].queued_at
-        if queued_at is None:
-            queued_at = job.submit_hours
-        work = job.hours - self.state[i].saved
-        deadline = None if job.deadline_hours is None else job.submit_hours + job.deadline_hours
-        ask = PoolWait(
-            now=self.now,
-            free_gpus=self.pool_free[name],
-            need_gpus=option.gpus + self.pool_queued_gpus[name],  # first come, first served
-            ends=[(r.finish, r.option.gpus) for r in self.pool_runs[name].values()],
-            work_hours=work,
-            restart_hours=self.restart,
-            deadline=deadline,
-            pool_cost=option.cost_per_work_hour * work,
-            cloud_cost=math.inf if cloud is None else cloud.cost_per_work_hour * work,
-            waited=self.now - queued_at,
-        )
-        if not waits_for_pool(ask, self.wait_factor):
-            return False
-        queue.append(i)
-        self.pool_queued_gpus[name] += option.gpus
-        self.state[i].pool = name
-        # decide again once the budget is spent or the deadline needs the cloud
-        latest = give_up_at(queued_at, work, self.restart, deadline, self.wait_factor)
-        self._retry(i, max(latest, self.now + _MIN_RETRY))
-        return True
-
-    def _unqueue(self, i: int) -> None:
-        name = self.state[i].pool
-        if name is not None:
-            self.pool_queue[name].remove(i)
-            self.pool_queued_gpus[name] -= self._pool_option(i, name).gpus
-            self.state[i].pool = None
-
-    def _pool_option(self, j: int, name: str) -> Option:
-        return next(o for o in self.options[j] if o.kind == "pool" and o.key == name)
-
-    def _wait(self, i: int) -> None:
-        """Nothing open fits: wait for spot. Retried when spot frees or opens, and for
-        a deadline job when its spot policy would turn to on-demand (_next_change)."""
+    def _wait(self, i: int, choice: str) -> None:
+        """Nothing open fits: wait for spot. Decided again when spot frees or opens, when
+        a cool-down keeping it out ends, and for a steered job when its spot policy
+        would answer otherwise."""
         for place in self._spot_places(i):
             self.spot_waiters[place][i] = None
-        st = self.state[i]
-        pending = st.waiting and st.retry_at > self.now  # still right: the job stayed idle
-        if self.jobs[i].deadline_hours is not None and self.policy.spot == "prefer":
-            if not pending:
-                self._retry(i, self._next_change(i))
+        wakes = []
+        if choice:
+            self._watch(i)
+            wakes.append(self._next_change(i))
+        reopens = self._reopening(i)
+        if reopens is not None:
+            wakes.append(reopens)
+            self._cooled[i] = {k for k in self._spot_places(i) if self._cooling_until(k)}
+        if wakes:
+            self._retry(i, min(wakes))
 
     def _retry(self, i: int, at: float) -> None:
         """Decide job `i` again at `at` (replacing any retry pending)."""
         st = self.state[i]
-        st.waiting, st.retry_at = self._push(at, _RETRY, i), at
+        if st.waiting and st.retry_at == at:
+            return  # already due then
+        st.waiting, st.retry_at = self._push(at, RETRY, i), at
+        self._remember(i, at, st.waiting)
 
     def _spot_places(self, i: int) -> list[int]:
         """The traced spot places among job `i`'s options (shared per shape, memoised)."""
-        options = self.options[i]
+        options = self.plans.options(i)
         places = self._places_of.get(id(options))
         if places is None:
             places = [o.key for o in options if o.kind == "spot" and o.key is not None]
@@ -322,28 +436,38 @@ class _Fleet:
 
     # --- runs ------------------------------------------------------------------------------
 
-    def _launch(self, i: int, option: Option) -> None:
-        st = self.state[i]
+    def _launch(self, i: int, option: Option, steered: bool = False) -> None:
+        st, job = self.state[i], self.jobs[i]
         self._unqueue(i)
-        run = _Run(i, option, self.now, 0)
+        run = _Run(i, option, self.now, 0, steered=steered and option.kind != "spot")
         st.run, st.waiting = run, 0
         if st.first_start is None:
             st.first_start = self.now
         self._move_checkpoint(i, option.region)
         st.where = option.region
         if option.kind == "pool":
-            self.pool_free[option.key] -= option.gpus
-            self.pool_runs[option.key][i] = run
+            self._pool_started(run)
         elif option.kind == "spot" and option.key is not None:
             self.spot_runs[option.key].append(run)  # type: ignore[index]
-        run.finish = self.now + self._left(run)
-        run.seq = self._push(run.finish, _END, run)
+            self._spot_started(option.key)
+        run.finish = self.now + self.restart + job.hours - st.saved
+        run.seq = self._push(run.finish, END, run)
+        if option.kind == "spot":
+            self.rates.start(option.rate_key, run.seq, self.now)  # type: ignore[arg-type]
+        self.teams.add(job.team)
+        self.usage.start(job.team, run.seq, option.gpus, self.now)
+        if run.steered:
+            self._watch(i)
+            self._back_wake(i)
 
     def _move_checkpoint(self, i: int, to: tuple[str, str]) -> None:
         """A job resuming away from its checkpoint pays to copy it there, once, at the
         checkpoint's size: the egress the ledger charges (broker.state.charges)."""
         st, job = self.state[i], self.jobs[i]
-        if st.where is None or st.where == to or st.saved <= 0 or not job.checkpoint_gb > 0:
+        if st.where is None or st.where == to or st.where not in st.written:
+            return
+        st.written.add(to)
+        if not job.checkpoint_gb > 0:
             return
         from broker.state.charges import egress_entry
         from broker.state.model import multiply, to_decimal
@@ -353,114 +477,48 @@ class _Fleet:
         entry = egress_entry(Place(*st.where), to, size, "checkpoint migration", {})
         if entry is None:
             return
-        cost = float(multiply(size, to_decimal(entry["unit_price_usd"])))
-        self.totals.cost += cost
-        self.totals.egress += cost
+        self._bill(float(multiply(size, to_decimal(entry["unit_price_usd"]))), egress=True)
+
+    def _bill(self, usd: float, egress: bool = False) -> None:
+        self.totals.cost += usd
+        if egress:
+            self.totals.egress += usd
         day = int(self.now // 24)
-        self.totals.daily[day] = self.totals.daily.get(day, 0.0) + cost
+        self.totals.daily[day] = self.totals.daily.get(day, 0.0) + usd
 
-    def _left(self, run: _Run) -> float:
-        """Hours from the run's start to its end: restart, then the work left."""
-        return self.restart + self.jobs[run.job].hours - self.state[run.job].saved
-
-    def _end(self, run: _Run) -> None:
+    def _end(self, run: _Run) -> bool:
+        """The run's work is done (False: it was stopped before, nothing happens)."""
         st = self.state[run.job]
         if st.run is not run:
-            return  # reclaimed before it finished
+            return False
         self._close(run)
         st.saved = self.jobs[run.job].hours
+        st.written.add(run.option.region)
         st.end = self.now
         self.done += 1
+        return True
 
-    def _close(self, run: _Run) -> None:
+    def _close(self, run: _Run, reclaimed: bool = False) -> None:
         """Bill the run up to now and give its capacity back."""
         hours = self.now - run.start
         option = run.option
         cost = option.price * hours
-        totals = self.totals
-        totals.cost += cost
-        day = int(self.now // 24)
-        totals.daily[day] = totals.daily.get(day, 0.0) + cost
-        self.state[run.job].run = None
+        self._bill(cost)
+        st = self.state[run.job]
+        st.run, st.back = None, 0
+        self._unwatch(run.job)
+        self.usage.end(self.jobs[run.job].team, run.seq, self.now)
         if option.kind == "pool":
-            totals.pool_gpu_hours += option.gpus * hours
-            self.pool_free[option.key] += option.gpus
-            del self.pool_runs[option.key][run.job]
-            self._serve_pool(option.key)
+            self._pool_stopped(run, hours)
         elif option.kind == "spot":
-            totals.spot_cost += cost
+            self.totals.spot_cost += cost
+            self.rates.end(option.rate_key, run.seq, self.now, reclaimed)  # type: ignore[arg-type]
             if option.key is not None:
                 self.spot_runs[option.key].remove(run)  # type: ignore[index]
-                self._serve_spot_waiters(option.key, 1)
+                self._spot_stopped(option.key)
 
-    def _serve_pool(self, name: str) -> None:
-        """First come, first served: start the waiting jobs the freed GPUs now fit."""
-        queue = self.pool_queue[name]
-        while queue:
-            j = queue[0]
-            option = self._pool_option(j, name)
-            if option.gpus > self.pool_free[name] + _EPS:
-                return
-            self._launch(j, option)  # takes it off the queue
 
-    def _serve_spot_waiters(self, place: int, slots: int) -> None:
-        """Room for `slots` spot runs at `place`: the jobs waiting for it decide again,
-        first come first served, until the room is taken."""
-        waiting = self.spot_waiters[place]
-        while waiting and self._spot_left(place) > 0 and slots > 0:
-            j = next(iter(waiting))
-            self._decide(j)
-            waiting.pop(j, None)  # it waits again elsewhere if it did not start
-            slots -= 1
+def _default_half_life() -> float:
+    from broker.queue import Policy
 
-    def _spot_left(self, place: object) -> float:
-        """Spot runs a place can still take; untraced places (kept only when the scenario's
-        `untraced_spot` is open) are unlimited."""
-        if place is None:
-            return math.inf
-        return self.spot_room[place] - len(self.spot_runs[place])  # type: ignore[index]
-
-    # --- trace steps -----------------------------------------------------------------------
-
-    def _tick(self, t: float) -> None:
-        """Apply every count that changes at `t` first, then let the reclaimed jobs decide
-        again, then the jobs waiting where spot opened: no job lands on a place whose
-        count falls at the same step."""
-        opened, reclaimed = [], []
-        for place, count in self.changes[t]:
-            room = count * self.scale
-            before = self.spot_room[place]
-            self.spot_room[place] = room
-            runs = self.spot_runs[place]
-            while len(runs) > room:
-                reclaimed.append(self._reclaim(runs[-1]))
-            if room > before:
-                opened.append(place)
-        for i in reclaimed:
-            self._decide(i)
-        for place in opened:
-            self._serve_spot_waiters(place, self._spot_left(place))
-
-    def _reclaim(self, run: _Run) -> int:
-        """End a spot run at a reclaim; the job (returned) keeps its checkpointed work."""
-        job, st = self.jobs[run.job], self.state[run.job]
-        ran = max(0.0, self.now - run.start - self.restart)
-        every = job.checkpoint_minutes / 60 if job.checkpoint_minutes else None
-        kept = math.floor(ran / every + _EPS) * every if every else 0.0
-        # as the reports count it (broker.reports.lines.lost_share): the time since the
-        # run's last checkpoint, or since its start (restart included) without one
-        lost = ran - kept if kept > 0 else self.now - run.start
-        self.totals.lost_gpu_hours += lost * run.option.gpus
-        self.totals.preemptions += 1
-        self._close(run)
-        st.saved = min(job.hours, st.saved + kept)
-        if every:
-            st.home = run.option.region
-        st.queued_at = self.now  # back in the queue: a fresh waiting budget, as in the controller
-        return run.job
-
-    def _result(self) -> PolicyResult:
-        return scale_result(
-            self.policy, self.scale, self.jobs, self.state, self.totals, self.pool_total, self.now
-        )
-
+    return Policy().fair_share_half_life_hours

@@ -16,16 +16,24 @@ ZONES = (
 
 
 def synthetic_offers(zones=ZONES):
-    """Catalog rows for `zones` (one row each)."""
+    """Catalog rows for `zones` (one row each; a ninth field, when given, is the GPU
+    count of the instance, else 1). Each host has 8 vCPUs and 61 GiB per GPU (p3's), or
+    the GPU's host floor where that is more, so a job stating no host fits it."""
+    from pricing.gpus import host_floor
     from pricing.table import OfferTable
 
     columns: dict[str, list] = {name: [] for name in (
         "cloud", "region", "zone", "instance_type", "accelerator", "accelerator_count",
         "accelerator_memory_gib", "vcpus", "memory_gib", "interconnect", "price_on_demand",
         "price_spot", "spot_interruption_rate", "capacity", "source", "as_of")}  # fmt: skip
-    for cloud, region, zone, itype, gpu, on_demand, spot, rate in zones:
+    for cloud, region, zone, itype, gpu, on_demand, spot, rate, *count in zones:
+        gpus = float(count[0]) if count else 1.0
+        floor = host_floor(gpu)
+        vcpus = max(8.0, floor.vcpus_per_gpu if floor else 0.0)
+        memory = max(61.0, floor.memory_gib_per_gpu if floor else 0.0)
         row = dict(cloud=cloud, region=region, zone=zone, instance_type=itype, accelerator=gpu,
-                   accelerator_count=1.0, accelerator_memory_gib=16.0, vcpus=8.0, memory_gib=61.0,
+                   accelerator_count=gpus, accelerator_memory_gib=16.0,
+                   vcpus=vcpus * gpus, memory_gib=memory * gpus,
                    interconnect="", price_on_demand=on_demand, price_spot=spot,
                    spot_interruption_rate=rate, capacity=float("nan"), source="synthetic",
                    as_of="2026-01-01")  # fmt: skip

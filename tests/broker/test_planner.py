@@ -97,11 +97,18 @@ def brute_force(job: JobSpec, index: OfferIndex) -> list[tuple[float, float, int
                 restore_h = restore_usd = write_usd = 0.0
                 ck = job.checkpoint
                 if ck and ck.location and ck.size_gb:
+                    # docs/planner.md, "Checkpoint egress"
                     bucket = Place(ck.location.cloud, ck.location.region)
                     back = egress_price(bucket, here)
-                    restore_h = cost.copy_hours(ck.size_gb, back.scope)
-                    restore_usd = ck.size_gb * back.price_per_gb
-                    write_usd = ck.size_gb * egress_price(here, bucket).price_per_gb
+                    if ck.saved:  # brought in once
+                        staging += cost.copy_hours(ck.size_gb, back.scope)
+                        egress_in += ck.size_gb * back.price_per_gb
+                    if ck.moves_with_job:  # kept where the job runs: restores local
+                        restore_h = cost.copy_hours(ck.size_gb, "same_region")
+                    else:
+                        restore_h = cost.copy_hours(ck.size_gb, back.scope)
+                        restore_usd = ck.size_gb * back.price_per_gb
+                        write_usd = ck.size_gb * egress_price(here, bucket).price_per_gb
                 rate = 0.0
                 if spot:
                     known = offer["spot_interruption_rate"]
@@ -120,7 +127,8 @@ def brute_force(job: JobSpec, index: OfferIndex) -> list[tuple[float, float, int
                 total_h = hours(rate)
                 if math.isinf(total_h):
                     continue
-                usd = price * total_h + egress_in + rate * total_h * restore_usd
+                # each interruption restores, and writes one more checkpoint on its notice
+                usd = price * total_h + egress_in + rate * total_h * (restore_usd + write_usd)
                 if ck and ck.location:
                     usd += total_h * 60 / ck.interval_minutes * write_usd
                 deadline = job.runtime.deadline_at(NOW)
@@ -181,6 +189,8 @@ jobs = st.builds(
         st.sampled_from([10.0, 60.0]),
         st.sampled_from([0.0, 50.0]),
         st.none() | places,
+        st.booleans(),  # moves with the job (a store per place) or stays in its bucket
+        st.booleans(),  # saved: the next attempt restores it
     ),
     data=st.lists(
         st.builds(DataInput, st.just("s3://d/"), st.sampled_from([10.0, 500.0]), places), max_size=2
@@ -380,3 +390,32 @@ def test_placements_built_by_columns_equal_those_built_one_by_one() -> None:
         built[0].total = 1.0
     with pytest.raises(TypeError):  # every field must be given
         _build(Rejection, reason=["r"])
+
+
+@pytest.mark.parametrize("hours", [2.0, 40.0])
+def test_a_checkpoint_that_moves_with_the_job_costs_one_copy_however_long_it_runs(hours):
+    """docs/planner.md, "Checkpoint egress": kept where the job runs, a saved 50 GB
+    checkpoint crosses once (to us-west-2 from us-east-1), and no write goes back; kept
+    in a us-east-1 bucket, every write (one per 30 minutes) goes back there."""
+    import pandas as pd
+
+    rows = synthetic_offers(1, seed=1).iloc[:1].copy()
+    rows["cloud"], rows["region"], rows["zone"] = "aws", "us-west-2", ""
+    rows["accelerator"], rows["accelerator_count"] = "A100", 8.0
+    rows["price_on_demand"], rows["price_spot"] = 20.0, float("nan")
+    rows["vcpus"], rows["memory_gib"] = 96.0, 1152.0  # p4d: above the A100 host floor
+    index = OfferIndex(OfferTable.from_frame(pd.DataFrame(rows)))
+    east = Place("aws", "us-east-1")
+    per_gb = egress_price(east, Place("aws", "us-west-2")).price_per_gb
+
+    def egress(moves: bool) -> tuple[float, float]:
+        ckpt = Checkpoint("s3://b/", 30.0, 50.0, east, moves_with_job=moves, saved=True)
+        job = JobSpec("j", "t", Requirements(accelerators=(GpuAsk("A100", 8.0),)),
+                      runtime=RuntimeEstimate(hours), checkpoint=ckpt)  # fmt: skip
+        best = plan(job, index, NOW).placements[0]
+        return best.cost.egress, best.expected_hours  # hours: the run and the copy in
+
+    back = egress_price(Place("aws", "us-west-2"), east).price_per_gb
+    assert egress(True)[0] == pytest.approx(50 * per_gb)
+    usd, run = egress(False)
+    assert usd == pytest.approx(50 * per_gb + run * 2 * 50 * back)

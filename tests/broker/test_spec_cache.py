@@ -42,6 +42,8 @@ runs = st.builds(
 @given(jobs, deadlines, runs)
 def test_encode_decode_round_trips_exactly(job, deadline, run):
     job = replace(job, runtime=RuntimeEstimate(job.runtime.estimate_hours, deadline), run=run)
+    if job.checkpoint is not None:  # set at planning time, never stored: not encoded
+        job = replace(job, checkpoint=replace(job.checkpoint, moves_with_job=False, saved=False))
     assert spec_codec.decode(json.loads(json.dumps(spec_codec.encode(job)))) == job
 
 

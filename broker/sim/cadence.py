@@ -1,0 +1,258 @@
+"""The detailed engine's pass cadence: the controller's poll grid, less the passes that
+provably change nothing.
+
+The controller passes every `reconcile_hours` (its poll interval) and after whatever
+happens. Replaying every pass of that grid is faithful and slow: a job waiting days for
+spot costs thousands of identical passes. `Cadence.next_pass` gives the next pass that
+may act, which is either the next pass of the grid, or, when every job the controller
+could act on is provably idle until later, that later pass:
+
+- a **queued job** is idle while it is planned on spot only (its policy said "spot" or
+  "wait" under `spot_strict`, or its manifest says `spot: only`) and no place it may use
+  sells spot, or every such place is cooling down after a reclaim. It may act again at a
+  provider event (the engine passes there anyway), when a cool-down ends, when a reclaim
+  leaves the cool-down's 4-hour window (`broker.recovery.HISTORY`), or at the first pass
+  at which its spot policy would answer otherwise (`broker.dispatch.cadence.first_change`;
+  asked with and without spot on sale, as stay-home asks both);
+- a **policy-steered on-demand run** may go back to spot (`Controller._back_to_spot`) at
+  the first pass at which its policy would say "spot";
+- a plain running attempt is never acted on between events.
+
+Anything else (a job held for a pool, by the queue policy, a launch left for a retry)
+takes the next pass of the grid. `every_step=True` replays every pass of the grid while
+any job is unfinished: the reference the skipping is tested against.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from typing import TYPE_CHECKING
+
+from broker.dispatch.cadence import first_change, grid_after, grid_from
+
+if TYPE_CHECKING:
+    from broker.controller import Controller
+    from broker.sim.provider import SimulatedProvider
+    from broker.spec import JobSpec
+    from broker.state import Job
+
+
+@dataclass
+class Cadence:
+    controller: Controller
+    provider: SimulatedProvider
+    origin: datetime
+    step: float  # hours between passes
+    every_step: bool = False
+    _specs: dict[tuple[str, int], JobSpec] = field(default_factory=dict)
+
+    def next_pass(self, now: float) -> float | None:
+        """The next pass that may act after the one at `now` (hours from the origin);
+        None when only a provider event or a submission can start anything."""
+        from broker.state import TERMINAL, JobState
+
+        store = self.controller.store
+        unfinished = store.jobs(states=[s for s in JobState if s not in TERMINAL])
+        if not unfinished:
+            return None
+        grid = grid_after(now, self.step)
+        if self.every_step:
+            return grid
+        wakes: list[float] = []
+        if any(job.state is JobState.QUEUED for job in unfinished):
+            wakes.append(self._cooling_wake(now))
+        for job in unfinished:
+            if job.state is JobState.RUNNING:
+                wake = self._running_wake(job, now)
+            elif job.state is JobState.QUEUED:
+                wake = self._queued_wake(job, now)
+            else:
+                return grid  # between two writes: let the next pass settle it
+            if wake is _ANY:
+                return grid
+            if isinstance(wake, float):
+                wakes.append(wake)
+        wake = min(wakes, default=float("inf"))
+        return max(grid, wake) if wake < float("inf") else None
+
+    # --- a queued job -----------------------------------------------------------------
+
+    def _queued_wake(self, job: Job, now: float) -> float | None | object:
+        from broker.controller.steering import steer
+        from broker.dispatch.home import stays_home
+        from broker.dispatch.market import spot_only
+        from broker.recovery import checkpoint_place, with_checkpoint_at
+
+        settings = self.controller.settings
+        store = _Reads(self.controller.store)  # read once for every question below
+        home = checkpoint_place(store, job)
+        spec = with_checkpoint_at(self._spec(job), home, True)  # a store per place
+        requirements = spec.requirements
+        when = self._at(now)
+        is_open = self._spot_open(spec)
+        choice = ""
+        if requirements.spot != "only":
+            _, choice = steer(spec, job, store, when, settings, spot_available=is_open)
+            if not spot_only(choice, settings):
+                return _ANY
+        clouds, regions = requirements.clouds, requirements.regions
+        if home is not None and stays_home(
+            settings,
+            has_home=spec.checkpoint is not None,
+            choice=choice,
+            choice_without_spot=lambda: steer(
+                spec, job, store, when, settings, spot_available=False
+            )[1],
+        ):
+            clouds, regions = (home.cloud,), (home.region,)
+        if self._sells_spot(spec, clouds, regions):
+            return _ANY
+        if not choice:
+            return None  # spot only, none on sale: only an event or a cool-down changes it
+        deadline = self._deadline(job, spec)
+
+        def said(t: float, available: bool) -> str:
+            return steer(spec, job, store, self._at(t), settings, spot_available=available)[1]
+
+        wakes = [first_change(lambda t: said(t, is_open), now, self.step, deadline)]
+        if home is not None:  # stay-home also asks as if no spot were on sale
+            wakes.append(first_change(lambda t: said(t, False), now, self.step, deadline))
+        found = [w for w in wakes if w is not None]
+        return min(found) if found else grid_from(deadline, self.step)
+
+    def _sells_spot(self, spec: JobSpec, clouds: tuple, regions: tuple) -> bool:
+        """Whether some place the job may use sells spot for its GPUs now and is not
+        cooling down. Looser than the planner (only exact clouds and regions narrow it),
+        so a False is sure."""
+        import math
+
+        gpus = {a.gpu for a in spec.requirements.accelerators}
+        exact = tuple(r for r in regions if not any(c in r for c in "*?["))
+        if len(exact) < len(regions):
+            exact = ()  # a glob: do not narrow
+        table = self.provider.offers()
+        prices = table.numbers["price_spot"]
+        text = {n: table.text(n) for n in ("cloud", "region", "zone", "instance_type")}
+        accelerator = table.text("accelerator")
+        closed = self._closed()
+        for i in range(len(table)):
+            if math.isnan(prices[i]) or (gpus and accelerator[i] not in gpus):
+                continue
+            if clouds and text["cloud"][i] not in clouds:
+                continue
+            if exact and text["region"][i] not in exact:
+                continue
+            key = tuple(text[n][i] for n in ("cloud", "region", "zone", "instance_type"))
+            if key not in closed:
+                return True
+        return False
+
+    # --- a running job ----------------------------------------------------------------
+
+    def _running_wake(self, job: Job, now: float) -> float | None:
+        """When a policy-steered on-demand run would go back to spot (None: a plain run,
+        nothing to wake it for)."""
+        from broker.controller.steering import steer
+        from broker.state import OPEN_ATTEMPT
+
+        store = _Reads(self.controller.store)
+        attempts = self.controller.store.attempts(job.id, states=OPEN_ATTEMPT)
+        if not any(a.market == "on-demand" and a.placed_on.steered for a in attempts):
+            return None
+        spec = self._spec(job)
+        settings = self.controller.settings
+        is_open = self._spot_open(spec)
+
+        def said(t: float) -> str:
+            return steer(spec, job, store, self._at(t), settings, current="on-demand",
+                         spot_available=is_open)[1]  # fmt: skip
+
+        return first_change(said, now, self.step, self._deadline(job, spec))
+
+    # --- cool-downs ---------------------------------------------------------------------
+
+    def _closed(self) -> set[tuple[str, str, str, str]]:
+        from broker.recovery import closed_places, recent_reclaims
+
+        now = self.controller.clock.now()
+        reclaims = recent_reclaims(self.controller.store, now)
+        closed = closed_places(reclaims, now, self.controller.settings.cooldown_scale)
+        return {(u.cloud, u.region, u.zone, u.instance_type) for u in closed}
+
+    def _cooling_wake(self, now: float) -> float:
+        """The first pass at which a cool-down may end: a closed place reopens, or a
+        reclaim leaves the HISTORY window (the next cool-down there is shorter)."""
+        from broker.recovery import HISTORY, cooling_until, recent_reclaims
+
+        when = self._at(now)
+        reclaims = recent_reclaims(self.controller.store, when)
+        scale = self.controller.settings.cooldown_scale
+        times: dict[tuple, list[datetime]] = {}
+        for r in reclaims:
+            times.setdefault((r.cloud, r.region, r.zone, r.instance_type), []).append(r.at)
+        moments = [cooling_until(sorted(ts), scale) for ts in times.values()]
+        moments += [r.at + HISTORY for r in reclaims]
+        later = [self._hours(m) for m in moments if m > when]
+        return grid_from(min(later), self.step) if later else float("inf")
+
+    # --- helpers ------------------------------------------------------------------------
+
+    def _spot_open(self, spec: JobSpec) -> bool:
+        """What the controller tells the policy (`Launching._spot_open`)."""
+        if not self.controller.settings.spot_strict:
+            return True
+        return self.provider.spot_open(tuple(a.gpu for a in spec.requirements.accelerators))
+
+    def _deadline(self, job: Job, spec: JobSpec) -> float:
+        submitted = self.controller.store.version(job.id, job.version).submitted_at
+        deadline = spec.runtime.deadline_at(submitted)
+        return self._hours(deadline) if deadline is not None else float("inf")
+
+    def _spec(self, job: Job) -> JobSpec:
+        key = (job.id, job.version)
+        if key not in self._specs:
+            self._specs[key] = self.controller.store.version(job.id, job.version).spec
+        return self._specs[key]
+
+    def _at(self, hours: float) -> datetime:
+        return self.origin + timedelta(hours=hours)
+
+    def _hours(self, moment: datetime) -> float:
+        return (moment - self.origin).total_seconds() / 3600.0
+
+
+_ANY = object()  # the job may act at any pass: take the next one
+
+
+class _Reads:
+    """The store's reads that steering asks, each read once: the store does not change
+    while the cadence asks its questions, and a bisection asks the same ones many times."""
+
+    def __init__(self, store) -> None:
+        self._store = store
+        self._attempts: dict[str, list] = {}
+        self._versions: dict[tuple[str, int | None], object] = {}
+        self._checkpoints: dict | None = None
+        self._lost: dict[str | None, dict] = {}
+
+    def attempts(self, job_id: str):
+        if job_id not in self._attempts:
+            self._attempts[job_id] = self._store.attempts(job_id)
+        return self._attempts[job_id]
+
+    def version(self, job_id: str, number: int | None = None):
+        key = (job_id, number)
+        if key not in self._versions:
+            self._versions[key] = self._store.version(job_id, number)
+        return self._versions[key]
+
+    def checkpoints(self):
+        if self._checkpoints is None:
+            self._checkpoints = self._store.checkpoints()
+        return self._checkpoints
+
+    def lost_shares(self, job_id: str | None = None):
+        if job_id not in self._lost:
+            self._lost[job_id] = self._store.lost_shares(job_id)
+        return self._lost[job_id]

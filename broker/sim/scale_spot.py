@@ -28,7 +28,7 @@ from broker.dispatch.cadence import first_change, grid_after, grid_from
 from broker.recovery import HISTORY
 
 if TYPE_CHECKING:
-    from broker.sim.scale import _Run
+    from broker.sim.scale_runs import Run as _Run
 
 END, TICK, BACK, SUBMIT, RETRY = 0, 1, 2, 3, 4  # the loop's events, in order at one instant
 _EPS = 1e-9

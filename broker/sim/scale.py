@@ -93,6 +93,8 @@ class _Fleet(DecideSide, RunSide, SpotSide, PoolSide):
         self._wakes: dict[tuple, tuple] = {}  # (job, open) -> (saved, answers, wake)
         self._cooled: dict[int, set] = {}  # waiting job -> the cooling places it waits out
         self._usage: tuple[float, dict[str, float]] = (-1.0, {})
+        self._said: dict[tuple, str] = {}  # the spot policy's answers (DecideSide._choice)
+        self._changes: dict[tuple, float | None] = {}  # first changes (_first_change)
         self.seq = 0
         self.now = 0.0
         self.done = 0

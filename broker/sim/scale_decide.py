@@ -8,11 +8,15 @@ The questions are the controller's (`broker.dispatch.market`, `broker.dispatch.h
 
 from __future__ import annotations
 
-from broker.dispatch.cadence import first_change, grid_from
+from collections.abc import Callable, Hashable
+
+from broker.dispatch.cadence import first_change, grid_from, grid_index_after
 from broker.dispatch.home import stays_home
 from broker.dispatch.market import MarketAsk, choose_market, spot_only
 from broker.sim.scale_spot import RETRY
 from broker.sim.shapes import Option
+
+_MEMO = 1_000_000  # answers kept before a memo starts afresh (any size gives the same figures)
 
 
 class DecideSide:
@@ -78,11 +82,23 @@ class DecideSide:
 
     def _choice(self, i: int, at: float, spot_open: bool, current: str | None = None) -> str:
         """The spot policy's answer for job `i` at hour `at` (`current`: what runs, whose
-        progress then counts)."""
-        job, st = self.jobs[i], self.state[i]
+        progress then counts). The policy is a pure function of what it is asked
+        (`broker.spotpolicy.model`), so each answer is asked once and kept: a wake's
+        bisection and the checks of one pass ask the same questions again and again."""
+        st = self.state[i]
         done = st.saved
         if current is not None and st.run is not None:
             done += max(0.0, at - st.run.start - self.restart)
+        key = (i, at, spot_open, current, done)
+        said = self._said.get(key)
+        if said is None:
+            if len(self._said) >= _MEMO:
+                self._said.clear()
+            said = self._said[key] = self._ask(i, at, spot_open, current, done)
+        return said
+
+    def _ask(self, i: int, at: float, spot_open: bool, current: str | None, done: float) -> str:
+        job = self.jobs[i]
         ask = MarketAsk(
             elapsed=max(0.0, at - job.submit_hours),  # events within 1e-9 h are one pass
             deadline=self.deadline[i],  # type: ignore[arg-type]
@@ -107,14 +123,36 @@ class DecideSide:
         # first change (every pass between answered as then)
         if known is not None and known[:2] == (st.saved, said) and self.now < known[2]:
             return known[2]
-        wakes = [first_change(lambda t: self._choice(i, t, is_open), self.now, step, deadline)]
+        wakes = [
+            self._first_change(
+                (i, None, is_open, st.saved), lambda t: self._choice(i, t, is_open), deadline
+            )
+        ]
         if home:
-            wakes.append(first_change(lambda t: self._choice(i, t, False), self.now, step,
-                                      deadline))  # fmt: skip
+            wakes.append(
+                self._first_change(
+                    (i, None, False, st.saved), lambda t: self._choice(i, t, False), deadline
+                )
+            )
         found = [w for w in wakes if w is not None]
         wake = min(found) if found else grid_from(deadline, step)
         self._wakes[(i, is_open)] = (st.saved, said, wake)
         return wake
+
+    def _first_change(
+        self, question: Hashable, answer: Callable[[float], str], until: float
+    ) -> float | None:
+        """`broker.dispatch.cadence.first_change` from now, kept per `question` (what
+        fixes `answer` at every hour: the job, what runs since when, its saved work, what
+        it is told of spot). Two passes in one step of the grid that hear the same answer
+        now bisect the same grid passes, so the second takes the first's result."""
+        key = (question, grid_index_after(self.now, self.step), until, answer(self.now))
+        wake = self._changes.get(key, False)
+        if wake is False:
+            if len(self._changes) >= _MEMO:
+                self._changes.clear()
+            wake = self._changes[key] = first_change(answer, self.now, self.step, until)
+        return wake  # type: ignore[return-value]
 
     def _home(self, i: int, choice: str) -> tuple[str, str] | None:
         """The checkpoint's region, when the job's spot is kept there now

@@ -21,10 +21,11 @@ spot room.
 from __future__ import annotations
 
 import math
+from collections import deque
 from datetime import timedelta
 from typing import TYPE_CHECKING
 
-from broker.dispatch.cadence import first_change, grid_after, grid_from
+from broker.dispatch.cadence import grid_after, grid_from
 from broker.recovery import HISTORY
 
 if TYPE_CHECKING:
@@ -47,10 +48,18 @@ class SpotSide:
         self.spot_waiters: list[dict[int, None]] = [{} for _ in self.spot]
         # steered jobs (waiting, or on a steered on-demand run) per place they watch
         self.watchers: list[dict[int, None]] = [{} for _ in self.spot]
-        self.reclaimed_at: list[list[float]] = [[] for _ in self.spot]
+        # reclaim hours per place within the cool-down's HISTORY (older ones pruned), and
+        # every reclaim's count (the key of `_cooled_at`)
+        self.reclaimed_at: list[deque[float]] = [deque() for _ in self.spot]
+        self.reclaims = [0] * len(self.spot)
         # place -> (hour asked, reclaims then, its answer): _cooling_until, once per pass
         self._cooled_at: dict[object, tuple[float, int, float | None]] = {}
         self.touched: set[int] = set()  # places whose room changed since the last pass
+        # what `_spot_open` answered per place list, at (hour, spot_version): the room a
+        # pass sees changes only when a trace steps or a spot run stops
+        self.spot_version = 0
+        self._open_at: tuple[float, int] = (-1.0, -1)
+        self._open: dict[int, bool] = {}
         self.freed: dict[int, None] = {}  # places with room freed in this pass
         self.failed_launches = 0
         self.instant = -1.0  # the hour of the launches counted in `taken`
@@ -80,6 +89,7 @@ class SpotSide:
         self.touched.add(place)  # type: ignore[arg-type]
 
     def _spot_stopped(self, place: object) -> None:
+        self.spot_version += 1
         self.touched.add(place)  # type: ignore[arg-type]
         self.freed[place] = None  # type: ignore[index]
 
@@ -89,7 +99,13 @@ class SpotSide:
         non-strict settings."""
         if not self.settings.spot_strict:
             return True
-        return any(self._seen_left(k) > 0 for k in self._spot_places(i))
+        places = self._spot_places(i)
+        if self._open_at != (self.now, self.spot_version):
+            self._open_at, self._open = (self.now, self.spot_version), {}
+        is_open = self._open.get(id(places))
+        if is_open is None:
+            is_open = self._open[id(places)] = any(self._seen_left(k) > 0 for k in places)
+        return is_open
 
     def _lost_race(self, i: int, option) -> None:
         """Job `i` was planned on `option` where another job of the same pass took the
@@ -111,14 +127,16 @@ class SpotSide:
 
         if place is None or not self.reclaimed_at[place]:  # type: ignore[index]
             return None
-        seen = len(self.reclaimed_at[place])  # type: ignore[index]
+        seen = self.reclaims[place]  # type: ignore[index]
         known = self._cooled_at.get(place)
-        if known is not None and known[:2] == (self.now, seen):
+        if known is not None and known[0] == self.now and known[1] == seen:
             return known[2]
-        times = [t for t in self.reclaimed_at[place] if self.now - t <= _HISTORY + _EPS]  # type: ignore[index]
+        times = self.reclaimed_at[place]  # type: ignore[index]
+        while times and self.now - times[0] > _HISTORY + _EPS:
+            times.popleft()  # out of the window for good: hours only grow
         answer = None
         if times:
-            until, _ = cooling(times, self.settings.cooldown_scale)
+            until, _ = cooling(times, self.settings.cooldown_scale)  # type: ignore[arg-type]
             answer = until if self.now < until - _EPS else None
         self._cooled_at[place] = (self.now, seen, answer)
         return answer
@@ -139,6 +157,7 @@ class SpotSide:
             room = count * self.scale
             before = self.spot_room[place]
             self.spot_room[place] = room
+            self.spot_version += 1
             self.touched.add(place)
             runs = self.spot_runs[place]
             while len(runs) > room:
@@ -160,6 +179,7 @@ class SpotSide:
         self.totals.preemptions += 1
         if run.option.key is not None:
             self.reclaimed_at[run.option.key].append(self.now)  # type: ignore[index]
+            self.reclaims[run.option.key] += 1  # type: ignore[index]
         self._close(run, reclaimed=True)
         st.saved = min(job.hours, st.saved + kept)
         if kept > 0:
@@ -187,7 +207,8 @@ class SpotSide:
         if said(self.now) == "spot":
             wake: float | None = grid_after(self.now, self.step)
         else:
-            wake = first_change(said, self.now, self.step, min(deadline, run.finish))
+            question = (i, run.start, is_open, st.saved)
+            wake = self._first_change(question, said, min(deadline, run.finish))
         if wake is not None:
             st.back = self._push(wake, BACK, i)
             self._remember(i, wake, st.back)

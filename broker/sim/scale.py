@@ -90,6 +90,7 @@ class _Fleet(DecideSide, RunSide, SpotSide, PoolSide):
         self.deadline = [manifest_deadline(j) for j in self.jobs]  # as the manifests say
         self.team = [j.team for j in self.jobs]
         self._places_of: dict[int, list] = {}
+        self._places_by_job: list[list[int] | None] = [None] * len(self.jobs)
         self._wakes: dict[tuple, tuple] = {}  # (job, open) -> (saved, answers, wake)
         self._cooled: dict[int, set] = {}  # waiting job -> the cooling places it waits out
         self._usage: tuple[float, dict[str, float]] = (-1.0, {})
@@ -198,18 +199,17 @@ class _Fleet(DecideSide, RunSide, SpotSide, PoolSide):
     def _may_act(self, i: int) -> bool:
         """Whether waiting job `i` may act at this pass before its wake: a cool-down that
         kept it out is over, or its policy answers otherwise than when it last waited."""
-        if any(
-            self._cooling_until(k) is None and k in self._cooled.get(i, ())
-            for k in self._spot_places(i)
-        ):
+        cooled = self._cooled.get(i)  # the cooling places among its own, when it waited
+        if cooled and any(self._cooling_until(k) is None for k in cooled):
             return True
         st = self.state[i]
         known = self._wakes.get((i, st.asked_open))
         if known is None:
             return True
-        said = (self._choice(i, self.now, st.asked_open),
-                self._choice(i, self.now, False) if st.where is not None else "")  # fmt: skip
-        return said != known[1]
+        # the answers now against those its wake was found with (each asked only if needed)
+        if self._choice(i, self.now, st.asked_open) != known[1][0]:
+            return True
+        return (self._choice(i, self.now, False) if st.where is not None else "") != known[1][1]
 
     def _remember(self, i: int, wake: float, seq: int) -> None:
         heapq.heappush(self.soon, (wake, seq, i))

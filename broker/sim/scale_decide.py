@@ -45,9 +45,7 @@ class DecideSide:
                 continue
             if option.kind not in markets:
                 continue
-            if option.kind == "spot" and (
-                self._seen_left(option.key) <= 0 or self._cooling_until(option.key) is not None
-            ):
+            if option.kind == "spot" and not self._sells_now(option.key):
                 continue
             if home is not None and option.region != home:
                 continue
@@ -197,9 +195,12 @@ class DecideSide:
 
     def _spot_places(self, i: int) -> list[int]:
         """The traced spot places among job `i`'s options (shared per shape, memoised)."""
-        options = self.plans.options(i)
-        places = self._places_of.get(id(options))
+        places = self._places_by_job[i]
         if places is None:
-            places = [o.key for o in options if o.kind == "spot" and o.key is not None]
-            self._places_of[id(options)] = places
+            options = self.plans.options(i)
+            places = self._places_of.get(id(options))
+            if places is None:
+                places = [o.key for o in options if o.kind == "spot" and o.key is not None]
+                self._places_of[id(options)] = places
+            self._places_by_job[i] = places
         return places

@@ -52,6 +52,7 @@ class SpotSide:
         # every reclaim's count (the key of `_cooled_at`)
         self.reclaimed_at: list[deque[float]] = [deque() for _ in self.spot]
         self.reclaims = [0] * len(self.spot)
+        self.reclaim_total = 0
         # place -> (hour asked, reclaims then, its answer): _cooling_until, once per pass
         self._cooled_at: dict[object, tuple[float, int, float | None]] = {}
         self.touched: set[int] = set()  # places whose room changed since the last pass
@@ -60,6 +61,8 @@ class SpotSide:
         self.spot_version = 0
         self._open_at: tuple[float, int] = (-1.0, -1)
         self._open: dict[int, bool] = {}
+        self._sells_at: tuple[float, int, int] = (-1.0, -1, -1)
+        self._sells: dict[object, bool] = {}
         self.freed: dict[int, None] = {}  # places with room freed in this pass
         self.failed_launches = 0
         self.instant = -1.0  # the hour of the launches counted in `taken`
@@ -92,6 +95,20 @@ class SpotSide:
         self.spot_version += 1
         self.touched.add(place)  # type: ignore[arg-type]
         self.freed[place] = None  # type: ignore[index]
+
+    def _sells_now(self, place: object) -> bool:
+        """Whether `place` sells spot to a launch of this pass: room as the pass sees it,
+        and not cooling down (kept per pass while no spot run stops, no trace steps and
+        no reclaim happens: launches do not change what the pass sees)."""
+        at = (self.now, self.spot_version, self.reclaim_total)
+        if self._sells_at != at:
+            self._sells_at, self._sells = at, {}
+        sells = self._sells.get(place)
+        if sells is None:
+            sells = self._sells[place] = (
+                self._seen_left(place) > 0 and self._cooling_until(place) is None
+            )
+        return sells
 
     def _spot_open(self, i: int) -> bool:
         """What the policy is told of spot (the controller's `_spot_open`): room at one
@@ -180,6 +197,7 @@ class SpotSide:
         if run.option.key is not None:
             self.reclaimed_at[run.option.key].append(self.now)  # type: ignore[index]
             self.reclaims[run.option.key] += 1  # type: ignore[index]
+            self.reclaim_total += 1
         self._close(run, reclaimed=True)
         st.saved = min(job.hours, st.saved + kept)
         if kept > 0:

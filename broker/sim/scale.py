@@ -89,6 +89,7 @@ class _Fleet(DecideSide, RunSide, SpotSide, PoolSide):
         self.priority = [j.priority for j in self.jobs]
         self.deadline = [manifest_deadline(j) for j in self.jobs]  # as the manifests say
         self.team = [j.team for j in self.jobs]
+        self.submitted = [j.submit_hours for j in self.jobs]
         self._places_of: dict[int, list] = {}
         self._places_by_job: list[list[int] | None] = [None] * len(self.jobs)
         self._wakes: dict[tuple, tuple] = {}  # (job, open) -> (saved, answers, wake)
@@ -221,10 +222,11 @@ class _Fleet(DecideSide, RunSide, SpotSide, PoolSide):
         room = self._spot_left(place)
         if room <= 0 or not self.spot_waiters[place]:
             return []
-        waiting = [i for i in self.spot_waiters[place] if self._queued(i)]
+        st = self.state
+        waiting = [i for i in self.spot_waiters[place] if st[i].run is None and st[i].end is None]
         if room >= len(waiting):
             return waiting  # all of them: the pass decides them in the queue's order
-        return self._in_queue_order(waiting)[: int(room)]
+        return self._in_queue_order(waiting, first=int(room))
 
     def _reconsider(self, i: int) -> None:
         """Waiting job `i` is told otherwise of spot: its policy's answer, and so its next
@@ -244,20 +246,19 @@ class _Fleet(DecideSide, RunSide, SpotSide, PoolSide):
             self._usage = (self.now, self.usage.usage(self.now))
         return self._usage[1]
 
-    def _queued(self, i: int) -> bool:
-        return self.state[i].run is None and self.state[i].end is None
-
-    def _in_queue_order(self, jobs) -> list[int]:
-        chosen = [i for i in jobs if self._queued(i)]
+    def _in_queue_order(self, jobs, first: int | None = None) -> list[int]:
+        state = self.state
+        chosen = [i for i in jobs if state[i].run is None and state[i].end is None]
         if len(chosen) < 2:
             return chosen
         return queue_order(
             chosen,
             priority=self.priority,
             team=self.team,
-            queued_at={i: self.jobs[i].submit_hours for i in chosen},  # the store's: kept
-            usage=self._team_usage(),
+            queued_at=self.submitted,  # the store's queued_at: a job's submission, kept
+            usage=self._team_usage,
             teams=self.teams,
+            first=first,
         )
 
 

@@ -242,8 +242,8 @@ def test_the_shortcuts_change_no_figure(monkeypatch, name, seed, spot_scale):
     # are woken by their policies. What the engine keeps between questions (the policy's
     # answers, first changes, one pass's view of spot) and the partial sort of the queue
     # must give every figure, to the last digit, that asking everything afresh gives.
-    scenario = Scenario(synthetic_offers(), synthetic_availability(seed),
-                        synthetic_jobs(seed, 120, spread_hours=24.0), restart_hours=0.1)  # fmt: skip
+    jobs = synthetic_jobs(seed, 120, spread_hours=24.0)
+    scenario = Scenario(synthetic_offers(), synthetic_availability(seed), jobs, restart_hours=0.1)
     policy = policies.make(name)
     fast = simulate_at_scale(scenario, policy, spot_scale=spot_scale).as_dict()
     _without_shortcuts(monkeypatch)

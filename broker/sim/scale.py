@@ -25,10 +25,15 @@ passes:
   (`broker.sim.scale_spot`).
 - **Egress**: a job resuming away from its checkpoint pays its copy as the ledger
   prices it (`broker.state.charges.egress_entry`).
+- **One job's decision** (`broker.sim.scale_decide`) and its **runs and books**
+  (`broker.sim.scale_runs`); learned interruption rates (`broker.sim.scale_rates`).
 
 State lives in lists, events in a heap; ties break on sequence numbers, so the same
-inputs give the same figures. Not modelled here (engine.py has them): learned
-interruption rates (plans use the catalog's), quotas and budgets, price traces.
+inputs give the same figures. What a pass asks again and again is kept, never
+approximated: the spot policy's answers (a pure function of what it is asked), the
+first change a bisection found from the same grid step and answer, and one pass's view
+of which places sell spot (tests/broker/test_sim_scale.py runs without them and
+compares). Not modelled here (engine.py has them): quotas and budgets, price traces.
 """
 
 from __future__ import annotations

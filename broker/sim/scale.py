@@ -255,7 +255,7 @@ class _Fleet(DecideSide, RunSide, SpotSide, PoolSide):
         state = self.state
         chosen = [i for i in jobs if state[i].run is None and state[i].end is None]
         if len(chosen) < 2:
-            return chosen
+            return chosen if first is None else chosen[:first]
         return queue_order(
             chosen,
             priority=self.priority,

@@ -82,7 +82,7 @@ def queue_order(
     belong to two teams or more: within one team the fair-share factor orders nothing."""
     chosen = list(jobs)
     if len(chosen) < 2:
-        return chosen
+        return chosen if first is None else chosen[:first]
     theirs = {team[i] for i in chosen}
     if len(theirs) > 1:
         known = set(teams) | theirs

@@ -146,6 +146,12 @@ class StateReads:
         sql = "SELECT * FROM events WHERE job_id = ? AND id > ? ORDER BY id"
         return [event_of(r) for r in self._conn.execute(sql, (job_id, after))]
 
+    def events_of_kind(self, kind: str) -> list[Event]:
+        """Every job's events of one kind, oldest first: what the metrics count across
+        jobs (e.g. "checkpoint_migrated") in one query rather than one per job."""
+        sql = "SELECT * FROM events WHERE kind = ? ORDER BY id"
+        return [event_of(r) for r in self._conn.execute(sql, (kind,))]
+
     def ledger(
         self,
         since: datetime | None = None,

@@ -18,7 +18,8 @@ from decimal import Decimal
 from typing import TYPE_CHECKING, TypeVar
 
 from broker.launch_errors import error_class_of, error_classes
-from broker.state.model import OPEN_ATTEMPT, Attempt, AttemptState, Job, total
+from broker.state.model import OPEN_ATTEMPT, AttemptState, total
+from broker.state.tallies import AttemptFact, Charge
 
 if TYPE_CHECKING:
     from broker.state.reads import StateReads
@@ -28,7 +29,6 @@ WAIT_BUCKETS = (1.0, 5.0, 15.0, 30.0, 60.0, 300.0, 900.0, 1800.0, 3600.0, 3 * 36
                 6 * 3600.0, 12 * 3600.0, 24 * 3600.0)  # fmt: skip
 RECOVERY_BUCKETS = (1.0, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0, 600.0, 1800.0, 3600.0)
 RECLAIM, PREEMPTION = "reclaim", "preemption"  # who ended an interrupted attempt
-INTERRUPTED_INSTANCE = "interrupted"  # an instance row the provider took back
 K = TypeVar("K")
 
 
@@ -82,82 +82,53 @@ class StateFigures:
 
 
 def state_figures(reads: StateReads) -> StateFigures:
-    """Every figure, from a handful of reads of the whole state."""
-    jobs = {job.id: job for job in reads.jobs()}
-    attempts = reads.attempts()
-    by_job: dict[str, list[Attempt]] = {}
-    for attempt in attempts:
+    """Every figure, from a handful of reads of the whole state (`broker.state.tallies`)."""
+    attempts = reads.attempt_facts()
+    by_job: dict[str, list[AttemptFact]] = {}
+    for attempt in attempts:  # in job, then number order
         by_job.setdefault(attempt.job_id, []).append(attempt)
-    for tries in by_job.values():
-        tries.sort(key=lambda a: a.number)
-    reclaimed = {
-        row.attempt_id
-        for row in reads.instances(state=INTERRUPTED_INSTANCE)
-        if row.attempt_id is not None
-    }
+    running = [a for a in attempts if a.state is AttemptState.RUNNING]
     return StateFigures(
-        jobs=_count((job.team, job.queue, str(job.state)) for job in jobs.values()),
-        queue_wait=_waits(jobs, by_job),
-        running_jobs=_count(_place(a) for a in attempts if a.state is AttemptState.RUNNING),
-        running_gpus=_add(
-            (_place(a), a.placed_on.gpus) for a in attempts if a.state is AttemptState.RUNNING
-        ),
+        jobs=reads.job_counts(),
+        queue_wait=_waits(by_job),
+        running_jobs=_count((a.cloud, a.pool, a.market) for a in running),
+        running_gpus=_add(((a.cloud, a.pool, a.market), a.gpus) for a in running),
         gpu_hours=_add(
-            ((jobs[a.job_id].team, a.placed_on.cloud, a.market), _gpu_hours(a))
+            ((a.team, a.cloud, a.market), float(a.billed_hours) * a.gpus)
             for a in attempts
-            if a.billed_hours is not None and a.job_id in jobs
+            if a.billed_hours is not None
         ),
-        spend_usd=_spend(reads),
+        spend_usd=_spend(reads.charges()),
         pool_allocated_gpus=_add(
-            (a.placed_on.pool, a.placed_on.gpus)
-            for a in attempts
-            if a.state in OPEN_ATTEMPT and a.placed_on.pool
+            (a.pool, a.gpus) for a in attempts if a.state in OPEN_ATTEMPT and a.pool
         ),
         interruptions=_count(
-            (RECLAIM if a.id in reclaimed else PREEMPTION, *_where(a))
+            (RECLAIM if a.reclaimed else PREEMPTION, a.cloud, a.region, a.pool)
             for a in attempts
             if a.state is AttemptState.INTERRUPTED
         ),
         recovery=histogram(_recoveries(by_job), RECOVERY_BUCKETS),
         checkpoint_bytes=_moved(reads),
-        launches=_count((a.placed_on.cloud, a.market) for a in attempts),
+        launches=_count((a.cloud, a.market) for a in attempts),
         launch_failures=_failures(attempts),
     )
 
 
-def _place(attempt: Attempt) -> tuple[str, str, str]:
-    return (attempt.placed_on.cloud, attempt.placed_on.pool, attempt.market)
-
-
-def _where(attempt: Attempt) -> tuple[str, str, str]:
-    placed = attempt.placed_on
-    return (placed.cloud, placed.region, placed.pool)
-
-
-def _gpu_hours(attempt: Attempt) -> float:
-    return float(attempt.billed_hours or 0) * attempt.placed_on.gpus
-
-
-def _waits(
-    jobs: Mapping[str, Job], by_job: Mapping[str, list[Attempt]]
-) -> dict[tuple[str, str], Histogram]:
+def _waits(by_job: Mapping[str, list[AttemptFact]]) -> dict[tuple[str, str], Histogram]:
     """How long each started attempt waited in the queue: from the job's queueing, or
     the end of its attempt before (a reclaimed or failed job waits afresh), to its start."""
     waits: dict[tuple[str, str], list[float]] = {}
-    for job_id, tries in by_job.items():
-        job = jobs.get(job_id)
-        if job is None:
-            continue
-        entered: datetime = job.queued_at
+    for tries in by_job.values():
+        entered: datetime = tries[0].queued_at
         for attempt in tries:
             seconds = max(0.0, (attempt.started_at - entered).total_seconds())
-            waits.setdefault((job.team, job.queue), []).append(seconds)
+            waits.setdefault((attempt.team, attempt.queue), []).append(seconds)
             if attempt.ended_at is not None:
                 entered = max(entered, attempt.ended_at)
     return {key: histogram(values, WAIT_BUCKETS) for key, values in waits.items()}
 
 
-def _recoveries(by_job: Mapping[str, list[Attempt]]) -> list[float]:
+def _recoveries(by_job: Mapping[str, list[AttemptFact]]) -> list[float]:
     """Seconds from each interrupted attempt's end to the next attempt of its job
     running (interruptions not yet recovered are not counted)."""
     found = []
@@ -169,20 +140,20 @@ def _recoveries(by_job: Mapping[str, list[Attempt]]) -> list[float]:
     return found
 
 
-def _failures(attempts: Iterable[Attempt]) -> dict[tuple[str, str], int]:
+def _failures(attempts: Iterable[AttemptFact]) -> dict[tuple[str, str], int]:
     """Attempts that failed without ever running, by the error class their reason names."""
     classes = error_classes()
     return _count(
-        (a.placed_on.cloud, error_class_of(a.reason, classes))
+        (a.cloud, error_class_of(a.reason, classes))
         for a in attempts
         if a.state is AttemptState.FAILED and a.running_at is None
     )
 
 
-def _spend(reads: StateReads) -> dict[tuple[str, str, str], Decimal]:
+def _spend(charges: Iterable[Charge]) -> dict[tuple[str, str, str], Decimal]:
     amounts: dict[tuple[str, str, str], list[Decimal]] = {}
-    for entry in reads.ledger():
-        amounts.setdefault((entry.team, entry.cloud, entry.market), []).append(entry.amount_usd)
+    for charge in charges:
+        amounts.setdefault((charge.team, charge.cloud, charge.market), []).append(charge.amount_usd)
     return {key: total(values) for key, values in amounts.items()}
 
 

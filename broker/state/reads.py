@@ -39,6 +39,7 @@ from broker.state.model import (
     ts_text,
     version_of,
 )
+from broker.state.tallies import StateTallies
 
 JOB_SELECT = (
     "SELECT j.*, v.digest FROM jobs j"
@@ -47,8 +48,8 @@ JOB_SELECT = (
 LEDGER_SELECT = "SELECT l.*, j.team FROM ledger l JOIN jobs j ON j.id = l.job_id"
 
 
-class StateReads:
-    """Reads of the state (a part of `StateStore`)."""
+class StateReads(StateTallies):
+    """Reads of the state (a part of `StateStore`); the metrics' own: `StateTallies`."""
 
     _conn: sqlite3.Connection
     _job_row: Callable[[str], sqlite3.Row]

@@ -18,6 +18,7 @@ from broker.metrics.server import MetricsServer, read_only_state, serve_metrics
 from broker.state import AttemptState, JobState
 from broker.state.model import total
 from tests.broker.sandbox import sandbox, submit_text
+from tests.broker.test_recovery import finish  # passes until the job ends
 from tests.waiting import wait_ended, wait_until
 
 REPO = Path(__file__).resolve().parents[2]
@@ -79,16 +80,6 @@ def served(tmp_path) -> Iterator[tuple]:
             yield rt, server
         finally:
             server.close()
-
-
-def finish(rt, job_id: str) -> None:
-    for _ in range(60):
-        rt.controller.run_pass()
-        if rt.store.job(job_id).state in (JobState.SUCCEEDED, JobState.FAILED):
-            return
-        for known in rt.store.instances(state="running"):
-            wait_ended(rt.provider, known.provider_id, 30)
-    raise AssertionError(f"job did not finish: {rt.store.job(job_id).state}")
 
 
 def test_the_metrics_equal_what_the_state_records(served):

@@ -12,6 +12,7 @@ import os
 import signal
 import subprocess
 import sys
+import urllib.error
 import urllib.parse
 import urllib.request
 from pathlib import Path
@@ -24,6 +25,7 @@ from tests.services import need_programs
 from tests.waiting import wait_until
 
 pytestmark = pytest.mark.prometheus
+REPO = Path(__file__).resolve().parents[2]
 
 
 def job(release: Path) -> str:
@@ -44,14 +46,28 @@ runtime:
 """
 
 
-def query(base: str, promql: str) -> list[dict]:
+def answer(base: str, promql: str) -> dict:
+    """Prometheus' answer to an instant query ({"status": "error", ...} for bad PromQL)."""
     url = f"{base}/api/v1/query?" + urllib.parse.urlencode({"query": promql})
     try:
         with urllib.request.urlopen(url, timeout=5) as response:
-            answer = json.loads(response.read())
+            return json.loads(response.read())
+    except urllib.error.HTTPError as exc:  # 400: the query does not parse
+        return json.loads(exc.read())
     except OSError:
-        return []
-    return answer["data"]["result"] if answer.get("status") == "success" else []
+        return {"status": "unreachable"}
+
+
+def query(base: str, promql: str) -> list[dict]:
+    found = answer(base, promql)
+    return found["data"]["result"] if found.get("status") == "success" else []
+
+
+def dashboard_queries() -> list[str]:
+    """The PromQL of docs/examples/grafana-dashboard.json, its variables filled in."""
+    board = json.loads((REPO / "docs" / "examples" / "grafana-dashboard.json").read_text())
+    exprs = [target["expr"] for panel in board["panels"] for target in panel["targets"]]
+    return [e.replace("$role", ".*").replace("$__rate_interval", "1m") for e in exprs]
 
 
 def value_is(base: str, promql: str, wanted: float) -> bool:
@@ -88,6 +104,12 @@ def test_prometheus_scrapes_a_running_controller(capsys, tmp_path, services_dir)
         assert wait_until(lambda: value_is(base, 'broker_running_jobs{cloud="aws"}', 1), 30)
         passes = query(base, "broker_controller_pass_duration_seconds_count")
         assert passes and float(passes[0]["value"][1]) >= 1
+        # The example dashboard's queries are PromQL this Prometheus accepts.
+        bad = {e: a for e in dashboard_queries() if (a := answer(base, e))["status"] != "success"}
+        assert not bad, bad
+        assert query(base, 'sum by (team) (broker_jobs{state=~"running"})')[0]["metric"] == {
+            "team": "platform"
+        }
         release.touch()  # the job ends; the controller drains the queue and exits 0
         _, err = controller.communicate(timeout=60)
         assert controller.returncode == 0, err

@@ -3,7 +3,7 @@ the error class a failed launch's recorded reason names."""
 
 from __future__ import annotations
 
-from hypothesis import given
+from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from broker.controller.isolation import error_reason
@@ -14,6 +14,7 @@ from providers import errors
 seconds = st.floats(min_value=0, max_value=200_000, allow_nan=False)
 
 
+@settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(st.lists(st.one_of(seconds, st.sampled_from(WAIT_BUCKETS)), max_size=60))
 def test_each_bucket_counts_the_values_at_or_below_its_bound(values):
     hist = histogram(values, WAIT_BUCKETS)

@@ -72,6 +72,15 @@ def test_a_port_in_use_is_one_line_and_exit_2_and_nothing_runs(capsys, tmp_path)
         assert store.attempts() == []
 
 
+def test_a_state_file_that_is_not_one_is_one_line_and_exit_2(capsys, tmp_path):
+    junk = tmp_path / "state.db"
+    junk.write_text("not a database\n" * 20)
+    for state in (junk, tmp_path):  # a text file, a directory
+        served = run_cli(capsys, "metrics", "serve", "--port", "1", "--state", str(state))
+        one_line_error(served, str(state))
+    assert junk.read_text() == "not a database\n" * 20
+
+
 def test_the_standalone_server_serves_what_the_controller_ran(capsys, tmp_path):
     from prometheus_client.parser import text_string_to_metric_families
 

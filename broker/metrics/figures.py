@@ -82,14 +82,17 @@ class StateFigures:
 
 
 def state_figures(reads: StateReads) -> StateFigures:
-    """Every figure, from a handful of reads of the whole state (`broker.state.tallies`)."""
-    attempts = reads.attempt_facts()
+    """Every figure, from a handful of reads of one committed state (`broker.state.tallies`)."""
+    with reads.snapshot():
+        attempts = reads.attempt_facts()
+        jobs, charges = reads.job_counts(), reads.charges()
+        moved = _moved(reads)
     by_job: dict[str, list[AttemptFact]] = {}
     for attempt in attempts:  # in job, then number order
         by_job.setdefault(attempt.job_id, []).append(attempt)
     running = [a for a in attempts if a.state is AttemptState.RUNNING]
     return StateFigures(
-        jobs=reads.job_counts(),
+        jobs=jobs,
         queue_wait=_waits(by_job),
         running_jobs=_count((a.cloud, a.pool, a.market) for a in running),
         running_gpus=_add(((a.cloud, a.pool, a.market), a.gpus) for a in running),
@@ -98,7 +101,7 @@ def state_figures(reads: StateReads) -> StateFigures:
             for a in attempts
             if a.billed_hours is not None
         ),
-        spend_usd=_spend(reads.charges()),
+        spend_usd=_spend(charges),
         pool_allocated_gpus=_add(
             (a.pool, a.gpus) for a in attempts if a.state in OPEN_ATTEMPT and a.pool
         ),
@@ -108,7 +111,7 @@ def state_figures(reads: StateReads) -> StateFigures:
             if a.state is AttemptState.INTERRUPTED
         ),
         recovery=histogram(_recoveries(by_job), RECOVERY_BUCKETS),
-        checkpoint_bytes=_moved(reads),
+        checkpoint_bytes=moved,
         launches=_count((a.cloud, a.market) for a in attempts),
         launch_failures=_failures(attempts),
     )

@@ -10,6 +10,8 @@ Decimal, summed by the caller (as `broker.state.listing` does), never in SQL.
 from __future__ import annotations
 
 import sqlite3
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import datetime
 from decimal import Decimal
@@ -69,6 +71,17 @@ class StateTallies:
     """The metrics' reads (a part of `StateReads`)."""
 
     _conn: sqlite3.Connection
+
+    @contextmanager
+    def snapshot(self) -> Iterator[None]:
+        """The reads inside see one committed state, not a commit between two of them: a
+        read transaction, which in WAL mode never blocks a writer (on a store with no
+        transaction of its own open, e.g. one opened read-only for a scrape)."""
+        self._conn.execute("BEGIN")
+        try:
+            yield
+        finally:
+            self._conn.execute("COMMIT")
 
     def job_counts(self) -> dict[tuple[str, str, str], int]:
         """(team, queue, state) -> how many jobs (runs)."""

@@ -205,5 +205,16 @@ def test_a_pools_allocated_gpus_and_utilisation(tmp_path):
             idle = {p for p in pools if p != pool}
             assert all(one(found, "broker_pool_allocated_gpus", pool=p) == 0 for p in idle)
             assert one(found, "broker_running_jobs", cloud="onprem", pool=pool) == 1
+            # The broker stops it to make room (the queue policy's preemption): a
+            # preemption of that place, not a reclaim, and its GPUs are free again.
+            rt.controller.preempt(job, "preempted by a higher-priority job")
+            assert rt.store.attempt(attempt.id).state is AttemptState.INTERRUPTED
+            found = scrape(server)
+            place = {"cloud": "onprem", "region": attempt.placed_on.region, "pool": pool}
+            assert one(found, "broker_interruptions_total", kind="preemption", **place) == 1
+            assert picked(found, "broker_interruptions_total", kind="reclaim") == {}
+            assert one(found, "broker_pool_allocated_gpus", pool=pool) == 0
+            assert one(found, "broker_pool_utilization_ratio", pool=pool) == 0
+            assert one(found, "broker_jobs", team="vision", state="queued") == 1
         finally:
             server.close()

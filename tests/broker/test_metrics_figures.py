@@ -3,6 +3,8 @@ the error class a failed launch's recorded reason names."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -37,3 +39,23 @@ def test_a_refused_launch_reads_back_as_its_error_class():
     assert error_class_of(broken, classes) == "BrokerError"
     for other in ("cannot launch: no command", "instance vanished", "SomeCloudCode: x", ""):
         assert error_class_of(other, classes) == "other"
+
+
+def test_a_scrape_reads_one_committed_state_and_never_holds_a_writer(tmp_path):
+    from broker.clock import SystemClock
+    from broker.manifest.load import load_manifests
+    from broker.state import StateStore
+    from broker.submit import submit_manifests
+
+    demo = Path(__file__).resolve().parents[2] / "examples" / "demo"
+    path = tmp_path / "state.db"
+    with StateStore.open(path, SystemClock(), busy_timeout=0.5) as writer:
+        submit_manifests(writer, load_manifests([demo / "eval-eu.yaml"]).manifests)
+        with StateStore.open(path, SystemClock(), read_only=True) as reader:
+            with reader.snapshot():
+                before = reader.job_counts()
+                # A commit in the middle of a scrape: done at once (no lock waited for,
+                # the busy timeout is short), and not seen by the rest of that scrape.
+                submit_manifests(writer, load_manifests([demo / "onprem.yaml"]).manifests)
+                assert reader.job_counts() == before == {("nlp", "default", "queued"): 1}
+            assert sum(reader.job_counts().values()) == 2  # the next scrape sees it

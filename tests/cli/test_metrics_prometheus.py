@@ -81,7 +81,8 @@ def test_prometheus_scrapes_a_running_controller(capsys, tmp_path, services_dir)
     manifest = tmp_path / "held.yaml"
     manifest.write_text(job(release))
     assert run_cli(capsys, "submit", str(manifest), "--state", str(state)).code == 0
-    metrics_port, prom_port = _free_ports(1), _free_ports(1)
+    metrics_port = _free_ports(2)
+    prom_port = metrics_port + 1
     controller = subprocess.Popen(
         [sys.executable, "-m", "broker", "run", "--poll", "0.2", "--state", str(state),
          "--metrics-port", str(metrics_port)],

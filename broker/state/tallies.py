@@ -19,15 +19,19 @@ from decimal import Decimal
 from broker.state.model import AttemptState, parse_ts
 from broker.state.placed import ONPREM
 
+
+def _json(key: str) -> str:
+    """An attempt's placement field, in SQLite's JSON function (the one place a backend's
+    dialect shows in these reads)."""
+    return f"json_extract(a.placement_json, '$.{key}')"
+
+
 # One row per attempt with its job's team, queue and queueing time, where it ran and
 # whether its instance was taken back by the provider (an instance row "interrupted").
-_ATTEMPT_FACTS = """SELECT a.job_id, a.number, a.state, a.market, a.started_at, a.running_at,
+_ATTEMPT_FACTS = f"""SELECT a.job_id, a.number, a.state, a.market, a.started_at, a.running_at,
     a.ended_at, a.billed_hours, a.reason, j.team, j.queue, j.queued_at,
-    json_extract(a.placement_json, '$.cloud') AS cloud,
-    json_extract(a.placement_json, '$.region') AS region,
-    json_extract(a.placement_json, '$.zone') AS zone,
-    COALESCE(json_extract(a.placement_json, '$.accelerator_count'), 0)
-        * COALESCE(json_extract(a.placement_json, '$.nodes'), 1) AS gpus,
+    {_json("cloud")} AS cloud, {_json("region")} AS region, {_json("zone")} AS zone,
+    COALESCE({_json("accelerator_count")}, 0) * COALESCE({_json("nodes")}, 1) AS gpus,
     EXISTS (SELECT 1 FROM instances i WHERE i.attempt_id = a.id AND i.state = 'interrupted')
         AS reclaimed
 FROM attempts a JOIN jobs j ON j.id = a.job_id

@@ -47,6 +47,7 @@ COMMANDS: dict[str, str] = {
     "pricing": "pricing:app",
     "sandbox": "sandbox:app",
     "pools": "pools:app",
+    "metrics": "metrics:app",
     "simulate": "simulate:simulate",
 }
 

@@ -46,6 +46,15 @@ def run(
         "hour on average (try spot survival without a cloud).",
     ),
     seed: int = typer.Option(0, "--seed", help="Seed of the sandbox's random reclaims."),
+    metrics_port: int = typer.Option(
+        None,
+        "--metrics-port",
+        help="Serve Prometheus metrics on this port while running (docs/metrics.md).",
+        show_default=False,
+    ),
+    metrics_host: str = typer.Option(
+        "127.0.0.1", "--metrics-host", help="Address of the metrics endpoint (0.0.0.0: all)."
+    ),
     time_scale: float = typer.Option(
         1.0,
         "--sandbox-time-scale",
@@ -63,14 +72,41 @@ def run(
         fail("--sandbox-time-scale must be more than 0", BAD_INPUT)
     if time_scale != 1:
         print(sandbox_time(time_scale), file=sys.stderr)
+    if metrics_port is not None:
+        from broker.metrics.server import PortError, check_port
+
+        try:
+            check_port(metrics_port)
+        except PortError as exc:
+            fail(str(exc), BAD_INPUT)
     hook = RandomReclaims(reclaim_rate, seed) if reclaim_rate else None
     with runtime(state, catalog, pools, overlays, policy, time_scale) as rt:
-        started = rt.controller.clock.now()
-        drive(rt, once=once, poll=poll, after_pass=hook)
-        from broker.cli.run_summary import run_summary
+        served = None if metrics_port is None else _serve_metrics(rt, metrics_port, metrics_host)
+        try:
+            started = rt.controller.clock.now()
+            on_pass = served.controller.observe_pass if served and served.controller else None
+            drive(rt, once=once, poll=poll, after_pass=hook, on_pass=on_pass)
+            from broker.cli.run_summary import run_summary
 
-        still = len(rt.store.queued()) + len(rt.controller.active())
-        print(run_summary(rt.store, started, still), file=sys.stderr)
+            still = len(rt.store.queued()) + len(rt.controller.active())
+            print(run_summary(rt.store, started, still), file=sys.stderr)
+        finally:
+            if served is not None:
+                served.close()
+
+
+def _serve_metrics(rt, port: int, host: str):
+    """The metrics endpoint beside the controller (broker.metrics.server): the state's
+    metrics read-only on each scrape, and this controller's pass durations."""
+    from broker.metrics.server import PortError, read_only_state, serve_metrics
+
+    pools = {pool: gpus for (_cloud, pool), gpus in rt.controller.pool_gpus.items()}
+    try:
+        served = serve_metrics(port, host, read_only_state(rt.store.path), pools, controller=True)
+    except PortError as exc:
+        fail(str(exc), BAD_INPUT)
+    print(f"broker: serving metrics on {served.url}", file=sys.stderr)
+    return served
 
 
 def sandbox_time(scale: float) -> str:
@@ -85,17 +121,19 @@ def drive(
     poll: float = 0.5,
     limit_s: float | None = None,
     after_pass: Callable[[Any], None] | None = None,
+    on_pass: Callable[[float], None] | None = None,
 ) -> None:
     """Run passes until nothing is queued or in flight: a live table of the queue on a
     terminal, one plain line per launch and end otherwise (logs, CI). `after_pass(rt)`
-    runs after every pass (the demo injects its spot reclaim there)."""
+    runs after every pass (the demo injects its spot reclaim there); `on_pass(seconds)`
+    is told how long each pass took (the metrics' pass duration)."""
     live = _live_view() if sys.stderr.isatty() and not once else None
     try:
         if live is not None:
             with live:
-                _loop(rt, once, poll, limit_s, live, after_pass)
+                _loop(rt, once, poll, limit_s, live, after_pass, on_pass)
         else:
-            _loop(rt, once, poll, limit_s, None, after_pass)
+            _loop(rt, once, poll, limit_s, None, after_pass, on_pass)
     except KeyboardInterrupt as exc:  # exit 130, saying what it leaves behind
         raise KeyboardInterrupt(
             "stopped; running jobs keep running, `broker run` picks them up again"
@@ -135,11 +173,16 @@ def _jobs_table(rows: list[dict]):
     return Text(buffer.getvalue())
 
 
-def _loop(rt, once: bool, poll: float, limit_s: float | None, live, after_pass) -> None:
+def _loop(
+    rt, once: bool, poll: float, limit_s: float | None, live, after_pass, on_pass=None
+) -> None:
     started = time.monotonic()
     told: set[tuple[str, str]] = set()  # waits already printed
     while True:
+        began = time.perf_counter()
         report = rt.controller.run_pass()
+        if on_pass is not None:
+            on_pass(time.perf_counter() - began)
         if report.blocked:  # e.g. credentials: no later pass can do better
             fail(report.blocked[0], PROVIDER)
         if after_pass is not None:

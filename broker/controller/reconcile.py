@@ -261,9 +261,12 @@ class Controller(Launching, Closing, Budgets):
         try:
             instance = self.provider.launch(request)
         except ProviderError as exc:
-            # Capacity, quota, throttling: back to the queue; the error is recorded.
+            # Capacity, quota, throttling: back to the queue; the error is recorded with
+            # its class (broker.launch_errors: the metrics count failures by it).
+            from broker.launch_errors import launch_failure_reason
+
             retry = JobState.QUEUED if exc.retryable else None
-            self._close(attempt, "failed", None, str(exc), 0.0, retry)
+            self._close(attempt, "failed", None, launch_failure_reason(exc), 0.0, retry)
             return None
         self.store.attempt_running(attempt.id, _instance_row(instance))
         self._looked[attempt.id] = 0.0  # its burn by the next pass is all it will run

@@ -39,6 +39,7 @@ from broker.state.model import (
     ts_text,
     version_of,
 )
+from broker.state.tallies import StateTallies
 
 JOB_SELECT = (
     "SELECT j.*, v.digest FROM jobs j"
@@ -47,8 +48,8 @@ JOB_SELECT = (
 LEDGER_SELECT = "SELECT l.*, j.team FROM ledger l JOIN jobs j ON j.id = l.job_id"
 
 
-class StateReads:
-    """Reads of the state (a part of `StateStore`)."""
+class StateReads(StateTallies):
+    """Reads of the state (a part of `StateStore`); the metrics' own: `StateTallies`."""
 
     _conn: sqlite3.Connection
     _job_row: Callable[[str], sqlite3.Row]
@@ -145,6 +146,12 @@ class StateReads:
         """A job's events in order; `after` an event id, to follow new ones."""
         sql = "SELECT * FROM events WHERE job_id = ? AND id > ? ORDER BY id"
         return [event_of(r) for r in self._conn.execute(sql, (job_id, after))]
+
+    def events_of_kind(self, kind: str) -> list[Event]:
+        """Every job's events of one kind, oldest first: what the metrics count across
+        jobs (e.g. "checkpoint_migrated") in one query rather than one per job."""
+        sql = "SELECT * FROM events WHERE kind = ? ORDER BY id"
+        return [event_of(r) for r in self._conn.execute(sql, (kind,))]
 
     def ledger(
         self,

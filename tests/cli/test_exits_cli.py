@@ -69,6 +69,7 @@ def walk(tmp_path: Path, job: str) -> dict[str, tuple[tuple[str, ...], int]]:
         "pricing": (("pricing", "status"), OK),
         "sandbox": (("sandbox", "interrupt", "t4-smoke", *state, *catalog), BAD_INPUT),  # aws
         "pools": (("pools", "import", "--help"), OK),  # Slurm's, not a cloud's
+        "metrics": (("metrics", "serve", "--help"), OK),  # the state only (test_metrics_cli.py)
         "simulate": (("simulate", "--help"), OK),
     }
 

@@ -19,6 +19,7 @@ HEAVY = (
     "google.cloud",
     "azure",
     "libcloud",
+    "prometheus_client",
 )
 PROBE = (
     "import sys\n"

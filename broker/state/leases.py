@@ -80,6 +80,24 @@ class Holder:
         return cls(f"{kind}@{socket.gethostname()}:{os.getpid()}:{secrets.token_hex(3)}", seconds)
 
 
+def holder_gone(holder: str) -> bool:
+    """Whether a holder named by `Holder.new` was a process of this host that has exited
+    (its claims need not wait for their expiry: a controller killed and restarted here
+    resumes at once). False for any other name, and for a pid that runs again (the
+    lease then simply expires)."""
+    _, at, rest = holder.partition("@")
+    parts = rest.split(":")
+    if not at or len(parts) != 3 or parts[0] != socket.gethostname() or not parts[1].isdigit():
+        return False
+    try:
+        os.kill(int(parts[1]), 0)
+    except ProcessLookupError:
+        return True
+    except OSError:  # it exists (another user's): not gone
+        return False
+    return False
+
+
 @dataclass(frozen=True, slots=True)
 class Lease:
     """A job's lease as stored."""
@@ -175,10 +193,13 @@ class LeaseWrites:
         holder, expires = row["holder"], row["expires_at"]
         mine = self._holder.id
         if holder is not None and holder != mine:
-            if expires > now:
+            gone = expires > now and holder_gone(holder)
+            if expires > now and not gone:
                 raise LeaseHeld(job_id, holder, expires)
-            message = f"{step}: lease of {holder} expired at {expires}, taken over by {mine}"
-            data = {"from": holder, "to": mine, "expired_at": expires, "step": step}
+            why = "its process has exited" if gone else f"expired at {expires}"
+            message = f"{step}: lease of {holder} ({why}) taken over by {mine}"
+            data = {"from": holder, "to": mine, "expires_at": expires, "step": step}
+            data["holder_exited"] = gone
             self._event(job_id, None, now, "lease_taken_over", message, data)
         until = self._lease_end(now)
         self._conn.execute(_TAKE, (job_id, mine, step, now, now, until))

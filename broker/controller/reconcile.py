@@ -128,17 +128,20 @@ class Controller(Launching, Closing, Budgets):
         self._launch(report)
         return report
 
-    def cancel(self, job_id: str) -> bool:
-        """Cancel a job: it keeps its record; a live instance is terminated and its
-        attempt billed up to now. False when the job had already finished."""
+    def cancel(self, job_id: str, by: str = "user", forced: bool = False) -> bool:
+        """Cancel a job: it keeps its record (the event names `by`, and whether it was
+        someone else's job, `forced`); a live instance is terminated and its attempt
+        billed up to now. False when the job had already finished."""
         from broker.state import TERMINAL
 
         job = self.store.job(job_id)
         if job.state in TERMINAL:
             return False
-        self.store.transition(job.id, JobState.CANCELLED, "cancelled by user")
+        why = f"cancelled by {by}" + (f" (submitted by {job.submitter})" if forced else "")
+        data = {"by": by, "forced": forced, "submitter": job.submitter}
+        self.store.transition(job.id, JobState.CANCELLED, why, data)
         if self.store.claim(job.id, "cancel"):  # else its holder stops what it launched
-            self._stop(job.id, "cancelled", "cancelled by user")
+            self._stop(job.id, "cancelled", why)
             self.store.release(job.id)
         return True
 

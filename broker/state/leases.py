@@ -169,8 +169,11 @@ class LeaseWrites:
         rows = self._conn.execute("SELECT * FROM leases ORDER BY job_id").fetchall()
         return [
             Lease(
-                job_id=r["job_id"], holder=r["holder"], step=r["step"],
-                taken_at=_at(r["taken_at"]), heartbeat_at=_at(r["heartbeat_at"]),
+                job_id=r["job_id"],
+                holder=r["holder"],
+                step=r["step"],
+                taken_at=_at(r["taken_at"]),
+                heartbeat_at=_at(r["heartbeat_at"]),
                 expires_at=_at(r["expires_at"]),
             )  # fmt: skip
             for r in rows

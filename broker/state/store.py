@@ -25,7 +25,6 @@ from typing import Any
 from broker.clock import Clock
 from broker.state import schema
 from broker.state.attempts import AttemptWrites
-from broker.state.leases import LeaseWrites
 from broker.state.files import (
     APPLICATION_ID,
     DamagedState,
@@ -34,6 +33,7 @@ from broker.state.files import (
     examine,
     read_only_uri,
 )
+from broker.state.leases import LeaseWrites
 from broker.state.model import (
     IN_FLIGHT,
     OPEN_ATTEMPT,

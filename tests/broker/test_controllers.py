@@ -49,7 +49,8 @@ def drained(location: Path) -> bool:
 
 
 def test_three_controllers_killed_at_random_launch_and_bill_each_attempt_once(
-    tmp_path, state_location  # noqa: F811 (the fixture)
+    tmp_path,
+    state_location,  # noqa: F811 (the fixture)
 ):
     jobs, starts = tmp_path / "jobs", tmp_path / "starts.log"
     jobs.mkdir()

@@ -63,9 +63,7 @@ def test_every_job_records_its_submitter_and_jobs_filter_by_user(capsys, monkeyp
     assert json.loads(shown.stdout)["user"] == "bob"
 
 
-def test_cancelling_someone_elses_job_needs_force_and_names_who_did_it(
-    capsys, monkeypatch, shared
-):
+def test_cancelling_someone_elses_job_needs_force_and_names_who_did_it(capsys, monkeypatch, shared):
     monkeypatch.setenv("BROKER_USER", "alice")
     refused = run_cli(capsys, "cancel", "a-one", "b-one", "--state", str(shared))
     assert refused.code == 4 and "b-one (bob)" in refused.stderr and "--force" in refused.stderr
@@ -82,5 +80,6 @@ def test_cancelling_someone_elses_job_needs_force_and_names_who_did_it(
     assert len(cancels) == 1 and "alice" in cancels[0]["message"]
     assert "submitted by bob" in cancels[0]["message"]
     own = run_cli(capsys, "status", "a-one", "--state", str(shared), "-o", "json")
-    said = [e["message"] for e in json.loads(own.stdout)["events"] if "cancelled by" in e["message"]]
+    events = json.loads(own.stdout)["events"]
+    said = [e["message"] for e in events if "cancelled by" in e["message"]]
     assert said == ["queued -> cancelled: cancelled by alice"]

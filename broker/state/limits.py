@@ -4,10 +4,10 @@ Each controller's queue policy decides from what it read at the start of its pas
 controllers on one queue could each see room for one more job of a capped team and both
 start one. So `start_attempt` takes the team's limits and checks them against the store
 as it is under the write lock: the GPUs of the team's open attempts (every controller's)
-and its ledger spend this month plus what its open attempts commit. An open attempt the
-caller's projection knows is counted as the projection says (what it accrued and will
-burn by the next pass, as the policy counted it); one it does not know (started by
-another controller since) at its plan's expected cost. A start that would go over is
+and its ledger spend this month plus what its open attempts commit. An open attempt
+counts, as in the policy's launch check, for the larger of its plan's expected cost and
+what the caller's projection says it accrued and will burn by the next pass (an attempt
+another controller started since the projection: its expected cost). A start that would go over is
 refused with `TeamLimitReached` and nothing is written.
 
 On PostgreSQL the check must also serialise the team's starts (two transactions see no
@@ -85,7 +85,7 @@ def check_limits(
     )
     rows = conn.execute(sql, (limits.team, ts_text(limits.month_start)))
     spent = float(sum((Decimal(row[0]) for row in rows), Decimal(0)))
-    committed = sum(limits.committed.get(job, p.expected_cost) for job, p in running)
+    committed = sum(max(p.expected_cost, limits.committed.get(job, 0.0)) for job, p in running)
     cap = limits.monthly_budget
     if spent + committed + placed.expected_cost > cap + _EPS:
         raise TeamLimitReached(

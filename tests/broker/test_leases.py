@@ -208,7 +208,10 @@ def test_a_budget_counts_the_shared_ledger_and_every_controllers_open_attempts(p
     late = planned(b, "late")
     with pytest.raises(TeamLimitReached, match=r"\$0\.45 billed and \$0\.40 committed"):
         b.start_attempt(late, on(expected=0.2), cap)
-    # B's own projection says A's running job will only burn 0.1 more: then it fits.
-    knowing = TeamLimits("capped", MONTH, monthly_budget=1.0, committed={running: 0.1})
-    b.start_attempt(late, on(expected=0.2), knowing)
-    assert b.job(late).state is Q.LAUNCHING
+    assert b.job(late).state is Q.PLANNED and b.attempts(late) == []
+    # A job of what is left fits; one the projection knows to burn past its plan does not.
+    small = planned(b, "small")
+    b.start_attempt(small, on(expected=0.15), cap)
+    over = TeamLimits("capped", MONTH, monthly_budget=1.0, committed={running: 0.5})
+    with pytest.raises(TeamLimitReached, match=r"\$0\.65 committed"):
+        b.start_attempt(late, on(expected=0.01), over)

@@ -1,6 +1,7 @@
 """Several controllers on one queue (issue 20). Prints one JSON document; asserts nothing.
 
     python bench/controllers.py [--jobs 10000] [--controllers 1,3] [--state PATH]
+                                [--drain-seconds 0]
 
 For each controller count: `--jobs` one-GPU sandbox jobs (their command is `true`) are
 submitted with one `broker submit DIR`; two controller passes are timed in-process over
@@ -11,7 +12,10 @@ many `broker run` processes drain the queue together, sharing its leases. Figure
 - first_pass, steady_pass: two passes over the full queue timed in-process (goal: at
   most 1 s at 10,000 queued), and what each launched; the first decodes every job's
   spec, which a controller then keeps;
-- launches_per_s: attempts launched over the wall time the controllers took to drain;
+- launches_per_s: attempts the controllers launched over the wall time they ran: until
+  the queue drained, or `--drain-seconds` with the queue still nearly full (on a 2-core
+  machine a full drain of 10,000 jobs takes over an hour: the sandbox holds 40 jobs at
+  once and every pass plans the whole queue);
 - attempts_per_job, lease_takeovers: a sanity look (one attempt each, none expected).
 
 `--state` is where each run keeps its state: a path, or later a database URL; `{n}` in
@@ -80,8 +84,11 @@ def passes(location: str) -> dict:
     return timed
 
 
-def drain(location: str, controllers: int, lease_seconds: float, timeout: float) -> float:
-    """Seconds `controllers` `broker run` processes take to drain the queue."""
+def drain(location: str, controllers: int, lease_seconds: float, seconds: float) -> float:
+    """Seconds `controllers` `broker run` processes ran: until the queue drained, or for
+    `seconds` (then stopped as Ctrl-C stops them) when that is more than 0."""
+    import signal
+
     env = dict(os.environ, BROKER_STATE=location)
     args = ("run", "--poll", "0.05", "--lease-seconds", str(lease_seconds))
     start = time.perf_counter()
@@ -91,13 +98,22 @@ def drain(location: str, controllers: int, lease_seconds: float, timeout: float)
     ]
     try:
         for proc in procs:
-            proc.wait(timeout=timeout)
+            left = seconds - (time.perf_counter() - start) if seconds > 0 else None
+            try:
+                proc.wait(timeout=max(left, 0.01) if left is not None else None)
+            except subprocess.TimeoutExpired:
+                break
+        ended = time.perf_counter() - start
+        for proc in procs:
+            if proc.poll() is None:
+                proc.send_signal(signal.SIGINT)  # a clean stop: exit 130, jobs keep running
+                proc.wait(timeout=120)
     finally:
         for proc in procs:
             if proc.poll() is None:
                 proc.kill()
                 proc.wait()
-    return time.perf_counter() - start
+    return ended
 
 
 def tally(location: str) -> dict:
@@ -116,6 +132,7 @@ def tally(location: str) -> dict:
     return {
         "jobs": len(jobs),
         "succeeded": sum(1 for job in jobs if job.state == "succeeded"),
+        "queued": sum(1 for job in jobs if job.state == "queued"),
         "attempts": len(attempts),
         "attempts_per_job": max(per_job.values(), default=0),
         "lease_takeovers": takeovers,
@@ -129,7 +146,7 @@ def one_run(folder: Path, location: str, jobs: int, controllers: int, args) -> d
     submit_s = time.perf_counter() - start
     timed = passes(location)
     launched = sum(one["launched"] for one in timed.values())
-    drain_s = drain(location, controllers, args.lease_seconds, args.timeout)
+    drain_s = drain(location, controllers, args.lease_seconds, args.drain_seconds)
     counts = tally(location)
     return {
         "controllers": controllers,
@@ -148,7 +165,12 @@ def main() -> None:
     parser.add_argument("--controllers", default="1,3", help="controller counts, comma separated")
     parser.add_argument("--state", default="", help="state location; {n}: the controller count")
     parser.add_argument("--lease-seconds", type=float, default=30.0)
-    parser.add_argument("--timeout", type=float, default=3600.0, help="per drain, seconds")
+    parser.add_argument(
+        "--drain-seconds",
+        type=float,
+        default=0.0,
+        help="run the controllers this long, then stop them (0: until the queue drains)",
+    )
     args = parser.parse_args()
     counts = [int(n) for n in args.controllers.split(",") if n]
     with tempfile.TemporaryDirectory(prefix="bench-controllers-") as tmp:
@@ -158,6 +180,7 @@ def main() -> None:
         for n in counts:
             template = args.state or str(Path(tmp) / "state-{n}.db")
             runs.append(one_run(folder, template.replace("{n}", str(n)), args.jobs, n, args))
+            print(json.dumps(runs[-1]), file=sys.stderr)  # progress: each run as it ends
     print(json.dumps({"jobs": args.jobs, "backend": "sqlite", "runs": runs}, indent=2))
 
 

@@ -77,14 +77,10 @@ def run(
     """The controller: plan queued jobs, launch, watch and finish them, until the queue
     is drained (Ctrl-C stops it cleanly, exit 130; running jobs keep running). Several
     may run on one state: each job's next step is claimed by a lease (docs/state.md)."""
+    from broker.cli.session import lease_holder
     from broker.reclaims import RandomReclaims
-    from broker.state.leases import Holder
 
-    if not lease_seconds > 0:
-        fail("--lease-seconds must be more than 0", BAD_INPUT)
-    if not lease_seconds > poll:
-        fail(f"--lease-seconds must be longer than --poll ({poll:g} s)", BAD_INPUT)
-    holder = Holder(controller_id, lease_seconds) if controller_id else Holder.new(lease_seconds)
+    holder = lease_holder(controller_id, lease_seconds, poll)
     if reclaim_rate < 0:
         fail("--sandbox-reclaim-rate must be 0 or more", BAD_INPUT)
     if not time_scale > 0:

@@ -57,6 +57,19 @@ def load_policy_option(flag: Path | None):
         fail(f"{exc}{origin_note('policy', flag)}", BAD_INPUT)
 
 
+def lease_holder(name: str, seconds: float, poll: float) -> Holder:
+    """The lease holder `broker run --controller-id NAME --lease-seconds S` writes as
+    (a fresh `host:pid:random` id without a name); a lease that cannot outlive one
+    `--poll` pause is bad input."""
+    from broker.state.leases import Holder
+
+    if not seconds > 0:
+        fail("--lease-seconds must be more than 0", BAD_INPUT)
+    if not seconds > poll:
+        fail(f"--lease-seconds must be longer than --poll ({poll:g} s)", BAD_INPUT)
+    return Holder(name, seconds) if name else Holder.new(seconds)
+
+
 @contextmanager
 def reading_store(flag: Path | None) -> Iterator[StateStore | None]:
     """The state store for a command that only reads it (`jobs`, `status`): None when

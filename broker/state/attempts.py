@@ -64,9 +64,7 @@ class AttemptWrites:
 
     # --- attempts -------------------------------------------------------------------
 
-    def start_attempt(
-        self, job_id: str, placed: PlacedOn, limits: TeamLimits | None = None
-    ) -> str:
+    def start_attempt(self, job_id: str, placed: PlacedOn, limits: TeamLimits | None = None) -> str:
         """A new attempt on `placed` for a PLANNED (or MIGRATING) job, which moves to
         LAUNCHING; its id. The price, market and price source in force are the record's.
 

@@ -20,6 +20,7 @@ if TYPE_CHECKING:
     from broker.offers import OffersInForce
     from broker.queue import Policy
     from broker.state import StateStore
+    from broker.state.leases import Holder
     from providers.base import Provider
 
 
@@ -54,6 +55,7 @@ def open_runtime(
     clouds: Sequence[str] = (),
     store: StateStore | None = None,
     launching: bool = True,
+    holder: Holder | None = None,
 ) -> BrokerSession:
     """Open the store at `state_path` (or take `store`, opened there) and the providers
     over the offers in force.
@@ -65,7 +67,8 @@ def open_runtime(
     `onprem.provider.OnPremProvider`, its local pools billed at the same `time_scale`).
     A Fleet routes each request by cloud. Only `launching` sessions make the sandbox
     folder beside the state file: reading the queue or cancelling a job leaves the
-    folder as it is (or absent).
+    folder as it is (or absent). `holder`: whose leases the controller takes
+    (broker.state.leases; default a fresh id for this process).
     """
     from broker.controller import Controller
     from broker.scheduling import pool_gpus_of
@@ -102,6 +105,9 @@ def open_runtime(
         return OfferIndex(live.offers(), extra_countries=countries)
 
     controller = Controller(store, provider, clock, index_of, policy, pool_gpus_of(view.index))
+    if holder is not None:
+        controller.holder = holder
+        store.hold_as(holder)
     return BrokerSession(store, provider, controller, workdir, tuple(closers))
 
 

@@ -36,6 +36,7 @@ JOB_COLUMNS = (
     Column("job", "id", keep=2, cut=False),
     Column("job_name", "team/name", keep=3),
     Column("run", "run", count, keep=0),
+    Column("user", "user", keep=1),
     Column("state", "state", keep=3, colour=state_colour),
     Column("where", "where", keep=2),
     Column("market", "market"),
@@ -68,16 +69,20 @@ _APART = (Column("team", "team"), Column("name", "name"))
 JOB_DATA = (
     JOB_COLUMNS[0],
     *_APART,
-    *JOB_COLUMNS[2:4],
+    *JOB_COLUMNS[2:5],
     Column("version", "version"),
     Column("queue", "queue"),
-    *JOB_COLUMNS[4:],
+    *JOB_COLUMNS[5:],
 )
 ATTEMPT_DATA = (*ATTEMPT_COLUMNS[:2], *_APART, *ATTEMPT_COLUMNS[3:])
 
 
 def jobs(
     team: str = typer.Option(None, "--team", help="Only this team's jobs."),
+    mine: bool = typer.Option(
+        False, "--mine", help="Only the jobs I submitted (BROKER_USER, else my login)."
+    ),
+    user: str = typer.Option(None, "--user", "-u", help="Only the jobs this user submitted."),
     states: list[str] = typer.Option(
         None,
         "--state",
@@ -106,6 +111,12 @@ def jobs(
 
     if limit < 0:
         fail("--limit must be 0 (every job) or more", BAD_INPUT)
+    if mine and user is not None:
+        fail("--mine and --user both say whose jobs: give one", BAD_INPUT)
+    if mine:
+        from broker.users import current_user
+
+        user = current_user()
     start, end = time_flag(since, "--since"), time_flag(until, "--until", inclusive_day=True)
     if start is not None and end is not None and start >= end:
         fail("--since must be before --until", BAD_INPUT)
@@ -117,7 +128,7 @@ def jobs(
         if store is not None:
             found = store.listing(
                 team=team, states=wanted, since=start, until=end, limit=limit or None,
-                attempts=attempts,
+                attempts=attempts, submitter=user,
             )  # fmt: skip
     notes = []
     shown = len({a.job_id for a in found.attempts}) if attempts else len(found.jobs)
@@ -128,7 +139,7 @@ def jobs(
         columns = ATTEMPT_DATA if _data(output) else ATTEMPT_COLUMNS
         render(
             rows, columns, output, json_key="attempts", notes=notes, wide=wide,
-            empty="no attempt recorded" + _filtered(team, wanted, start, end),
+            empty="no attempt recorded" + _filtered(team, wanted, start, end, user),
             meta={"matched_jobs": found.matched},
         )  # fmt: skip
         return
@@ -136,7 +147,7 @@ def jobs(
     columns = JOB_DATA if _data(output) else JOB_COLUMNS
     render(
         rows, columns, output, json_key="jobs", notes=notes, wide=wide,
-        empty="no jobs recorded" + _filtered(team, wanted, start, end),
+        empty="no jobs recorded" + _filtered(team, wanted, start, end, user),
         meta={"matched": found.matched},
     )  # fmt: skip
 
@@ -168,8 +179,9 @@ def _states(names: tuple[str, ...]) -> list | None:
     return chosen
 
 
-def _filtered(team, states, since, until) -> str:
+def _filtered(team, states, since, until, user=None) -> str:
     said = [f"team {team}"] if team else []
+    said += [f"user {user}"] if user else []
     said += ["state " + ",".join(map(str, states))] if states else []
     said += [f"since {since:%Y-%m-%d %H:%M}"] if since else []
     said += [f"until {until:%Y-%m-%d %H:%M}"] if until else []
@@ -183,6 +195,7 @@ def _job_row(job: JobListing) -> dict[str, Any]:
         "name": job.name,
         "job_name": f"{job.team}/{job.name}",
         "run": job.run,
+        "user": job.submitter,
         "state": str(job.state),
         "version": job.version,
         "queue": job.queue,

@@ -61,11 +61,26 @@ def run(
         help="Sandbox only: billed seconds per wall second (1: as time passes; 3600 bills "
         "a wall second as an hour, as the demo does). Recorded on each attempt.",
     ),
+    lease_seconds: float = typer.Option(
+        60.0,
+        "--lease-seconds",
+        help="How long a claim on a job's next step lasts without a heartbeat; another "
+        "controller on the same state takes it over after that (one pass renews it).",
+    ),
+    controller_id: str = typer.Option(
+        "",
+        "--controller-id",
+        help="This controller's name in leases and events [default: host:pid:random].",
+        show_default=False,
+    ),
 ) -> None:
     """The controller: plan queued jobs, launch, watch and finish them, until the queue
-    is drained (Ctrl-C stops it cleanly, exit 130; running jobs keep running)."""
+    is drained (Ctrl-C stops it cleanly, exit 130; running jobs keep running). Several
+    may run on one state: each job's next step is claimed by a lease (docs/state.md)."""
+    from broker.cli.session import lease_holder
     from broker.reclaims import RandomReclaims
 
+    holder = lease_holder(controller_id, lease_seconds, poll)
     if reclaim_rate < 0:
         fail("--sandbox-reclaim-rate must be 0 or more", BAD_INPUT)
     if not time_scale > 0:
@@ -80,7 +95,7 @@ def run(
         except PortError as exc:
             fail(str(exc), BAD_INPUT)
     hook = RandomReclaims(reclaim_rate, seed) if reclaim_rate else None
-    with runtime(state, catalog, pools, overlays, policy, time_scale) as rt:
+    with runtime(state, catalog, pools, overlays, policy, time_scale, holder=holder) as rt:
         served = None if metrics_port is None else _serve_metrics(rt, metrics_port, metrics_host)
         try:
             started = rt.controller.clock.now()

@@ -19,6 +19,7 @@ __all__ = ["state_path"]  # where the commands find it
 if TYPE_CHECKING:
     from broker.runtime import BrokerSession
     from broker.state import StateStore
+    from broker.state.leases import Holder
 
 StateOption = typer.Option(
     None,
@@ -54,6 +55,19 @@ def load_policy_option(flag: Path | None):
         return load_policy(path)
     except UserInputError as exc:
         fail(f"{exc}{origin_note('policy', flag)}", BAD_INPUT)
+
+
+def lease_holder(name: str, seconds: float, poll: float) -> Holder:
+    """The lease holder `broker run --controller-id NAME --lease-seconds S` writes as
+    (a fresh `host:pid:random` id without a name); a lease that cannot outlive one
+    `--poll` pause is bad input."""
+    from broker.state.leases import Holder
+
+    if not seconds > 0:
+        fail("--lease-seconds must be more than 0", BAD_INPUT)
+    if not seconds > poll:
+        fail(f"--lease-seconds must be longer than --poll ({poll:g} s)", BAD_INPUT)
+    return Holder(name, seconds) if name else Holder.new(seconds)
 
 
 @contextmanager
@@ -94,6 +108,7 @@ def runtime(
     sandbox_only: bool = False,
     *,
     mode: Mode | Literal["launch"] = "launch",
+    holder: Holder | None = None,
 ) -> Iterator[BrokerSession | None]:
     """A broker session over the state file and the offers in force (the sandbox billing
     `time_scale` seconds per wall second; with `sandbox_only`, no cloud is launched for
@@ -103,7 +118,8 @@ def runtime(
     `mode` says what the command does with the state (`broker.cli.statefile`): "read"
     yields None for a missing state file and opens one in a read-only location
     read-only; "write" writes the state; "launch" also starts jobs, and only it makes
-    the sandbox folder beside the state file."""
+    the sandbox folder beside the state file. `holder`: whose leases its controller
+    takes (`broker run --controller-id`; default a fresh id)."""
     from broker.runtime import open_runtime
     from providers.errors import ProviderError
     from providers.registry import ProviderUnavailable
@@ -125,6 +141,7 @@ def runtime(
                 time_scale=time_scale,
                 store=store,
                 launching=mode == "launch",
+                holder=holder,
             )
         except (ProviderUnavailable, ProviderError) as exc:  # e.g. an enabled cloud's credentials
             fail(str(exc), PROVIDER)

@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any
 
 import typer
 
-from broker.cli.exits import BAD_INPUT, FAILED, PROVIDER, fail
+from broker.cli.exits import BAD_INPUT, FAILED, OVER_BUDGET, PROVIDER, fail
 from broker.cli.formats import count, hours
 from broker.cli.options import (
     CatalogOption,
@@ -79,7 +79,8 @@ def status(
         for view in views:
             print(
                 f"{view['team']}/{view['name']} ({view['job']}): {view['state']}, "
-                f"run {view['run']}, version {view['version']}"
+                f"run {view['run']}, version {view['version']}, "
+                f"submitted by {view['user'] or 'an unrecorded user'}"
             )
             render(view["events"], EVENT_COLUMNS, output, wide=wide)
             render(
@@ -130,6 +131,7 @@ def _view(store: StateStore, job: Job) -> dict[str, Any]:
         "name": job.name,
         "team": job.team,
         "run": job.run,
+        "user": job.submitter,
         "version": job.version,
         "state": str(job.state),
         "events": events,
@@ -174,14 +176,19 @@ def cancel(
     jobs: list[str] = typer.Argument(None, help="Jobs: id, team/name (newest run) or name."),
     team: str = typer.Option(None, "--team", help="With --all: the team whose jobs to cancel."),
     every: bool = typer.Option(False, "--all", help="Cancel every unfinished job of --team."),
+    force: bool = typer.Option(
+        False, "--force", help="Cancel jobs other users submitted too (recorded with my name)."
+    ),
     state: Path = StateOption,
     catalog: Path = CatalogOption,
     pools: Path = PoolsOption,
     overlays: Path = OverlaysOption,
 ) -> None:
-    """Cancel jobs: their instances are terminated, their records kept."""
+    """Cancel jobs: their instances are terminated, their records kept. Someone else's
+    job needs --force; every cancel is an event naming who cancelled."""
     from broker.cli.jobref import find_jobs
     from broker.state import TERMINAL, JobState
+    from broker.users import current_user
     from providers.errors import ProviderError
 
     if every and jobs:
@@ -200,9 +207,14 @@ def cancel(
                 print(f"team {team!r} has no unfinished job", file=sys.stderr)
         else:
             chosen = find_jobs(rt.store, jobs)
+        me = current_user()
+        theirs = [j for j in chosen if j.submitter not in ("", me) and j.state not in TERMINAL]
+        if theirs and not force:  # checked for all before any is cancelled
+            named = ", ".join(f"{j.team}/{j.name} ({j.submitter})" for j in theirs)
+            fail(f"not yours to cancel: {named}; add --force to cancel as {me}", OVER_BUDGET)
         for job in chosen:
             try:
-                done = rt.controller.cancel(job.id)
+                done = rt.controller.cancel(job.id, by=me, forced=job in theirs)
             except ProviderError as exc:
                 fail(
                     f"{job.team}/{job.name} ({job.id}) is cancelled, but its instance could "

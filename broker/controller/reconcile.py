@@ -1,5 +1,9 @@
 """The reconcile pass: one pass at a time, between the state store and a provider.
 
+Several controllers may share one state: each job's next step is held by a lease
+(broker.state.leases), taken in the same transaction as the write it guards; a
+controller skips the jobs another one holds, and takes over those whose lease expired.
+
 A pass (0) re-queues jobs a killed controller left between two writes; (1) looks at
 every open attempt and brings the store up to date with what the provider reports
 (running, ended, interrupted), billing ended attempts in the same transaction that
@@ -31,6 +35,7 @@ from broker.controller.launching import Launching
 from broker.controller.steering import steer
 from broker.dispatch.settings import DispatchSettings
 from broker.state import JobState
+from broker.state.leases import Holder, LeaseHeld
 from providers.capabilities import Billing, Capacity, CheckpointStores, PoolShares, SpotMarket
 
 if TYPE_CHECKING:
@@ -89,6 +94,7 @@ class Controller(Launching, Closing, Budgets):
     policy: Policy | None = None  # None: broker.queue.Policy() defaults
     pool_gpus: dict[tuple[str, str], float] = field(default_factory=dict)  # on-prem pools
     settings: DispatchSettings = field(default_factory=DispatchSettings)
+    holder: Holder = field(default_factory=Holder.new)  # whose leases this controller takes
     _specs: dict[tuple[str, int], JobSpec] = field(default_factory=dict, init=False)
     _steered: dict[str, str] = field(default_factory=dict, init=False)  # job id -> say
     _started: bool = field(default=False, init=False)
@@ -97,6 +103,7 @@ class Controller(Launching, Closing, Budgets):
     _committed: dict[str, float] = field(default_factory=dict, init=False)  # budgets
 
     def __post_init__(self) -> None:
+        self.store.hold_as(self.holder)
         provider = self.provider  # its optional abilities, checked once
         self.checkpoints = Checkpoints(
             self.store, provider, provider if isinstance(provider, CheckpointStores) else None
@@ -110,6 +117,7 @@ class Controller(Launching, Closing, Budgets):
 
     def run_pass(self) -> PassReport:
         report = PassReport()
+        self.store.heartbeat()  # the leases this controller holds outlive a long pass
         if not self._started:  # instance rows a broker from before left live
             self.store.close_stale_instances()
             self._started = True
@@ -120,16 +128,21 @@ class Controller(Launching, Closing, Budgets):
         self._launch(report)
         return report
 
-    def cancel(self, job_id: str) -> bool:
-        """Cancel a job: it keeps its record; a live instance is terminated and its
-        attempt billed up to now. False when the job had already finished."""
+    def cancel(self, job_id: str, by: str = "user", forced: bool = False) -> bool:
+        """Cancel a job: it keeps its record (the event names `by`, and whether it was
+        someone else's job, `forced`); a live instance is terminated and its attempt
+        billed up to now. False when the job had already finished."""
         from broker.state import TERMINAL
 
         job = self.store.job(job_id)
         if job.state in TERMINAL:
             return False
-        self.store.transition(job.id, JobState.CANCELLED, "cancelled by user")
-        self._stop(job.id, "cancelled", "cancelled by user")
+        why = f"cancelled by {by}" + (f" (submitted by {job.submitter})" if forced else "")
+        data = {"by": by, "forced": forced, "submitter": job.submitter}
+        self.store.transition(job.id, JobState.CANCELLED, why, data)
+        if self.store.claim(job.id, "cancel"):  # else its holder stops what it launched
+            self._stop(job.id, "cancelled", why)
+            self.store.release(job.id)
         return True
 
     def preempt(self, job_id: str, reason: str) -> None:
@@ -169,6 +182,8 @@ class Controller(Launching, Closing, Budgets):
             for attempt in self.store.attempts(job.id, states=OPEN_ATTEMPT):
                 try:
                     self._observe_one(job, attempt, report)
+                except LeaseHeld:  # another controller is on this job's next step
+                    continue
                 except ProviderError as exc:  # the provider cannot answer now: next pass
                     report.cannot_reach(f"attempt {attempt.id}", exc)
                 except Exception as exc:  # noqa: BLE001 (one job's error: broker.controller.isolation)
@@ -187,6 +202,8 @@ class Controller(Launching, Closing, Budgets):
         if instance.members:
             self._record_members(attempt.id, instance)
         if job.state is JobState.CANCELLED and instance.active:
+            if not self.store.claim(job.id, "cancel"):
+                return
             self.provider.terminate(instance.id)
             report.terminated.append(instance.id)
             instance = self.provider.describe(instance.id)
@@ -197,13 +214,18 @@ class Controller(Launching, Closing, Budgets):
                 self.preempt(job.id, "back to spot: the deadline's slack is rebuilt")
                 report.finished.append((job.name, "back to spot"))
             return
+        if not self.store.claim(job.id, "finish"):
+            return  # another controller closes it
         try:
             outcome = self._finish(job, attempt, instance)
+        except LeaseHeld:
+            raise
         except Exception as exc:  # noqa: BLE001 (one job's error: broker.controller.isolation)
             if not_one_jobs(exc):
                 raise
             self._fail_attempt(job, attempt, "finishing", exc)
             outcome = "failed"
+        self.store.release(job.id)  # the job is at rest: anyone may take its next step
         report.finished.append((job.name, outcome))
         if instance.state == "interrupted":
             self._release(instance, report)
@@ -225,6 +247,8 @@ class Controller(Launching, Closing, Budgets):
             except ProviderError as exc:
                 report.cannot_reach(known[0].provider_id, exc)
                 return None
+        if not self.store.claim(job.id, "launch"):
+            return None  # another controller is launching it (its lease is live)
         return self._start(job, attempt, report)
 
     def _record_members(self, attempt_id: str, instance: Instance) -> None:

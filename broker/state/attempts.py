@@ -37,6 +37,7 @@ from broker.state.placed import PlacedOn
 if TYPE_CHECKING:
     from contextlib import AbstractContextManager
 
+    from broker.state.limits import TeamLimits
     from providers.base import InterruptionNotice
     from providers.gang import GangMember
 
@@ -56,17 +57,25 @@ class AttemptWrites:
     _is_latest: Callable[[sqlite3.Row], bool]
     _move: Callable[..., None]
     _settle: Callable[[str, str], None]
+    _claim: Callable[[str, str, str], None]
+    _rest_lease: Callable[[str], None]
+    dialect: str
     instances: Callable[..., list[InstanceRow]]
 
     # --- attempts -------------------------------------------------------------------
 
-    def start_attempt(self, job_id: str, placed: PlacedOn) -> str:
+    def start_attempt(self, job_id: str, placed: PlacedOn, limits: TeamLimits | None = None) -> str:
         """A new attempt on `placed` for a PLANNED (or MIGRATING) job, which moves to
         LAUNCHING; its id. The price, market and price source in force are the record's.
 
         The id exists before any instance does: providers use it as the launch's
         idempotency key and tag, so a restarted controller finds what it launched.
+        With `limits`, the team's quota and budget are checked in this transaction
+        against every controller's attempts and the shared ledger (TeamLimitReached:
+        broker.state.limits); LeaseHeld when another controller holds the job.
         """
+        from broker.state.limits import check_limits
+
         market = placed.market
         attempt = {"placement_json": json_text(placed.to_row()), "market": market}
         attempt |= {"price_per_hour_usd": decimal_text(placed.price_per_hour), "reason": ""}
@@ -77,6 +86,9 @@ class AttemptWrites:
             if state not in (JobState.PLANNED, JobState.MIGRATING):
                 why = "an attempt starts from planned or migrating"
                 raise IllegalTransition(job_id, state, JobState.LAUNCHING, why)
+            self._claim(job_id, now, "launch")
+            if limits is not None:
+                check_limits(self._conn, limits, placed, self.dialect)
             sql = "SELECT COUNT(*) + 1 FROM attempts WHERE job_id = ?"
             (number,) = self._conn.execute(sql, (job_id,)).fetchone()
             attempt_id = self._fresh_id("a-", "attempts")
@@ -101,6 +113,7 @@ class AttemptWrites:
             att = self._attempt_row(attempt_id)
             if att["state"] != AttemptState.LAUNCHING:
                 return False
+            self._claim(att["job_id"], now, "launch")
             running = {"state": AttemptState.RUNNING, "running_at": now}
             self._update("attempts", {"id": attempt_id}, running)
             placed = PlacedOn.from_row(json.loads(att["placement_json"]))
@@ -116,6 +129,7 @@ class AttemptWrites:
                 up = (JobState.LAUNCHING, JobState.RUNNING)
                 self._move(job_id, *up, now, message, data, attempt_id)
             self._event(job_id, attempt_id, now, "attempt_running", message, data)
+            self._rest_lease(job_id)
             return True
 
     def finish_attempt(
@@ -151,6 +165,7 @@ class AttemptWrites:
             if att["state"] not in OPEN_ATTEMPT:
                 return False
             job_id = att["job_id"]
+            self._claim(job_id, now, "finish")
             rows = [ledger_columns(entry, att, hours, now) for entry in ledger_entries]
             ended = {"state": AttemptState(outcome), "ended_at": now, "exit_code": exit_code}
             ended |= {"reason": reason, "billed_hours": hours_text(hours)}
@@ -173,6 +188,7 @@ class AttemptWrites:
                 self._move(job_id, state, target, now, message, data, attempt_id)
             self._event(job_id, attempt_id, now, "attempt_finished", message, data)
             self._settle(job_id, now)
+            self._rest_lease(job_id)
             return True
 
     def record_checkpoint(self, attempt_id: str, at: datetime | None = None, uri: str = "") -> None:

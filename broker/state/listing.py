@@ -34,6 +34,7 @@ class JobListing:
     region: str = ""
     instance_type: str = ""
     market: str = ""
+    submitter: str = ""  # who submitted it ("" in rows from before it was recorded)
 
     @property
     def where(self) -> str:
@@ -155,6 +156,7 @@ def job_listing(row: sqlite3.Row) -> JobListing:
         gpu_hours=float(row["gpu_hours"]), cost_usd=money(row["amounts"]),
         cloud=row["cloud"] or "", region=row["region"] or "",
         instance_type=row["instance_type"] or "", market=row["market"] or "",
+        submitter=row["submitter"],
     )  # fmt: skip
 
 

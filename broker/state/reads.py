@@ -84,9 +84,12 @@ class StateReads(StateTallies):
         states: Iterable[JobState] | None = None,
         team: str | None = None,
         queue: str | None = None,
+        submitter: str | None = None,
     ) -> list[Job]:
         """Jobs (every run) in creation order, optionally filtered."""
-        where, params = _filters(("j.state", states), ("j.team", team), ("j.queue", queue))
+        where, params = _filters(
+            ("j.state", states), ("j.team", team), ("j.queue", queue), ("j.submitter", submitter)
+        )
         sql = f"{JOB_SELECT}{where} ORDER BY j.created_at, j.run, j.id"
         return [job_of(r) for r in self._conn.execute(sql, params)]
 
@@ -175,11 +178,13 @@ class StateReads(StateTallies):
         until: datetime | None = None,
         limit: int | None = None,
         attempts: bool = False,
+        submitter: str | None = None,
     ) -> Listing:
         """Every run of every job (finished ones too), newest first, in one query: with
         `since`/`until`, the runs queued or running at some time in [since, until); at
-        most `limit` runs; with `attempts`, one row per attempt of those runs instead."""
-        where, params = _filters(("j.team", team), ("j.state", states))
+        most `limit` runs; with `attempts`, one row per attempt of those runs instead;
+        with `submitter`, only the runs that user submitted."""
+        where, params = _filters(("j.team", team), ("j.state", states), ("j.submitter", submitter))
         if until is not None:
             where += f"{' AND' if where else ' WHERE'} j.created_at < ?"
             params.append(ts_text(until))

@@ -192,7 +192,29 @@ GANG_MEMBERS = Migration(
     ("ALTER TABLE instances ADD COLUMN members_json TEXT NOT NULL DEFAULT '[]'",),
 )
 
-MIGRATIONS: list[Migration] = [INITIAL, LEDGER_PLACE, RUNS, GANG_MEMBERS]
+TEAM = Migration(
+    5,
+    "jobs: who submitted each; leases: which controller holds a job's next step",
+    (
+        # '' on rows written before: nobody recorded who submitted them.
+        "ALTER TABLE jobs ADD COLUMN submitter TEXT NOT NULL DEFAULT ''",
+        "CREATE INDEX jobs_by_submitter ON jobs (submitter, state)",
+        # One row per job whose next step (launch, recovery, migration, cancel) a
+        # controller holds: taken and renewed by compare-and-set (broker.state.leases),
+        # free again once `expires_at` has passed (the holder died or hung).
+        """CREATE TABLE leases (
+            job_id TEXT PRIMARY KEY REFERENCES jobs (id),
+            holder TEXT NOT NULL,
+            step TEXT NOT NULL,
+            taken_at TEXT NOT NULL,
+            heartbeat_at TEXT NOT NULL,
+            expires_at TEXT NOT NULL
+        )""",
+        "CREATE INDEX leases_by_holder ON leases (holder)",
+    ),
+)
+
+MIGRATIONS: list[Migration] = [INITIAL, LEDGER_PLACE, RUNS, GANG_MEMBERS, TEAM]
 
 _BOOKKEEPING = """CREATE TABLE IF NOT EXISTS schema_migrations (
     version INTEGER PRIMARY KEY,

@@ -33,6 +33,7 @@ from broker.state.files import (
     examine,
     read_only_uri,
 )
+from broker.state.leases import LeaseWrites
 from broker.state.model import (
     IN_FLIGHT,
     OPEN_ATTEMPT,
@@ -108,13 +109,17 @@ def _insert_event(
     )
 
 
-class StateStore(RunWrites, AttemptWrites, StateReads):
-    """Durable broker state. Open with `StateStore.open(path, clock)`."""
+class StateStore(RunWrites, AttemptWrites, LeaseWrites, StateReads):
+    """Durable broker state. Open with `StateStore.open(path, clock)`; a controller then
+    writes as a lease holder (`hold_as`: broker.state.leases)."""
+
+    dialect = "sqlite"  # which claim query (broker.state.leases.claim_sql) runs
 
     def __init__(
         self, conn: sqlite3.Connection, clock: Clock, path: Path, new_id: Callable[[], str]
     ) -> None:
         self._conn, self._clock, self.path, self._new_id = conn, clock, path, new_id
+        self._holder = None  # no leases until a controller says who it is
 
     @classmethod
     def open(
@@ -205,18 +210,31 @@ class StateStore(RunWrites, AttemptWrites, StateReads):
         data: Mapping[str, Any] | None = None,
         expect: JobState | None = None,
     ) -> bool:
-        """Move a job; False (and no change) when `expect` is given and the state is not it.
+        """Move a job; False (and no change) when `expect` is given and the state is not it,
+        or when another controller holds the job's lease (broker.state.leases).
 
-        Raises IllegalTransition for a move the state machine forbids.
+        Raises IllegalTransition for a move the state machine forbids, LeaseHeld for a
+        held job when no `expect` is given. A cancel takes no lease: a user's cancel is
+        never blocked, and the holder of a step in flight sees it at its next write.
         """
+        from broker.state.leases import LeaseHeld
+
         to = JobState(to)
-        with self._write() as now:
-            state = self._job_state(job_id)
-            if expect is not None and state != JobState(expect):
-                return False
-            self._move(job_id, state, to, now, reason, data or {}, None)
-            self._settle(job_id, now)
-            return True
+        try:
+            with self._write() as now:
+                state = self._job_state(job_id)
+                if expect is not None and state != JobState(expect):
+                    return False
+                if to is not JobState.CANCELLED:
+                    self._claim(job_id, now, f"to {to}")
+                self._move(job_id, state, to, now, reason, data or {}, None)
+                self._settle(job_id, now)
+                self._rest_lease(job_id)
+                return True
+        except LeaseHeld:
+            if expect is None:
+                raise
+            return False
 
     # --- helpers (inside a write transaction) -------------------------------------------
 

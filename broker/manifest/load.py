@@ -388,23 +388,37 @@ def _load_document(
         return
     spec = _cached(cache, digest, doc.path)
     if spec is None:
-        base = manifest_dir(doc.path)
-        from pydantic import ValidationError
-
-        from broker.manifest.model import JobManifest
-        from pricing.userio.validation import validation_errors
-
-        try:
-            model = JobManifest.model_validate(data, context={MANIFEST_DIR: base})
-        except ValidationError as exc:
-            errors.extend(validation_errors(doc, exc, JobManifest))
+        spec = _validated(doc, errors)
+        if spec is None:
             return
-        spec = model.to_spec()
         cache.put(digest, as_written(spec, data["run"].get("workdir")))
     line = doc.locate(())[0]
     span = document_span(doc, text)
     manifest = Manifest(spec, doc.path, doc.index, line, digest, text[span[0] : span[1]] + "\n")
     loaded.append(_Loaded(manifest, doc.locate(("name",)), span))
+
+
+def _validated(doc: YamlDocument, errors: list[UserInputError]) -> JobSpec | None:
+    """The spec of a document not in the cache: read directly when it is plainly valid
+    (`broker.manifest.direct`, no pydantic), else by the model, whose errors go to
+    `errors` (None then)."""
+    from broker.manifest.direct import direct_spec
+
+    base = manifest_dir(doc.path)
+    spec = direct_spec(doc.data, base)
+    if spec is not None:
+        return spec
+    from pydantic import ValidationError
+
+    from broker.manifest.model import JobManifest
+    from pricing.userio.validation import validation_errors
+
+    try:
+        model = JobManifest.model_validate(doc.data, context={MANIFEST_DIR: base})
+    except ValidationError as exc:
+        errors.extend(validation_errors(doc, exc, JobManifest))
+        return None
+    return model.to_spec()
 
 
 def document_span(doc: YamlDocument, text: str) -> tuple[int, int]:

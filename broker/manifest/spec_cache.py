@@ -32,6 +32,8 @@ from pricing.userio.dirs import user_cache_dir
 _SOURCES = (
     "broker/spec_codec.py",
     "broker/manifest/load.py",  # how a file's documents are found and located
+    "broker/manifest/checks.py",
+    "broker/manifest/direct.py",
     "broker/manifest/model.py",
     "broker/manifest/sections.py",
     "broker/manifest/values.py",

@@ -73,9 +73,9 @@ def plan_command(
     """
     if top is not None and top < 1:
         fail("--top must be at least 1", BAD_INPUT)
-    from broker.manifest.load import collector_paused
+    from broker.collector import collector_paused
 
-    with collector_paused():  # a folder's plan: a million objects, no cycle worth a scan
+    with collector_paused(freeze=True):  # a folder's plan: a million objects, no cycle worth a scan
         loaded = load_jobs(paths, input_format, team)
         if loaded.errors:
             for error in loaded.errors:

@@ -14,11 +14,11 @@ one implementation.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import datetime
 from typing import TYPE_CHECKING
 
+from broker.collector import collector_paused
 from broker.planner import assemble, cost
 from broker.planner.candidates import Candidates
 from broker.planner.decision import Decision, Rejection, Rejections
@@ -56,7 +56,7 @@ def plan_many(
     """
     if not jobs:
         return []
-    with _collector_paused():
+    with collector_paused():
         partitions = Partitions(index)
         places = _Places(index, partitions)
         ids: dict[Requirements, int] = {}
@@ -93,22 +93,6 @@ def _chunks(req_of_job: list[int], slices: Slices, limit: int):
             end += 1
         yield begin, end
         begin = end
-
-
-@contextmanager
-def _collector_paused():
-    """Planning a batch allocates many small objects (placements, rejections) and makes
-    no reference cycles, yet the cyclic collector would scan them over and over: a
-    third of the batch's time. It runs again, as before, once the batch is planned."""
-    import gc
-
-    enabled = gc.isenabled()
-    gc.disable()
-    try:
-        yield
-    finally:
-        if enabled:
-            gc.enable()
 
 
 class _Places:

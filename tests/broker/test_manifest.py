@@ -12,12 +12,11 @@ import yaml
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from broker.manifest.digest import manifest_digest, manifest_json_schema
 from broker.manifest.load import (
     Manifest,
     find_manifest_files,
     load_manifests,
-    manifest_digest,
-    manifest_json_schema,
     parse_manifest_text,
 )
 from broker.spec import (

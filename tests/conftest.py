@@ -168,3 +168,7 @@ def ssh_nodes(services_dir) -> Iterator[SshNodes]:
         )
     finally:
         _service("sshd-down.sh", env)
+
+
+# ---- the state store's backends: SQLite and a real PostgreSQL (tests/state_backends.py) --
+from tests.state_backends import postgres_cluster, state_location  # noqa: E402, F401

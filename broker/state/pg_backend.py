@@ -106,7 +106,7 @@ class PostgresBackend:
         psycopg = _driver()
         options = (
             f"-c statement_timeout={STATEMENT_TIMEOUT_S * 1000}"
-            f" -c lock_timeout={int(self.busy_timeout * 1000)}"
+            f" -c lock_timeout={max(1, int(self.busy_timeout * 1000))}"  # 0 would be "never"
             " -c idle_in_transaction_session_timeout=600000"
         )
         delays = backoff_delays(self.reconnect_s)

@@ -171,4 +171,8 @@ def ssh_nodes(services_dir) -> Iterator[SshNodes]:
 
 
 # ---- the state store's backends: SQLite and a real PostgreSQL (tests/state_backends.py) --
-from tests.state_backends import postgres_cluster, state_location  # noqa: E402, F401
+from tests.state_backends import (  # noqa: E402, F401
+    new_state_location,
+    postgres_cluster,
+    state_location,
+)

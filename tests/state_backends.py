@@ -14,7 +14,7 @@ import signal
 import sqlite3
 import subprocess
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -40,9 +40,9 @@ class PostgresCluster:
     """The cluster of pg-up.sh: 127.0.0.1:`port`, superuser postgres / `password`."""
 
     port: int
-    password: str
-    directory: Path
-    env: dict[str, str]
+    password: str = field(repr=False)
+    directory: Path = field(repr=False)
+    env: dict[str, str] = field(repr=False)
 
     def url(self, database: str = "postgres", password: bool = True) -> str:
         secret = f":{self.password}" if password else ""
@@ -202,3 +202,14 @@ def lock_timeout(location: Path | str) -> tuple[type[Exception], str]:
 
         return LockNotAvailable, "lock timeout"
     return sqlite3.OperationalError, "locked"
+
+
+@pytest.fixture(params=BACKENDS)
+def new_state_location(request: pytest.FixtureRequest, tmp_path: Path) -> Any:
+    """A maker of fresh state locations on one backend (for hypothesis, whose examples
+    each want their own): a new file, or a new database, per call."""
+    made = iter(range(1_000_000))
+    if request.param == "sqlite":
+        return lambda: tmp_path / f"state-{next(made)}.db"
+    cluster: PostgresCluster = request.getfixturevalue("postgres_cluster")
+    return cluster.fresh_database

@@ -172,6 +172,12 @@ class PgConnection:
                 raise self._backend.unavailable(exc) from None
             raise  # a lock or statement timeout: the statement's
 
+    def executemany(self, sql: str, rows: Sequence[Sequence[Any]]) -> None:
+        """One statement for many rows (`broker state migrate`), in the open transaction."""
+        assert self._raw is not None
+        with self._raw.cursor() as cursor:
+            cursor.executemany(_pg_sql(sql), rows)
+
     def close(self) -> None:
         if self._raw is not None:
             self._raw.close()

@@ -61,9 +61,10 @@ def parse_location(text: str | os.PathLike[str] | DatabaseUrl) -> StateLocation:
     return Path(text).expanduser()
 
 
-def local_anchor(location: StateLocation) -> Path:
+def local_anchor(location: StateLocation | str) -> Path:
     """The state file itself, or the stand-in path of a database (`DatabaseUrl.local_anchor`)."""
-    return location.local_anchor if isinstance(location, DatabaseUrl) else location
+    where = parse_location(location)
+    return where.local_anchor if isinstance(where, DatabaseUrl) else where
 
 
 def shown_url(url: str) -> str:

@@ -188,3 +188,47 @@ def test_broker_run_waits_for_the_database_and_goes_on(postgres_cluster, tmp_pat
     with StateStore.open(url, FixedClock(T0)) as store:
         assert {j.state for j in store.jobs()} == {JobState.SUCCEEDED}
         assert len(store.attempts()) == 3 and len(store.ledger()) == 3
+
+
+def test_two_machines_submitting_one_new_name_make_one_job(postgres_cluster):
+    """No row to lock yet: the second insert of run 1 hits the unique index, and the
+    write runs again (`retried`), finding the first's job unchanged."""
+    import threading
+
+    url = postgres_cluster.fresh_database()
+    StateStore.open(url, FixedClock(T0)).close()
+    for round_ in range(5):
+        results: list = []
+        barrier = threading.Barrier(3)
+
+        def submit(results=results, barrier=barrier, round_=round_) -> None:
+            with StateStore.open(url, FixedClock(T0)) as store:
+                barrier.wait()
+                try:
+                    results.append(store.submit(job_spec(f"new-{round_}", "ml"), "x", "d"))
+                except Exception as exc:  # noqa: BLE001 (the test reports it)
+                    results.append(exc)
+
+        threads = [threading.Thread(target=submit) for _ in range(3)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+        assert all(not isinstance(r, Exception) for r in results), results
+        assert len({r.job_id for r in results}) == 1
+        assert sorted(r.created for r in results) == [False, False, True]
+    rows = query(url, "SELECT team, name, run FROM jobs ORDER BY name")
+    assert rows == [("ml", f"new-{n}", 1) for n in range(5)]
+
+
+def test_read_only_opens_change_nothing(postgres_cluster):
+    import psycopg
+
+    url = postgres_cluster.fresh_database()
+    with StateStore.open(url, FixedClock(T0)) as store:
+        job = store.submit(job_spec("kept", "ml"), "x", "d").job_id
+    with StateStore.open(url, FixedClock(T0), read_only=True) as reader:
+        assert reader.job(job).state is JobState.QUEUED
+        with pytest.raises(psycopg.errors.ReadOnlySqlTransaction):
+            reader.transition(job, JobState.CANCELLED)
+    assert query(url, "SELECT state FROM jobs") == [("queued",)]

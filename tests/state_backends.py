@@ -12,7 +12,6 @@ import os
 import secrets
 import signal
 import sqlite3
-import subprocess
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -20,7 +19,6 @@ from typing import Any
 
 import pytest
 
-SERVICES = Path(__file__).resolve().parents[1] / ".ci" / "services"
 BACKENDS = ("sqlite", "postgresql")
 
 
@@ -87,12 +85,10 @@ def _alive(pid: int) -> bool:
 
 
 def _script(name: str, env: dict[str, str]) -> str:
-    done = subprocess.run(
-        ["bash", str(SERVICES / name)], env=env, capture_output=True, text=True, timeout=120
-    )
-    if done.returncode:
-        raise RuntimeError(f"{name} rc={done.returncode}\n{done.stdout}\n{done.stderr}")
-    return done.stdout
+    """Run one of .ci/services/ (tests/conftest.py's runner of the Slurm and sshd ones)."""
+    from tests.conftest import _service
+
+    return _service(name, env)
 
 
 def need_postgres() -> None:

@@ -64,6 +64,9 @@ class Backend(Protocol):
     def begin(self, conn: Connection) -> None:
         """Start a write transaction that serialises with other writers."""
 
+    def begin_snapshot(self, conn: Connection) -> None:
+        """Start a read-only transaction whose reads see one committed state."""
+
     def begin_migration(self, conn: Connection) -> None:
         """Start a migration's transaction, exclusive against other migrators."""
 

@@ -62,6 +62,11 @@ class PostgresBackend:
     def begin(self, conn: PgConnection) -> None:
         conn.execute("BEGIN ISOLATION LEVEL READ COMMITTED")
 
+    def begin_snapshot(self, conn: Any) -> None:
+        """Reads that see one committed state: one snapshot for every read inside (MVCC:
+        no writer waits)."""
+        conn.execute("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY")
+
     def begin_migration(self, conn: PgConnection) -> None:
         conn.execute("BEGIN")
         conn.execute("SELECT pg_advisory_xact_lock(?)", (MIGRATION_LOCK,))

@@ -12,6 +12,7 @@ import sqlite3
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 
 from broker.clock import Clock
 from broker.state import schema
@@ -38,6 +39,11 @@ class SqliteBackend:
 
     def begin(self, conn: sqlite3.Connection) -> None:
         conn.execute("BEGIN IMMEDIATE")
+
+    def begin_snapshot(self, conn: Any) -> None:
+        """Reads that see one committed state: a read transaction (WAL keeps that state
+        for it, and no writer waits)."""
+        conn.execute("BEGIN")
 
     def begin_migration(self, conn: sqlite3.Connection) -> None:
         conn.execute("BEGIN IMMEDIATE")

@@ -232,3 +232,24 @@ def test_read_only_opens_change_nothing(postgres_cluster):
         with pytest.raises(psycopg.errors.ReadOnlySqlTransaction):
             reader.transition(job, JobState.CANCELLED)
     assert query(url, "SELECT state FROM jobs") == [("queued",)]
+
+
+def test_the_metrics_count_the_same_on_both_backends(postgres_cluster, tmp_path, capsys):
+    """The metrics' reads (`broker.state.tallies`) of one history, copied exactly into
+    PostgreSQL, give what they give on the file; `broker metrics serve` takes the URL."""
+    source = tmp_path / "state.db"
+    history(source)
+    target = postgres_cluster.fresh_database()
+    assert run_cli(capsys, "state", "migrate", "--from", str(source), "--to", target).code == 0
+    with (
+        StateStore.open(source, FixedClock(T0)) as file,
+        StateStore.open(target, FixedClock(T0)) as db,
+    ):
+        with file.snapshot(), db.snapshot():
+            assert db.job_counts() == file.job_counts()
+            assert db.attempt_facts() == file.attempt_facts() and db.attempt_facts()
+            assert db.charges() == file.charges()
+    from broker.metrics.server import read_only_state
+
+    with read_only_state(parse_location(target))() as reader:
+        assert reader is not None and sum(reader.job_counts().values()) == 3

@@ -102,7 +102,7 @@ def jobs(
         False, "--attempts", help="One row per attempt of those jobs (the sacct view)."
     ),
     output: Output = OutputOption,
-    state: Path = StateFileOption,
+    state: str = StateFileOption,
     wide: bool = WideOption,
 ) -> None:
     """Every job the broker knows, newest first, finished ones included: where it ran,
@@ -250,7 +250,7 @@ QUEUE_COLUMNS = (
 
 def queue(
     output: Output = OutputOption,
-    state: Path = StateOption,
+    state: str = StateOption,
     catalog: Path = CatalogOption,
     pools: Path = PoolsOption,
     overlays: Path = OverlaysOption,

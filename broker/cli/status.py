@@ -56,7 +56,7 @@ NO_JOB = "give a job: id, team/name or name (`broker jobs` lists every job, fini
 def status(
     jobs: list[str] = typer.Argument(None, help="Jobs: id, team/name (newest run) or name."),
     output: Output = OutputOption,
-    state: Path = StateOption,
+    state: str = StateOption,
     wide: bool = WideOption,
 ) -> None:
     """A job's timeline of events and its attempts with placement and cost
@@ -179,7 +179,7 @@ def cancel(
     force: bool = typer.Option(
         False, "--force", help="Cancel jobs other users submitted too (recorded with my name)."
     ),
-    state: Path = StateOption,
+    state: str = StateOption,
     catalog: Path = CatalogOption,
     pools: Path = PoolsOption,
     overlays: Path = OverlaysOption,
@@ -240,7 +240,7 @@ CLOUD_LOGS = {
 def logs(
     job: str = typer.Argument(..., help="Job: id, team/name (newest run) or name."),
     follow: bool = typer.Option(False, "--follow", "-f", help="Keep printing until it ends."),
-    state: Path = StateOption,
+    state: str = StateOption,
     catalog: Path = CatalogOption,
     pools: Path = PoolsOption,
     overlays: Path = OverlaysOption,

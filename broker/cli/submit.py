@@ -52,7 +52,7 @@ def submit(
     ),
     dry_run: bool = typer.Option(False, "--dry-run", help="Plan without enqueueing."),
     output: Output = OutputOption,
-    state: Path = StateOption,
+    state: str = StateOption,
     catalog: Path = CatalogOption,
     pools: Path = PoolsOption,
     overlays: Path = OverlaysOption,
@@ -106,7 +106,7 @@ def submit(
 def rerun(
     jobs: list[str] = typer.Argument(..., help="Jobs: id, team/name or name (its newest run)."),
     output: Output = OutputOption,
-    state: Path = StateOption,
+    state: str = StateOption,
 ) -> None:
     """Queue a new run of finished jobs from the same manifest version: each a new job id
     under the same team/name (`broker jobs` groups them)."""

@@ -1,24 +1,24 @@
 """The state store's reads: jobs, versions, attempts, instances, events, the ledger.
 
-Part of `StateStore` (broker.state.store). Reads take no write lock: in WAL mode they
-see the last committed state and never block a writer.
+Part of `StateStore` (broker.state.store). Reads take no write lock: in WAL mode (and
+on PostgreSQL) they see the last committed state and never block a writer.
 """
 
 from __future__ import annotations
 
 import json
-import sqlite3
 from collections.abc import Callable, Iterable
 from datetime import datetime
 from decimal import Decimal
 from typing import Any
 
+from broker.state.backend import Backend, Connection
 from broker.state.listing import (
-    ATTEMPT_LISTING,
-    JOB_LISTING,
     Listing,
     attempt_listing,
+    attempt_listing_sql,
     job_listing,
+    job_listing_sql,
 )
 from broker.state.model import (
     TERMINAL,
@@ -51,9 +51,10 @@ LEDGER_SELECT = "SELECT l.*, j.team FROM ledger l JOIN jobs j ON j.id = l.job_id
 class StateReads(StateTallies):
     """Reads of the state (a part of `StateStore`); the metrics' own: `StateTallies`."""
 
-    _conn: sqlite3.Connection
-    _job_row: Callable[[str], sqlite3.Row]
-    _attempt_row: Callable[[str], sqlite3.Row]
+    _conn: Connection
+    _backend: Backend
+    _job_row: Callable[[str], Any]
+    _attempt_row: Callable[[str], Any]
 
     # --- reads ----------------------------------------------------------------------
 
@@ -197,7 +198,7 @@ class StateReads(StateTallies):
             params += [*map(str, TERMINAL), ts_text(since)]
         page = [] if limit is None else [limit]
         marks = ",".join("?" * len(TERMINAL))
-        template = ATTEMPT_LISTING if attempts else JOB_LISTING
+        template = (attempt_listing_sql if attempts else job_listing_sql)(self._backend)
         sql = template.format(terminal=marks, where=where, limit=" LIMIT ?" if page else "")
         values = [*params, *map(str, TERMINAL), *params, *page]  # the count, then the page
         rows = self._conn.execute(sql, values).fetchall()
@@ -220,7 +221,7 @@ class StateReads(StateTallies):
         params: list[Any] = []
         where = _period_ended("", params, since, until)
         sql = (
-            "SELECT json_extract(a.placement_json, '$.time_scale') AS scale,"
+            f"SELECT {self._backend.json_number('a.placement_json', 'time_scale')} AS scale,"
             " COUNT(DISTINCT a.id) AS n FROM attempts a JOIN ledger l ON l.attempt_id = a.id"
             f"{where} GROUP BY scale"
         )

@@ -7,7 +7,8 @@ report) passes through `redact` first, and a URI is stored without its user part
 - credentials after a name that says so (`password=`, `"client_secret": "..."`,
   `SessionToken: ...`, `X-Amz-Signature=`, `sig=` of an Azure SAS, `AccountKey=`);
 - `Authorization:` and `Cookie:` header values, `Bearer` tokens;
-- the user part of a URI (`s3://user:PASS@host/` -> `s3://***@host/`);
+- the user part of a URI (`s3://user:PASS@host/` -> `s3://***@host/`); of a
+  `postgresql://` URL up to its last `@`, whatever the password holds;
 - keys known by their shape: AWS access key ids (`AKIA...`, `ASIA...`) and session
   tokens, secret access keys, Google API keys and OAuth tokens, Azure AD client
   secrets, GitHub and GitLab tokens, JWTs, PEM private key blocks, and any long token
@@ -63,6 +64,8 @@ def _patterns() -> tuple[tuple[re.Pattern[str], str], ...]:
         """
     )
     return (
+        # a database URL's user part, up to its last `@` (a password may hold `/`, `?`, `#`)
+        (re.compile(r"(?i)\b(postgres(?:ql)?://)[^\s@]*@"), rf"\1{MASK}@"),
         (re.compile(r"(?i)\b([a-z][a-z0-9+.-]*://)[^/\s@?#]+@"), rf"\1{MASK}@"),  # userinfo
         (
             re.compile(r"(?i)\b(authorization\s*[:=]\s*)(?:(?:bearer|basic|token)\s+)?[^\s,;]+"),

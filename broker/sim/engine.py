@@ -92,12 +92,14 @@ def _run(
     from broker.sim.cadence import Cadence
     from broker.sim.metrics import collect
     from broker.sim.provider import SimulatedProvider, Work
-    from broker.state import StateStore
+    from broker.sim.store import SimStateStore
     from pricing.gpus import GPU_MODELS
 
     clock = FixedClock(ORIGIN)
     counter = itertools.count(1)
-    store = StateStore.open(workdir / "state.db", clock, new_id=lambda: f"{next(counter):012x}")
+    store = SimStateStore.open_fast(
+        workdir / "state.db", clock, new_id=lambda: f"{next(counter):012x}"
+    )
     speed = {m.name: m.relative_throughput for m in GPU_MODELS}
     provider = SimulatedProvider(
         scenario.offers,

@@ -68,6 +68,7 @@ class _Run:
     progress_at_end: float = 0.0
     saved_at_end: float = 0.0
     last_checkpoint: float | None = None
+    view: Instance | None = None  # the last Instance made of it (SimulatedProvider._instance)
 
     def progress(self, t: float) -> float:
         run = max(0.0, t - self.launched - self.overhead)
@@ -144,6 +145,10 @@ class SimulatedProvider(Capacity, Billing, CheckpointStores, SpotMarket):
         tick = self._ticks[self._tick_at] if self._tick_at < len(self._ticks) else None
         candidates = [t for t in (*ends, tick) if t is not None]
         return min(candidates) if candidates else None
+
+    def alive(self) -> bool:
+        """Whether some instance is running (a trace step may then end it)."""
+        return any(r.ended is None for r in self._runs.values())
 
     def sync(self) -> None:
         """Play every trace step and instance end up to the clock's now, in time order."""
@@ -394,6 +399,12 @@ class SimulatedProvider(Capacity, Billing, CheckpointStores, SpotMarket):
         return run
 
     def _instance(self, run: _Run) -> Instance:
+        """The run as an Instance; made once per state (a pass lists every run)."""
+        if run.view is None or run.view.state != run.state:
+            run.view = self._make_instance(run)
+        return run.view
+
+    def _make_instance(self, run: _Run) -> Instance:
         r = run.request
         return Instance(
             id=ID_PREFIX + r.attempt_id,

@@ -50,6 +50,24 @@ class SimStateStore(StateStore):
         finally:
             self._memo_clear()
 
+    def _event(
+        self, job_id: str, attempt_id: str | None, now: str, kind: str, message: str, data: Any
+    ) -> None:
+        """`StateStore._event`'s row, its redaction (`_insert_event`) remembered: a
+        simulation writes the same few texts thousands of times."""
+        from broker.state.model import json_text
+        from pricing.userio.redact import redact, redact_data
+
+        cleaned = self.__dict__.setdefault("_cleaned", {})
+        key = (message, json_text(data))
+        if key not in cleaned:
+            cleaned[key] = (redact(message), json_text(redact_data(dict(data))))
+        self._conn.execute(
+            "INSERT INTO events (job_id, attempt_id, time, kind, message, data_json)"
+            " VALUES (?, ?, ?, ?, ?, ?)",
+            (job_id, attempt_id, now, kind, *cleaned[key]),
+        )
+
     def _memo_clear(self) -> None:
         self.__dict__["_memo"] = {}
 

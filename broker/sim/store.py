@@ -14,18 +14,20 @@ commits do not wait for the disk (`synchronous = OFF`).
 from __future__ import annotations
 
 import functools
+import sqlite3
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from datetime import datetime
 from typing import Any
 
 from broker.state import StateStore
+from broker.state.model import Attempt, Event, attempt_of, event_of
 
 # The reads the controller, recovery, steering and the cadence ask; each is a method of
 # `StateReads` (or `AttemptWrites.migration`) that only reads the connection.
 REMEMBERED = (
     "job", "jobs", "queued", "version", "versions", "attempt", "attempts",
-    "ledger", "checkpoints", "lost_shares", "migration",
+    "ledger", "checkpoints", "lost_shares", "migration", "events",
 )  # fmt: skip
 
 
@@ -53,20 +55,40 @@ class SimStateStore(StateStore):
     def _event(
         self, job_id: str, attempt_id: str | None, now: str, kind: str, message: str, data: Any
     ) -> None:
-        """`StateStore._event`'s row, its redaction (`_insert_event`) remembered: a
-        simulation writes the same few texts thousands of times."""
+        """`StateStore._event`'s row (`broker.state.store._insert_event`), each text's
+        redaction remembered: a simulation writes the same few texts thousands of times."""
         from broker.state.model import json_text
-        from pricing.userio.redact import redact, redact_data
+        from pricing.userio.redact import redact_data
 
-        cleaned = self.__dict__.setdefault("_cleaned", {})
-        key = (message, json_text(data))
-        if key not in cleaned:
-            cleaned[key] = (redact(message), json_text(redact_data(dict(data))))
+        row = (job_id, attempt_id, now, kind, self._redacted(message),
+               json_text(redact_data(dict(data), self._redacted)))  # fmt: skip
         self._conn.execute(
             "INSERT INTO events (job_id, attempt_id, time, kind, message, data_json)"
             " VALUES (?, ?, ?, ?, ?, ?)",
-            (job_id, attempt_id, now, kind, *cleaned[key]),
+            row,
         )
+
+    def _redacted(self, text: str) -> str:
+        from pricing.userio.redact import redact
+
+        known = self.__dict__.setdefault("_texts", {})
+        if text not in known:
+            known[text] = redact(text)
+        return known[text]
+
+    def _attempt_of(self, row: sqlite3.Row) -> Attempt:
+        """An attempt row decoded once per content (a pass re-reads every attempt)."""
+        return self._decoded(row, attempt_of)
+
+    def _event_of(self, row: sqlite3.Row) -> Event:
+        return self._decoded(row, event_of)
+
+    def _decoded(self, row: sqlite3.Row, decode: Callable[[sqlite3.Row], Any]) -> Any:
+        known = self.__dict__.setdefault("_rows", {})
+        key = (decode, tuple(row))
+        if key not in known:
+            known[key] = decode(row)
+        return known[key]
 
     def _memo_clear(self) -> None:
         self.__dict__["_memo"] = {}

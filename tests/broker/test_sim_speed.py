@@ -12,7 +12,7 @@ import sqlite3
 from pathlib import Path
 
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from broker.clock import FixedClock
@@ -82,7 +82,7 @@ def test_skipped_trace_steps_leave_the_same_figures_and_rows(name, tmp_path, mon
         assert passes[1] < passes[0]
 
 
-@settings(max_examples=6, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(max_examples=6, deadline=None)
 @given(seed=st.integers(0, 10_000), name=st.sampled_from(POLICIES))
 def test_the_fast_path_equals_the_reference_on_synthetic_scenarios(seed, name, tmp_path_factory):
     scenario = Scenario(synthetic_offers(), synthetic_availability(seed),

@@ -7,8 +7,9 @@ public read is remembered until the next write transaction, so a question asked 
 before anything changed is answered from memory. Nothing else differs: the writes,
 the schema, the SQL and the decoding are the production store's, and every answer is
 what the production store would give (its values are frozen dataclasses; lists and
-dicts are handed out as copies). A simulator's store need not survive a power cut, so
-commits do not wait for the disk (`synchronous = OFF`).
+dicts are handed out as copies). Likewise a row is decoded once per content and a text
+redacted once per run. A simulator's store need not survive a power cut, so commits do
+not wait for the disk (`synchronous = OFF`).
 """
 
 from __future__ import annotations
@@ -18,23 +19,75 @@ import sqlite3
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from datetime import datetime
+from enum import Enum
 from typing import Any
 
 from broker.state import StateStore
 from broker.state.model import Attempt, Event, attempt_of, event_of
 
-# The reads the controller, recovery, steering and the cadence ask; each is a method of
-# `StateReads` (or `AttemptWrites.migration`) that only reads the connection.
-REMEMBERED = (
-    "job", "jobs", "queued", "version", "versions", "attempt", "attempts",
-    "ledger", "checkpoints", "lost_shares", "migration", "events",
-)  # fmt: skip
+
+def _settled(value: Any) -> Any:
+    """An argument as the read gets it and as a key: a collection (of states, read as an
+    SQL `IN`, where order does not matter) as a tuple, keyed by its sorted texts."""
+    if value is None or isinstance(value, (str, int, float, datetime, Enum)):
+        return value, value
+    items = tuple(value)
+    return items, ("in", tuple(sorted(str(v) for v in items)))
+
+
+def _copy(value: Any) -> Any:
+    if isinstance(value, list):
+        return list(value)
+    if isinstance(value, dict):
+        return dict(value)
+    return value
+
+
+def _remembered(read: Callable[..., Any]) -> Callable[..., Any]:
+    """`read`, answered from memory when asked again before the next write."""
+
+    @functools.wraps(read)
+    def remembered(self: SimStateStore, *args: Any, **kwargs: Any) -> Any:
+        if self._conn.in_transaction:  # inside a write: its own reads must see it
+            return read(self, *args, **kwargs)
+        settled = [_settled(a) for a in args]
+        named = {k: _settled(v) for k, v in sorted(kwargs.items())}
+        key = (
+            read.__name__,
+            tuple(k for _, k in settled),
+            tuple((n, k) for n, (_, k) in named.items()),
+        )
+        if key not in self._memo:
+            self._memo[key] = read(
+                self, *(a for a, _ in settled), **{n: a for n, (a, _) in named.items()}
+            )
+        return _copy(self._memo[key])
+
+    return remembered
 
 
 class SimStateStore(StateStore):
     """`StateStore` whose reads are remembered until the next write (see the module)."""
 
-    _memo: dict[tuple, Any]
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._memo: dict[tuple, Any] = {}  # read and arguments -> answer, until a write
+        self._rows: dict[tuple, Any] = {}  # (decoder, row values) -> value
+        self._texts: dict[str, str] = {}  # text -> redacted
+
+    # the reads the controller, recovery, steering and the cadence ask (each only reads)
+    job = _remembered(StateStore.job)
+    jobs = _remembered(StateStore.jobs)
+    queued = _remembered(StateStore.queued)
+    version = _remembered(StateStore.version)
+    versions = _remembered(StateStore.versions)
+    attempt = _remembered(StateStore.attempt)
+    attempts = _remembered(StateStore.attempts)
+    events = _remembered(StateStore.events)
+    ledger = _remembered(StateStore.ledger)
+    checkpoints = _remembered(StateStore.checkpoints)
+    lost_shares = _remembered(StateStore.lost_shares)
+    migration = _remembered(StateStore.migration)
 
     @classmethod
     def open_fast(cls, path, clock, *, new_id: Callable[[], str]) -> SimStateStore:
@@ -71,10 +124,9 @@ class SimStateStore(StateStore):
     def _redacted(self, text: str) -> str:
         from pricing.userio.redact import redact
 
-        known = self.__dict__.setdefault("_texts", {})
-        if text not in known:
-            known[text] = redact(text)
-        return known[text]
+        if text not in self._texts:
+            self._texts[text] = redact(text)
+        return self._texts[text]
 
     def _attempt_of(self, row: sqlite3.Row) -> Attempt:
         """An attempt row decoded once per content (a pass re-reads every attempt)."""
@@ -84,47 +136,10 @@ class SimStateStore(StateStore):
         return self._decoded(row, event_of)
 
     def _decoded(self, row: sqlite3.Row, decode: Callable[[sqlite3.Row], Any]) -> Any:
-        known = self.__dict__.setdefault("_rows", {})
         key = (decode, tuple(row))
-        if key not in known:
-            known[key] = decode(row)
-        return known[key]
+        if key not in self._rows:
+            self._rows[key] = decode(row)
+        return self._rows[key]
 
     def _memo_clear(self) -> None:
-        self.__dict__["_memo"] = {}
-
-
-def _key(value: Any) -> Any:
-    """A hashable stand-in for an argument: a collection of states by its sorted texts
-    (the store reads it as an SQL `IN`, where order does not matter)."""
-    if value is None or isinstance(value, (str, int, float, datetime)):
-        return value
-    return ("in", tuple(sorted(str(v) for v in value)))
-
-
-def _copy(value: Any) -> Any:
-    if isinstance(value, list):
-        return list(value)
-    if isinstance(value, dict):
-        return dict(value)
-    return value
-
-
-def _remembered(name: str) -> Callable[..., Any]:
-    read = getattr(StateStore, name)
-
-    @functools.wraps(read)
-    def remembered(self: SimStateStore, *args: Any, **kwargs: Any) -> Any:
-        if self._conn.in_transaction:  # inside a write: its own reads must see it
-            return read(self, *args, **kwargs)
-        memo = self.__dict__.setdefault("_memo", {})
-        key = (name, tuple(map(_key, args)), tuple(sorted((k, _key(v)) for k, v in kwargs.items())))
-        if key not in memo:
-            memo[key] = read(self, *args, **kwargs)
-        return _copy(memo[key])
-
-    return remembered
-
-
-for _name in REMEMBERED:
-    setattr(SimStateStore, _name, _remembered(_name))
+        self._memo = {}

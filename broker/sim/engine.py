@@ -207,8 +207,13 @@ def _terminal_states():
 def _index_of(policy: SimPolicy):
     """The controller's offers-to-index step (see `ranked_index`)."""
 
+    made: list = []  # (table, index) last made: the provider hands out one table per moment
+
     def index_of(provider):
-        return ranked_index(provider.offers(), policy.price_only)
+        table = provider.offers()
+        if not made or made[0][0] is not table:
+            made[:] = [(table, ranked_index(table, policy.price_only))]
+        return made[0][1]
 
     return index_of
 

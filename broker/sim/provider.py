@@ -121,6 +121,8 @@ class SimulatedProvider(Capacity, Billing, CheckpointStores, SpotMarket):
         self._ticks = sorted({t for a in spot.places.values() for t in a.changes()})
         self._tick_at = 0
         self.preemptions = 0
+        self._moves = 0  # instances launched or ended so far
+        self._sold: tuple[tuple[float, int], OfferTable] | None = None  # offers() last made
         self.lost_gpu_hours = 0.0
         self._text = {n: self._table.text(n).tolist() for n in
                       ("cloud", "region", "zone", "instance_type", "accelerator")}  # fmt: skip
@@ -165,6 +167,7 @@ class SimulatedProvider(Capacity, Billing, CheckpointStores, SpotMarket):
         for run in sorted(self._runs.values(), key=lambda r: (r.finish, r.request.attempt_id)):
             if run.ended is None and run.finish <= t + _EPS:
                 run.ended, run.state = run.finish, "succeeded"
+                self._moves += 1
                 run.progress_at_end = run.work.hours
                 run.saved_at_end = run.work.hours
                 run.last_checkpoint = run.finish
@@ -192,6 +195,7 @@ class SimulatedProvider(Capacity, Billing, CheckpointStores, SpotMarket):
         if state == "terminated":  # a graceful stop: the job checkpoints on SIGTERM
             saved, when = progress, t
         run.ended, run.state = t, state
+        self._moves += 1
         run.progress_at_end, run.saved_at_end, run.last_checkpoint = progress, saved, when
         job = run.request.job_id
         if when is not None:
@@ -209,12 +213,21 @@ class SimulatedProvider(Capacity, Billing, CheckpointStores, SpotMarket):
     # --- the Provider contract ------------------------------------------------------------
 
     def offers(self) -> OfferTable:
+
+        self.sync()
+        now = self.hours()
+        key = (now, self._moves)  # the same moment and the same instances: the same table
+        if self._sold is not None and self._sold[0] == key:
+            return self._sold[1]
+        table = self._offers_now(now)
+        self._sold = (key, table)
+        return table
+
+    def _offers_now(self, now: float) -> OfferTable:
         import numpy as np
 
         from pricing.table import OfferTable
 
-        self.sync()
-        now = self.hours()
         numbers = dict(self._table.numbers)
         spot = numbers["price_spot"].copy()
         capacity = numbers["capacity"].copy()
@@ -273,6 +286,7 @@ class SimulatedProvider(Capacity, Billing, CheckpointStores, SpotMarket):
             finish=now + overhead + max(0.0, work.hours - start) / rate,
         )
         self._runs[request.attempt_id] = run
+        self._moves += 1
         return self._instance(run)
 
     def describe(self, instance_id: str) -> Instance:

@@ -76,6 +76,20 @@ class Cadence:
         wake = min(wakes, default=float("inf"))
         return max(grid, wake) if wake < float("inf") else None
 
+    def idle_at(self, now: float) -> bool:
+        """Whether a pass at `now` (store and provider as they are at `now`) provably
+        does nothing: every unfinished job is queued and idle by the rules above. The
+        engine then skips a trace step's pass (the step moved no instance)."""
+        from broker.state import TERMINAL, JobState
+
+        if self.every_step:
+            return False
+        store = self.controller.store
+        unfinished = store.jobs(states=[s for s in JobState if s not in TERMINAL])
+        if any(job.state is not JobState.QUEUED for job in unfinished):
+            return False
+        return all(self._queued_wake(job, now) is not _ANY for job in unfinished)
+
     # --- a queued job -----------------------------------------------------------------
 
     def _queued_wake(self, job: Job, now: float) -> float | None | object:

@@ -56,6 +56,10 @@ class StateReads(StateTallies):
     _job_row: Callable[[str], Any]
     _attempt_row: Callable[[str], Any]
 
+    # rows to values (the simulator's store remembers them: broker.sim.store)
+    _attempt_of = staticmethod(attempt_of)
+    _event_of = staticmethod(event_of)
+
     # --- reads ----------------------------------------------------------------------
 
     def job(self, key: str) -> Job:
@@ -124,7 +128,7 @@ class StateReads(StateTallies):
         """A job's attempts in order; or, with `states` (e.g. OPEN_ATTEMPT), any job's."""
         where, params = _filters(("job_id", job_id), ("state", states))
         sql = f"SELECT * FROM attempts{where} ORDER BY started_at, job_id, number"
-        return [attempt_of(r) for r in self._conn.execute(sql, params)]
+        return [self._attempt_of(r) for r in self._conn.execute(sql, params)]
 
     def instances(
         self,
@@ -149,7 +153,7 @@ class StateReads(StateTallies):
     def events(self, job_id: str, after: int = 0) -> list[Event]:
         """A job's events in order; `after` an event id, to follow new ones."""
         sql = "SELECT * FROM events WHERE job_id = ? AND id > ? ORDER BY id"
-        return [event_of(r) for r in self._conn.execute(sql, (job_id, after))]
+        return [self._event_of(r) for r in self._conn.execute(sql, (job_id, after))]
 
     def events_of_kind(self, kind: str) -> list[Event]:
         """Every job's events of one kind, oldest first: what the metrics count across

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import functools
 import re
+from collections.abc import Callable
 
 MASK = "***"
 
@@ -90,23 +91,24 @@ def redact(text: str) -> str:
     return text
 
 
-def redact_data(value: object) -> object:
+def redact_data(value: object, text: Callable[[str], str] = redact) -> object:
     """`redact` applied to every string in nested lists, tuples and dicts (keys too), and
     a text value under a key that names a secret (`{"token": "..."}`) masked whole: an
-    event's or a status file's data before it is stored."""
+    event's or a status file's data before it is stored. `text`: `redact`, or one that
+    remembers its answers (the simulator's store)."""
     if isinstance(value, str):
-        return redact(value)
+        return text(value)
     if isinstance(value, dict):
         return {
-            redact_data(key): MASK
+            redact_data(key, text): MASK
             if isinstance(key, str) and isinstance(item, str) and _secret_name().search(key)
-            else redact_data(item)
+            else redact_data(item, text)
             for key, item in value.items()
         }
     if isinstance(value, list):
-        return [redact_data(item) for item in value]
+        return [redact_data(item, text) for item in value]
     if isinstance(value, tuple):
-        return tuple(redact_data(item) for item in value)
+        return tuple(redact_data(item, text) for item in value)
     return value
 
 

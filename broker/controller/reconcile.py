@@ -22,7 +22,7 @@ module keeps the books.
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime
 from typing import TYPE_CHECKING
 
@@ -373,11 +373,25 @@ class Controller(Launching, Closing, Budgets):
             report.cannot_reach(instance.id, exc)
 
     def _spec(self, job: Job) -> JobSpec:
-        """The job's spec in the version in force, as the store keeps it (decoded once)."""
+        """The job's spec in the version in force, as the store keeps it (decoded once),
+        with its runtime estimate: an `auto` one learned from history once, and raised
+        when the job has run up to it (broker.learned_runtime), so the planner's cost,
+        the deadline policy and the budget check read the same figure."""
         key = (job.id, job.version)
         if key not in self._specs:
-            self._specs[key] = self.store.version(job.id, job.version).spec
-        return self._specs[key]
+            spec = self.store.version(job.id, job.version).spec
+            if spec.runtime.auto:
+                from broker.learned_runtime import history_estimate
+
+                spec = replace(spec, runtime=history_estimate(self.store, spec, None))
+            self._specs[key] = spec
+        spec = self._specs[key]
+        if not spec.runtime.auto:
+            return spec
+        from broker.learned_runtime import raised_by_work
+
+        runtime = raised_by_work(self.store, job, spec, spec.runtime, self.clock.now())
+        return spec if runtime is spec.runtime else replace(spec, runtime=runtime)
 
 
 def _instance_row(instance: Instance) -> dict:

@@ -124,8 +124,8 @@ def learn(
         f"{h:.2f} h" if run.label == f"{spec.team}/{spec.name}" else f"{run.label} {h:.2f} h"
         for run, h in zip(used, hours, strict=True)
     )
-    runs = "run" if len(used) == 1 else f"{len(used)} runs"
-    source = f"history: mean of last {runs} {what} ({shown})"
+    runs = "the last run" if len(used) == 1 else f"mean of the last {len(used)} runs"
+    source = f"history: {runs} {what} ({shown})"
     return replace(runtime, estimate_hours=mean, source=source)
 
 

@@ -41,6 +41,8 @@ JOB_COLUMNS = (
     Column("where", "where", keep=2),
     Column("market", "market"),
     Column("attempts", "attempts", count, keep=0),
+    Column("estimate_hours", "est. h", hours),
+    Column("runtime_hours", "runtime h", hours),
     Column("gpu_hours", "GPU-h", hours),
     Column("cost_usd", "cost $", usd, keep=3),
     Column("submitted", "submitted", when, keep=2),
@@ -72,7 +74,9 @@ JOB_DATA = (
     *JOB_COLUMNS[2:5],
     Column("version", "version"),
     Column("queue", "queue"),
-    *JOB_COLUMNS[5:],
+    *JOB_COLUMNS[5:9],
+    Column("estimate_source", "estimate source"),
+    *JOB_COLUMNS[9:],
 )
 ATTEMPT_DATA = (*ATTEMPT_COLUMNS[:2], *_APART, *ATTEMPT_COLUMNS[3:])
 
@@ -124,12 +128,14 @@ def jobs(
     from broker.state.listing import Listing
 
     found = Listing(jobs=[], attempts=[], matched=0)  # no state file yet: nothing ran
+    runtimes: dict[str, dict[str, Any]] = {}
     with reading_store(state) as store:
         if store is not None:
             found = store.listing(
                 team=team, states=wanted, since=start, until=end, limit=limit or None,
                 attempts=attempts, submitter=user,
             )  # fmt: skip
+            runtimes = {j.id: _runtimes(store, j) for j in found.jobs}
     notes = []
     shown = len({a.job_id for a in found.attempts}) if attempts else len(found.jobs)
     if limit and found.matched > shown:
@@ -143,7 +149,7 @@ def jobs(
             meta={"matched_jobs": found.matched},
         )  # fmt: skip
         return
-    rows = [_job_row(j) for j in found.jobs]
+    rows = [_job_row(j) | runtimes[j.id] for j in found.jobs]
     columns = JOB_DATA if _data(output) else JOB_COLUMNS
     render(
         rows, columns, output, json_key="jobs", notes=notes, wide=wide,
@@ -206,6 +212,22 @@ def _job_row(job: JobListing) -> dict[str, Any]:
         "cost_usd": job.cost_usd,
         "submitted": job.created_at,
         "ended": job.ended_at,
+    }
+
+
+def _runtimes(store, job: JobListing) -> dict[str, Any]:
+    """A run's runtime estimate (as planned now; for a finished run, from the history
+    before it) and, once it succeeded, the hours it took (broker.learned_runtime)."""
+    from broker.clock import SystemClock
+    from broker.learned_runtime import actual_hours, runtime_of
+
+    run = store.job(job.id)
+    spec = store.version(run.id, run.version).spec
+    estimate = runtime_of(store, spec, run, SystemClock().now())
+    return {
+        "estimate_hours": round(estimate.estimate_hours, 6),
+        "estimate_source": estimate.source,
+        "runtime_hours": actual_hours(store, run, spec),
     }
 
 

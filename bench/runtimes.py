@@ -45,9 +45,7 @@ def main() -> None:
     ):
         began = time.perf_counter()
         predictions = rr.replay(read())
-        results[name] = rr.errors(predictions) | {
-            "wall_s": round(time.perf_counter() - began, 2)
-        }
+        results[name] = rr.errors(predictions) | {"wall_s": round(time.perf_counter() - began, 2)}
     print(json.dumps(results, indent=2))
 
 

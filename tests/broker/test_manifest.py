@@ -21,12 +21,12 @@ from broker.manifest.load import (
     parse_manifest_text,
 )
 from broker.spec import (
+    NO_HISTORY,
     Amount,
     Budget,
     Checkpoint,
     DataInput,
     GpuAsk,
-    NO_HISTORY,
     JobSpec,
     Requirements,
     RunSpec,

@@ -39,8 +39,9 @@ def test_errors_are_relative_to_the_actual_runtime():
     figures = errors(replay(jobs))
     # predictions 1 (default), 2, 2 against 2, 2, 4: errors 0.5, 0, 0.5; 1 h: 0.5, 0.5,
     # 0.75 (quantiles interpolate linearly: the p90 of three is 80% of the way to the top)
-    assert figures["all"]["estimator"] == {"median": 0.5, "p90": 0.5}
-    assert figures["all"]["always_1h"] == {"median": 0.5, "p90": 0.7}
+    assert figures["all"]["estimator"] == {"median": 0.5, "p90": 0.5, "within_2x": 1.0}
+    # within a factor of 2: 1 h of 2 h is, 1 h of 4 h is not
+    assert figures["all"]["always_1h"] == {"median": 0.5, "p90": 0.7, "within_2x": 0.6667}
     assert figures["same name"]["jobs"] == 2 and figures["default"]["jobs"] == 1
 
 

@@ -9,8 +9,7 @@ import json
 
 import pytest
 
-from tests.cli.runner import run_cli
-from tests.fakes.offers import write_catalog
+from tests.cli.runner import state_cli
 
 JOB = """\
 apiVersion: broker/v1
@@ -26,17 +25,7 @@ run:
 @pytest.fixture
 def broker(capsys, tmp_path):
     """`broker ARGS` on one state file and a small catalog."""
-    catalog = str(write_catalog(tmp_path / "offers.csv"))
-    state = str(tmp_path / "state.db")
-
-    def call(*args: str):
-        command, rest = args[0], args[1:]
-        where = ("--state-file", state) if command == "jobs" else ("--state", state)
-        where = () if command == "validate" else where
-        extra = ("--catalog", catalog) if command in ("run", "plan", "queue") else ()
-        return run_cli(capsys, command, *rest, *where, *extra)
-
-    return call
+    return state_cli(capsys, tmp_path, ("run", "plan", "queue"))
 
 
 def manifest(tmp_path, seconds: float = 0.4, runtime: str = "") -> str:

@@ -204,13 +204,18 @@ def actual_hours(store: StateStore, job: Job, spec: JobSpec) -> float | None:
     return on_first_choice(spec, work_hours(attempts, shares), gpu)
 
 
-def grown_cost(placed: PlacedOn, spec: JobSpec) -> float:
-    """USD a running attempt's plan did not count: its price for the hours the job's
+def grown_hours(placed: PlacedOn, spec: JobSpec) -> float:
+    """Hours on its GPU a running attempt's plan did not count: how much the job's
     estimate has grown since it was planned (an overrun raises an `auto` estimate)."""
     if not spec.runtime.auto or placed.cost is None:
         return 0.0
     now_hours = on_gpu(spec, spec.runtime.estimate_hours, placed.accelerator)
-    return float(placed.price_per_hour) * max(0.0, now_hours - placed.cost.run_hours)
+    return max(0.0, now_hours - placed.cost.run_hours)
+
+
+def grown_cost(placed: PlacedOn, spec: JobSpec) -> float:
+    """USD a running attempt's plan did not count: its price for the `grown_hours`."""
+    return float(placed.price_per_hour) * grown_hours(placed, spec)
 
 
 def on_gpu(spec: JobSpec, hours: float, gpu: str) -> float:

@@ -88,6 +88,9 @@ def verdicts(
 
 
 def running_jobs(store: StateStore, active: Sequence[Job], spec_of) -> list:
+    """The active jobs as the queue policy sees them, each expected to end when its plan
+    said, later when its runtime estimate has grown since (broker.learned_runtime)."""
+    from broker.learned_runtime import grown_hours
     from broker.queue import RunningJob
 
     running = []
@@ -97,7 +100,7 @@ def running_jobs(store: StateStore, active: Sequence[Job], spec_of) -> list:
             continue
         last = attempts[-1]
         p = last.placed_on
-        hours = p.expected_hours or 1.0
+        hours = (p.expected_hours or 1.0) + grown_hours(p, spec_of(job))
         running.append(
             RunningJob(
                 job_id=job.id,

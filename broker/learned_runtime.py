@@ -27,7 +27,7 @@ from datetime import datetime
 from decimal import Decimal
 from typing import TYPE_CHECKING
 
-from broker.spec import DEFAULT_HOURS, NO_HISTORY, JobSpec, RuntimeEstimate
+from broker.spec import DEFAULT_HOURS, MANIFEST, NO_HISTORY, JobSpec, RuntimeEstimate
 
 if TYPE_CHECKING:
     from broker.state import Attempt, Job, StateStore
@@ -35,7 +35,8 @@ if TYPE_CHECKING:
     from broker.state.reads import FinishedRun
 
 K = 2  # runs averaged (Tsafrir et al. found the last two best)
-SIMILAR_SCAN = 200  # newest succeeded runs of the team searched for jobs on the same GPUs
+SIMILAR_SCAN = 50  # newest succeeded runs of the team searched for jobs on the same GPUs
+SIMILAR_WINDOW = 5000  # ... among the store's newest runs (of every team)
 LADDER_HOURS = (0.25, 0.5, 1.0, 2.0, 5.0, 10.0, 20.0, 50.0, 100.0)  # raises, in turn
 MAX_HOURS = 87_660.0  # ten years: the manifest's own bound (pricing.userio.bounds)
 
@@ -146,31 +147,44 @@ def raised(runtime: RuntimeEstimate, ran_hours: float) -> RuntimeEstimate:
     return replace(runtime, estimate_hours=hours, source=source)
 
 
-def history_estimate(store: StateStore, spec: JobSpec, before: datetime | None) -> RuntimeEstimate:
+class History:
+    """The store's succeeded runs as history, each query asked once: one controller
+    pass's or one command's worth (a team's new job names share one search for similar
+    jobs). Made per pass, so a run that ends is history by the next."""
+
+    def __init__(self, store: StateStore) -> None:
+        self.store = store
+        self._runs: dict[tuple[str, str | None, datetime | None, int], list[PastRun]] = {}
+
+    def runs(self, team: str, name: str | None, before: datetime | None, limit: int):
+        key = (team, name, before, limit)
+        if key not in self._runs:
+            within = SIMILAR_WINDOW if name is None else None
+            found = self.store.finished_runs(team, name, before=before, limit=limit, within=within)
+            self._runs[key] = [p for p in map(past_run, found) if p is not None]
+        return self._runs[key]
+
+
+def history_estimate(history: History, spec: JobSpec, before: datetime | None) -> RuntimeEstimate:
     """`learn` over the store's succeeded runs (that ended before `before`, when given)."""
     if not spec.runtime.auto:
         return spec.runtime
-    same = _past(store.finished_runs(spec.team, spec.name, before=before, limit=K))
-    like: list[PastRun] = []
-    if not same:
-        like = _past(store.finished_runs(spec.team, before=before, limit=SIMILAR_SCAN))
+    same = history.runs(spec.team, spec.name, before, K)
+    like = history.runs(spec.team, None, before, SIMILAR_SCAN) if not same else []
     return learn(spec, same, like)
 
 
-def _past(runs: Sequence[FinishedRun]) -> list[PastRun]:
-    return [p for p in map(past_run, runs) if p is not None]
-
-
 def runtime_of(
-    store: StateStore, spec: JobSpec, job: Job | None = None, now: datetime | None = None
+    history: History, spec: JobSpec, job: Job | None = None, now: datetime | None = None
 ) -> RuntimeEstimate:
     """The one estimate of a job's runtime: the manifest's, or learned from history (for
     a finished run, the history before it was submitted) and, with `now`, raised by
     what the run has worked so far."""
     from broker.state import TERMINAL
 
+    store = history.store
     finished = job is not None and job.state in TERMINAL
-    runtime = history_estimate(store, spec, job.created_at if finished and job else None)
+    runtime = history_estimate(history, spec, job.created_at if finished and job else None)
     if job is None or now is None or finished or not runtime.auto:
         return runtime
     return raised_by_work(store, job, spec, runtime, now)
@@ -202,6 +216,41 @@ def actual_hours(store: StateStore, job: Job, spec: JobSpec) -> float | None:
     shares = store.lost_shares(job.id) if interrupted else {}
     gpu = attempts[-1].placed_on.accelerator
     return on_first_choice(spec, work_hours(attempts, shares), gpu)
+
+
+def as_listed(
+    history: History, job: Job, spec: JobSpec, now: datetime
+) -> tuple[RuntimeEstimate | None, float | None]:
+    """A run's estimate and, once it succeeded, its work in hours on the first-choice
+    GPU, as `broker jobs` shows them: a finished run's estimate is the one its first
+    attempt was planned with (recorded in the attempt's placement; None when it never
+    launched or the record has no plan); a queued or active run's is `runtime_of` now."""
+    from broker.state import TERMINAL, AttemptState, JobState
+
+    attempts = history.store.attempts(job.id)
+    first = attempts[0].placed_on if attempts else None
+    runtime: RuntimeEstimate | None = None
+    if job.state not in TERMINAL:
+        runtime = runtime_of(history, spec, job, now)
+    elif first is not None and first.cost is not None:
+        hours = on_first_choice(spec, first.cost.run_hours, first.accelerator)
+        said = first.cost.assumptions[0] if first.cost.assumptions else ""
+        runtime = replace(spec.runtime, estimate_hours=hours, source=_planned_source(said))
+    if job.state != JobState.SUCCEEDED or not attempts:
+        return runtime, None
+    interrupted = any(a.state == AttemptState.INTERRUPTED for a in attempts)
+    shares = history.store.lost_shares(job.id) if interrupted else {}
+    took = on_first_choice(spec, work_hours(attempts, shares), attempts[-1].placed_on.accelerator)
+    return runtime, took
+
+
+def _planned_source(assumption: str) -> str:
+    """The source a plan's runtime assumption names (`broker.planner.assemble`: "runtime
+    estimate 2 h on V100 (history: ...), scaled by ..."; none named: the manifest's)."""
+    head, sep, _ = assumption.partition("), scaled by relative GPU throughput")
+    if sep and " (" in head:
+        return head.split(" (", 1)[1]
+    return MANIFEST
 
 
 def grown_hours(placed: PlacedOn, spec: JobSpec) -> float:

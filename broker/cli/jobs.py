@@ -135,7 +135,7 @@ def jobs(
                 team=team, states=wanted, since=start, until=end, limit=limit or None,
                 attempts=attempts, submitter=user,
             )  # fmt: skip
-            runtimes = {j.id: _runtimes(store, j) for j in found.jobs}
+            runtimes = _runtimes(store, found.jobs) if not attempts else {}
     notes = []
     shown = len({a.job_id for a in found.attempts}) if attempts else len(found.jobs)
     if limit and found.matched > shown:
@@ -215,20 +215,24 @@ def _job_row(job: JobListing) -> dict[str, Any]:
     }
 
 
-def _runtimes(store, job: JobListing) -> dict[str, Any]:
-    """A run's runtime estimate (as planned now; for a finished run, from the history
-    before it) and, once it succeeded, the hours it took (broker.learned_runtime)."""
+def _runtimes(store, jobs: list[JobListing]) -> dict[str, dict[str, Any]]:
+    """Per run: its runtime estimate and its source (a finished run's as its first
+    attempt was planned, none when it never launched; else as it would be planned now)
+    and, once it succeeded, the hours it took (broker.learned_runtime.as_listed)."""
     from broker.clock import SystemClock
-    from broker.learned_runtime import actual_hours, runtime_of
+    from broker.learned_runtime import History, as_listed
 
-    run = store.job(job.id)
-    spec = store.version(run.id, run.version).spec
-    estimate = runtime_of(store, spec, run, SystemClock().now())
-    return {
-        "estimate_hours": round(estimate.estimate_hours, 6),
-        "estimate_source": estimate.source,
-        "runtime_hours": actual_hours(store, run, spec),
-    }
+    history, now, out = History(store), SystemClock().now(), {}
+    for job in jobs:
+        run = store.job(job.id)
+        spec = store.version(run.id, run.version).spec
+        estimate, took = as_listed(history, run, spec, now)
+        out[job.id] = {
+            "estimate_hours": None if estimate is None else round(estimate.estimate_hours, 6),
+            "estimate_source": "" if estimate is None else estimate.source,
+            "runtime_hours": None if took is None else round(took, 6),
+        }
+    return out
 
 
 def _attempt_row(attempt: AttemptListing) -> dict[str, Any]:

@@ -201,7 +201,7 @@ def learned_runtimes(jobs: list[JobSpec], state: Path | None) -> list[JobSpec]:
     from dataclasses import replace
 
     from broker.cli.statefile import check_state, opened_store, state_path
-    from broker.learned_runtime import history_estimate
+    from broker.learned_runtime import History, history_estimate
 
     path = state_path(state)
     if check_state(path, "read").kind in ("missing", "empty"):
@@ -209,8 +209,9 @@ def learned_runtimes(jobs: list[JobSpec], state: Path | None) -> list[JobSpec]:
     with opened_store(path, "read") as store:
         if store is None:
             return jobs
+        history = History(store)
         return [
-            replace(job, runtime=history_estimate(store, job, None)) if job.runtime.auto else job
+            replace(job, runtime=history_estimate(history, job, None)) if job.runtime.auto else job
             for job in jobs
         ]
 

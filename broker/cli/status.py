@@ -145,10 +145,10 @@ def _runtime(store: StateStore, job: Job) -> dict[str, Any]:
     """The job's runtime estimate as the controller plans with it now, where it came
     from, and (once it succeeded) the hours it took (broker.learned_runtime)."""
     from broker.clock import SystemClock
-    from broker.learned_runtime import actual_hours, runtime_of
+    from broker.learned_runtime import History, actual_hours, runtime_of
 
     spec = store.version(job.id, job.version).spec
-    estimate = runtime_of(store, spec, job, SystemClock().now())
+    estimate = runtime_of(History(store), spec, job, SystemClock().now())
     return {
         "estimate_hours": estimate.estimate_hours,
         "source": estimate.source,

@@ -39,6 +39,7 @@ from broker.state.leases import Holder, LeaseHeld
 from providers.capabilities import Billing, Capacity, CheckpointStores, PoolShares, SpotMarket
 
 if TYPE_CHECKING:
+    from broker.learned_runtime import History
     from broker.queue import Policy
     from broker.spec import JobSpec
     from broker.state import Attempt, Job, StateStore
@@ -101,6 +102,7 @@ class Controller(Launching, Closing, Budgets):
     _held: set[str] = field(default_factory=set, init=False)  # job ids held by an error
     _looked: dict[str, float] = field(default_factory=dict, init=False)  # budgets
     _committed: dict[str, float] = field(default_factory=dict, init=False)  # budgets
+    _history: History | None = field(default=None, init=False)  # learned runtimes, per pass
 
     def __post_init__(self) -> None:
         self.store.hold_as(self.holder)
@@ -118,6 +120,7 @@ class Controller(Launching, Closing, Budgets):
     def run_pass(self) -> PassReport:
         report = PassReport()
         self.store.heartbeat()  # the leases this controller holds outlive a long pass
+        self._history = None
         if not self._started:  # instance rows a broker from before left live
             self.store.close_stale_instances()
             self._started = True
@@ -381,9 +384,11 @@ class Controller(Launching, Closing, Budgets):
         if key not in self._specs:
             spec = self.store.version(job.id, job.version).spec
             if spec.runtime.auto:
-                from broker.learned_runtime import history_estimate
+                from broker.learned_runtime import History, history_estimate
 
-                spec = replace(spec, runtime=history_estimate(self.store, spec, None))
+                if self._history is None:  # one per pass: runs that end are history next
+                    self._history = History(self.store)
+                spec = replace(spec, runtime=history_estimate(self._history, spec, None))
             self._specs[key] = spec
         spec = self._specs[key]
         if not spec.runtime.auto:

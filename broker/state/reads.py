@@ -143,18 +143,30 @@ class StateReads(StateTallies):
         *,
         before: datetime | None = None,
         limit: int = 2,
+        within: int | None = None,
     ) -> list[FinishedRun]:
         """The team's newest succeeded runs (of job `name` only, when given; that ended
-        before `before`, when given), newest first, at most `limit`, each with its
-        attempts in order and the lost shares of its interrupted ones: the history that
-        runtimes are learned from (`broker.learned_runtime`)."""
+        before `before`, when given; among the newest `within` runs of the store, when
+        given), newest first, at most `limit`, each with its attempts in order and the
+        lost shares of its interrupted ones: the history that runtimes are learned from
+        (`broker.learned_runtime`). `within` bounds a search across a team's names by
+        the `created_at` index, whatever the team's size."""
         where, params = _filters(
             ("j.team", team), ("j.name", name), ("j.state", [JobState.SUCCEEDED])
         )
         if before is not None:
             where += " AND j.updated_at < ?"
             params.append(ts_text(before))
-        sql = f"{JOB_SELECT}{where} ORDER BY j.updated_at DESC, j.run DESC, j.id DESC LIMIT ?"
+        if within is not None:
+            where += (
+                " AND j.id IN (SELECT r.id FROM jobs r"
+                " ORDER BY r.created_at DESC, r.run DESC, r.id DESC LIMIT ?)"
+            )
+            params.append(within)
+        # One run of a job at a time: its newest runs are its highest numbers (the
+        # (team, name, run) index); across names, the newest to have ended.
+        order = "j.run DESC" if name is not None else "j.updated_at DESC, j.run DESC, j.id DESC"
+        sql = f"{JOB_SELECT}{where} ORDER BY {order} LIMIT ?"
         jobs = [job_of(r) for r in self._conn.execute(sql, [*params, limit])]
         if not jobs:
             return []

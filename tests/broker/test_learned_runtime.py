@@ -17,6 +17,7 @@ from hypothesis import strategies as st
 from broker.clock import FixedClock
 from broker.controller import Controller
 from broker.learned_runtime import (
+    History,
     K,
     PastRun,
     grown_cost,
@@ -194,24 +195,24 @@ def test_the_store_history_is_the_last_two_succeeded_runs_of_the_job(store, cloc
     finished_run(store, clock, spec, [("succeeded", 40.0)])
     finished_run(store, clock, spec, [("succeeded", 1.8)])
     last = finished_run(store, clock, spec, [("interrupted", 1.0), ("succeeded", 1.35)])
-    estimate = history_estimate(store, spec, None)
+    estimate = history_estimate(History(store), spec, None)
     # the interrupted attempt kept 75% of its hour: 0.75 + 1.35 = 2.10 h
     assert estimate.estimate_hours == pytest.approx(1.95)
     assert estimate.source == "history: mean of the last 2 runs of ml/train (2.10 h, 1.80 h)"
     # a finished run is shown with the estimate it had: the history before it
-    before = runtime_of(store, spec, store.job(last), T0)
+    before = runtime_of(History(store), spec, store.job(last), T0)
     assert before.estimate_hours == pytest.approx(20.9)
 
 
 def test_the_store_falls_back_to_similar_jobs_then_to_the_default(store, clock):
     finished_run(store, clock, auto_spec("other"), [("succeeded", 3.0)])
     finished_run(store, clock, auto_spec("elsewhere"), [("succeeded", 9.0)], gpu=("A100", 1))
-    estimate = history_estimate(store, auto_spec("new"), None)
+    estimate = history_estimate(History(store), auto_spec("new"), None)
     assert (estimate.estimate_hours, estimate.source) == (
         3.0,
         "history: the last run on V100:1 (ml/other 3.00 h)",
     )
-    lone = history_estimate(store, auto_spec("new", gpu="H100"), None)
+    lone = history_estimate(History(store), auto_spec("new", gpu="H100"), None)
     assert (lone.estimate_hours, lone.source) == (DEFAULT_HOURS, NO_HISTORY)
 
 
@@ -222,7 +223,7 @@ def test_failed_runs_are_no_history(store):
     attempt = store.start_attempt(job, placed(V100 | {"accelerator": "V100"}, 3, "spot"))
     store.attempt_running(attempt, {"provider_id": "i-1"})
     store.finish_attempt(attempt, "failed", billed_hours=5.0)
-    assert history_estimate(store, spec, None).source == NO_HISTORY
+    assert history_estimate(History(store), spec, None).source == NO_HISTORY
 
 
 # --- the controller plans, steers and projects budgets with it --------------------------
@@ -269,7 +270,7 @@ def test_the_controller_plans_with_the_learned_estimate_and_raises_it_on_overrun
             controller.run_pass()
             job = store.job(job_id)
             if job.state == JobState.RUNNING:
-                now = runtime_of(store, store.version(job_id).spec, job, clock.now())
+                now = runtime_of(History(store), store.version(job_id).spec, job, clock.now())
                 if now.estimate_hours > planned_hours(store, job_id):
                     spec = replace(manifest.spec, runtime=now)
                     grown = grown_cost(store.attempts(job_id)[-1].placed_on, spec)

@@ -292,3 +292,36 @@ def test_the_controller_plans_with_the_learned_estimate_and_raises_it_on_overrun
 
 def planned_hours(store: StateStore, job_id: str) -> float:
     return store.attempts(job_id)[-1].placed_on.cost.run_hours
+
+
+def test_a_grown_estimate_is_counted_by_the_budget_and_the_queues_running_view(store, clock):
+    """`spent_this_month` and `running_jobs` (what the queue policy reads) count the
+    hours an `auto` estimate grew since its attempt was planned, at its price."""
+    from broker.planner.decision import CostEstimate
+    from broker.scheduling import running_jobs, spent_this_month
+
+    spec = auto_spec()
+    job = store.submit(spec, "x", "d1").job_id
+    store.transition(job, JobState.PLANNED)
+    cost = CostEstimate(12.0, 0.0, 0.0, 12.0, 4.0, 0.0, 0.0, 0.0, 0.0, "")
+    where = replace(
+        placed(V100 | {"accelerator": "V100", "accelerator_count": 1}, 3, "on-demand"),
+        expected_hours=4.0,
+        expected_cost=12.0,
+        cost=cost,
+    )
+    attempt = store.start_attempt(job, where)
+    store.attempt_running(attempt, {"provider_id": "i-1"})
+    active = [store.job(job)]
+    grown = replace(spec, runtime=RuntimeEstimate(5.25, auto=True, source="raised"))
+    for spec_now, extra in ((spec, 0.0), (grown, 1.25)):
+        spent = spent_this_month(store, active, clock.now(), None, lambda _, now=spec_now: now)
+        assert spent["ml"] == pytest.approx(12.0 + 3 * extra)
+        (running,) = running_jobs(store, active, lambda _, now=spec_now: now)
+        assert running.expected_end == where_started(store, attempt) + timedelta(hours=4 + extra)
+    given = replace(grown, runtime=RuntimeEstimate(5.25))  # a manifest's: never grown
+    assert grown_cost(store.attempts(job)[-1].placed_on, given) == 0.0
+
+
+def where_started(store: StateStore, attempt: str) -> datetime:
+    return store.attempt(attempt).started_at

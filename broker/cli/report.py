@@ -287,7 +287,9 @@ def sandbox_clock_notes(scales: dict[float | None, int]) -> list[str]:
     return notes
 
 
-def _notes(report: Report, reconciled: Reconciliation | None, clock: list[str] = ()) -> list[str]:
+def _notes(
+    report: Report, reconciled: Reconciliation | None, clock: list[str] = ()
+) -> list[str]:
     notes = [*NOTES, *clock]
     if report.totals.unpriced:
         notes.append(

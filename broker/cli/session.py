@@ -89,7 +89,7 @@ def enabled_clouds() -> tuple[str, ...]:
     if isinstance(value, str):
         value = [value]
     if not isinstance(value, list | tuple) or not all(isinstance(v, str) for v in value):
-        fail(f'{where}: expected cloud names such as ["aws", "gcp"], got {value!r}', BAD_INPUT)
+        fail(f"{where}: expected cloud names such as [\"aws\", \"gcp\"], got {value!r}", BAD_INPUT)
     clouds = split_list(list(value))
     unknown = [cloud for cloud in clouds if cloud not in CLOUDS]
     if unknown:

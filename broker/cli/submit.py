@@ -72,7 +72,7 @@ def submit(
     if dry_run:
         from broker.cli.plan import plan_manifests
 
-        plan_manifests(loaded.manifests, 1, False, output, catalog, pools, overlays)
+        plan_manifests(loaded.manifests, 1, False, output, catalog, pools, overlays, state=state)
         return
     from broker.cli.statefile import check_state, opened_store
     from broker.state import RunInFlight

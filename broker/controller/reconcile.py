@@ -22,7 +22,7 @@ module keeps the books.
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime
 from typing import TYPE_CHECKING
 
@@ -39,6 +39,7 @@ from broker.state.leases import Holder, LeaseHeld
 from providers.capabilities import Billing, Capacity, CheckpointStores, PoolShares, SpotMarket
 
 if TYPE_CHECKING:
+    from broker.learned_runtime import History
     from broker.queue import Policy
     from broker.spec import JobSpec
     from broker.state import Attempt, Job, StateStore
@@ -101,6 +102,7 @@ class Controller(Launching, Closing, Budgets):
     _held: set[str] = field(default_factory=set, init=False)  # job ids held by an error
     _looked: dict[str, float] = field(default_factory=dict, init=False)  # budgets
     _committed: dict[str, float] = field(default_factory=dict, init=False)  # budgets
+    _history: History | None = field(default=None, init=False)  # learned runtimes, per pass
 
     def __post_init__(self) -> None:
         self.store.hold_as(self.holder)
@@ -118,6 +120,7 @@ class Controller(Launching, Closing, Budgets):
     def run_pass(self) -> PassReport:
         report = PassReport()
         self.store.heartbeat()  # the leases this controller holds outlive a long pass
+        self._history = None
         if not self._started:  # instance rows a broker from before left live
             self.store.close_stale_instances()
             self._started = True
@@ -373,11 +376,27 @@ class Controller(Launching, Closing, Budgets):
             report.cannot_reach(instance.id, exc)
 
     def _spec(self, job: Job) -> JobSpec:
-        """The job's spec in the version in force, as the store keeps it (decoded once)."""
+        """The job's spec in the version in force, as the store keeps it (decoded once),
+        with its runtime estimate: an `auto` one learned from history once, and raised
+        when the job has run up to it (broker.learned_runtime), so the planner's cost,
+        the deadline policy and the budget check read the same figure."""
         key = (job.id, job.version)
         if key not in self._specs:
-            self._specs[key] = self.store.version(job.id, job.version).spec
-        return self._specs[key]
+            spec = self.store.version(job.id, job.version).spec
+            if spec.runtime.auto:
+                from broker.learned_runtime import History, history_estimate
+
+                if self._history is None:  # one per pass: runs that end are history next
+                    self._history = History(self.store)
+                spec = replace(spec, runtime=history_estimate(self._history, spec, None))
+            self._specs[key] = spec
+        spec = self._specs[key]
+        if not spec.runtime.auto:
+            return spec
+        from broker.learned_runtime import raised_by_work
+
+        runtime = raised_by_work(self.store, job, spec, spec.runtime, self.clock.now())
+        return spec if runtime is spec.runtime else replace(spec, runtime=runtime)
 
 
 def _instance_row(instance: Instance) -> dict:

@@ -115,6 +115,27 @@ def place(value: object) -> Place:
     return Place(cloud, region)
 
 
+AUTO = "auto"
+
+
+def estimate_hours(value: object) -> float | None:
+    """A number of hours, or `auto` (None: learned from history, broker.learned_runtime)."""
+    if isinstance(value, str) and value.strip().lower() == AUTO:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise ValueError(f"{value!r} is not a number of hours: write a number (12, 1.5) or auto")
+    if isinstance(value, int) and value > bounds.MAX_HOURS:  # float() of 10**400 overflows
+        raise ValueError(f"{value!r} is more than {_TEN_YEARS}")
+    hours = float(value)
+    if not math.isfinite(hours):
+        raise ValueError(f"{value!r} is not a finite number of hours (write a number or auto)")
+    if hours <= 0:
+        raise ValueError(f"{value!r} must be more than 0 hours (or auto)")
+    if hours > bounds.MAX_HOURS:
+        raise ValueError(f"{value!r} is more than {_TEN_YEARS}")
+    return hours
+
+
 def deadline(value: object) -> timedelta | datetime | None:
     if value is None:
         return None

@@ -136,9 +136,13 @@ def _run(run: dict[str, Any], base: Path) -> spec.RunSpec:
 
 
 def _runtime(runtime: dict[str, Any]) -> spec.RuntimeEstimate:
-    hours = _number(runtime.get("estimate_hours", 1.0), gt=0, le=bounds.MAX_HOURS)
+    written = runtime.get("estimate_hours", checks.AUTO)
+    auto = isinstance(written, str) and checks.estimate_hours(written) is None
+    hours = bounds.MAX_HOURS if auto else _number(written, gt=0, le=bounds.MAX_HOURS)
     due = checks.deadline(runtime["deadline"]) if "deadline" in runtime else None
     checks.plannable(hours, due)
+    if auto:  # learned from history (broker.learned_runtime), the default until then
+        return spec.RuntimeEstimate(deadline=due, auto=True, source=spec.NO_HISTORY)
     return spec.RuntimeEstimate(hours, due)
 
 

@@ -11,7 +11,7 @@ when a manifest is read.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator, model_validator
 from pydantic.json_schema import GenerateJsonSchema
@@ -24,6 +24,7 @@ from broker.manifest.values import (
     Country,
     Deadline,
     EnvValue,
+    EstimateHours,
     ExitCode,
     PlaceText,
     RegionGlob,
@@ -31,6 +32,9 @@ from broker.manifest.values import (
 )
 from broker.manifest.workdir import MANIFEST_DIR, resolve_workdir
 from pricing.userio import bounds
+
+if TYPE_CHECKING:
+    from broker.spec import RuntimeEstimate
 
 SUFFIX = "Section"
 
@@ -179,11 +183,11 @@ class RunSection(Strict):
 class RuntimeSection(Strict):
     """How long the job takes and when it must be done."""
 
-    estimate_hours: float = Field(
-        1.0,
-        gt=0,
-        le=bounds.MAX_HOURS,
-        description="Expected hours on the first-choice GPU (default 1).",
+    estimate_hours: EstimateHours = Field(
+        None,
+        description="Expected hours on the first-choice GPU, or auto (the default): "
+        "learned from the team's finished runs of this job (else of jobs on the same "
+        "GPUs), 1 with no history.",
     )
     deadline: Deadline = Field(
         None,
@@ -193,8 +197,18 @@ class RuntimeSection(Strict):
 
     @model_validator(mode="after")
     def _plannable(self) -> RuntimeSection:
-        checks.plannable(self.estimate_hours, self.deadline)
+        hours = bounds.MAX_HOURS if self.estimate_hours is None else self.estimate_hours
+        checks.plannable(hours, self.deadline)
         return self
+
+    def to_spec(self) -> RuntimeEstimate:
+        """The section as the spec's value: an `auto` estimate is the default until
+        `broker.learned_runtime` learns it from history."""
+        from broker.spec import NO_HISTORY, RuntimeEstimate
+
+        if self.estimate_hours is None:
+            return RuntimeEstimate(deadline=self.deadline, auto=True, source=NO_HISTORY)
+        return RuntimeEstimate(float(self.estimate_hours), self.deadline)
 
 
 class CheckpointSection(Strict):

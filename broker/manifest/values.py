@@ -24,6 +24,7 @@ from broker.manifest import checks
 from broker.manifest.checks import LABEL
 from pricing.regions import Place
 from pricing.schema import CLOUDS
+from pricing.userio import bounds
 
 Cloud = Literal[CLOUDS]  # type: ignore[valid-type]  # ("aws", "gcp", "azure", "onprem")
 
@@ -95,3 +96,16 @@ Uri = Annotated[
 ]
 EnvValue = Annotated[str, PlainValidator(checks.env_value), WithJsonSchema({"type": "string"})]
 ExitCode = Annotated[int, Field(ge=1, le=255)]
+EstimateHours = Annotated[
+    float | None,
+    PlainValidator(checks.estimate_hours),
+    WithJsonSchema(
+        {
+            "anyOf": [
+                {"type": "number", "exclusiveMinimum": 0, "maximum": bounds.MAX_HOURS},
+                {"const": checks.AUTO},
+            ],
+            "examples": [12, 1.5, checks.AUTO],
+        }
+    ),
+]

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable, Iterable
+from dataclasses import dataclass
 from datetime import datetime
 from decimal import Decimal
 from typing import Any
@@ -46,6 +47,16 @@ JOB_SELECT = (
     " JOIN job_versions v ON v.job_id = j.id AND v.version = j.version"
 )
 LEDGER_SELECT = "SELECT l.*, j.team FROM ledger l JOIN jobs j ON j.id = l.job_id"
+
+
+@dataclass(frozen=True, slots=True)
+class FinishedRun:
+    """A succeeded run with its attempts and, per interrupted attempt, the share of its
+    billed time its interruption lost (as `lost_shares` gives it)."""
+
+    job: Job
+    attempts: list[Attempt]
+    lost_shares: dict[str, Decimal]
 
 
 class StateReads(StateTallies):
@@ -129,6 +140,52 @@ class StateReads(StateTallies):
         where, params = _filters(("job_id", job_id), ("state", states))
         sql = f"SELECT * FROM attempts{where} ORDER BY started_at, job_id, number"
         return [self._attempt_of(r) for r in self._conn.execute(sql, params)]
+
+    def finished_runs(
+        self,
+        team: str,
+        name: str | None = None,
+        *,
+        before: datetime | None = None,
+        limit: int = 2,
+        within: int | None = None,
+    ) -> list[FinishedRun]:
+        """The team's newest succeeded runs (of job `name` only, when given; that ended
+        before `before`, when given; among the newest `within` runs of the store, when
+        given), newest first, at most `limit`, each with its attempts in order and the
+        lost shares of its interrupted ones: the history that runtimes are learned from
+        (`broker.learned_runtime`). `within` bounds a search across a team's names by
+        the `created_at` index, whatever the team's size."""
+        where, params = _filters(
+            ("j.team", team), ("j.name", name), ("j.state", [JobState.SUCCEEDED])
+        )
+        if before is not None:
+            where += " AND j.updated_at < ?"
+            params.append(ts_text(before))
+        if within is not None:
+            where += (
+                " AND j.id IN (SELECT r.id FROM jobs r"
+                " ORDER BY r.created_at DESC, r.run DESC, r.id DESC LIMIT ?)"
+            )
+            params.append(within)
+        # One run of a job at a time: its newest runs are its highest numbers (the
+        # (team, name, run) index); across names, the newest to have ended.
+        order = "j.run DESC" if name is not None else "j.updated_at DESC, j.run DESC, j.id DESC"
+        sql = f"{JOB_SELECT}{where} ORDER BY {order} LIMIT ?"
+        jobs = [job_of(r) for r in self._conn.execute(sql, [*params, limit])]
+        if not jobs:
+            return []
+        marks = ",".join("?" * len(jobs))
+        tried: dict[str, list[Attempt]] = {job.id: [] for job in jobs}
+        sql = f"SELECT * FROM attempts WHERE job_id IN ({marks}) ORDER BY job_id, number"
+        for row in self._conn.execute(sql, [job.id for job in jobs]):
+            tried[row["job_id"]].append(attempt_of(row))
+        runs = []
+        for job in jobs:
+            attempts = tried[job.id]
+            interrupted = any(a.state == AttemptState.INTERRUPTED for a in attempts)
+            runs.append(FinishedRun(job, attempts, self.lost_shares(job.id) if interrupted else {}))
+        return runs
 
     def instances(
         self,

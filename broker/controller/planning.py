@@ -260,7 +260,10 @@ class Planning:
             )[1],
         ):
             requirements = replace(requirements, clouds=(home.cloud,), regions=(home.region,))
-        return replace(spec, requirements=requirements)
+        # The policy owns the deadline now (it sends the job to on-demand in time), so the
+        # planner does not judge this spot against it (docs/planner.md, "Deadline").
+        runtime = replace(spec.runtime, deadline=None)
+        return replace(spec, requirements=requirements, runtime=runtime)
 
     def _spot_open(self, spec: JobSpec) -> bool:
         """Whether spot is on sale for the job's GPUs, where the provider can tell and

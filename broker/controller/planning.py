@@ -237,6 +237,7 @@ class Planning:
         """The spec to plan now: its checkpoint where it lives, its market as its spot
         policy says (broker.dispatch.market), its spot kept home while it would wait
         there (broker.dispatch.home)."""
+        from broker.controller.moving import moved_by_choice
         from broker.controller.steering import steer
         from broker.dispatch.home import stays_home
         from broker.dispatch.market import spot_only
@@ -253,7 +254,7 @@ class Planning:
         requirements = replace(spec.requirements, spot="only")
         if home is not None and stays_home(
             self.settings,
-            has_home=spec.checkpoint is not None,
+            has_home=spec.checkpoint is not None and not moved_by_choice(self.store, job),
             choice=choice,
             choice_without_spot=lambda: steer(
                 spec, job, self.store, now, self.settings, spot_available=False

@@ -213,6 +213,11 @@ class Controller(Launching, Closing, Budgets):
             elif self._back_to_spot(job, attempt):
                 self.preempt(job.id, "back to spot: the deadline's slack is rebuilt")
                 report.finished.append((job.name, "back to spot"))
+            elif self._cheaper_spot(job, attempt):
+                from broker.controller.moving import MOVE_REASON
+
+                self.preempt(job.id, MOVE_REASON)
+                report.finished.append((job.name, "to cheaper spot"))
             return
         if not self.store.claim(job.id, "finish"):
             return  # another controller closes it
@@ -359,6 +364,26 @@ class Controller(Launching, Closing, Budgets):
             spot_available=self._spot_open(spec),
         )
         return choice == "spot"
+
+    def _cheaper_spot(self, job: Job, attempt: Attempt) -> bool:
+        """True when a steered job's spot run should stop to move to cheaper spot on sale
+        elsewhere (broker.dispatch.move), the offers as the next plan sees them."""
+        from broker.controller.moving import moves_to_cheaper_spot
+        from broker.recovery import adjust_index
+
+        if attempt.market != "spot" or self.settings.move_below <= 0:
+            return False
+        spec = self._spec(job)
+        if spec.runtime.deadline is None or spec.requirements.spot != "prefer":
+            return False
+        now = self.clock.now()
+        index = adjust_index(
+            self.index_of(self.provider), self.store, now, self.settings.cooldown_scale
+        )
+        return moves_to_cheaper_spot(
+            self.store, job, spec, attempt, self._gangs(index, [spec]), now, self.settings,
+            self.checkpoints.stores is not None,
+        )  # fmt: skip
 
     def _release(self, instance: Instance, report: PassReport) -> None:
         """Delete what a reclaimed instance leaves behind (a deallocated Azure VM, a

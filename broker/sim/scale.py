@@ -397,10 +397,10 @@ class _Fleet(SpotSide, PoolSide):
         """The checkpoint's region, when the job's spot is kept there now
         (broker.dispatch.home)."""
         home = self.state[i].where
+        reclaimed = not self.state[i].moved  # a job that moved by choice is not kept home
         kept = stays_home(
             self.settings,
-            has_home=home is not None and self.jobs[i].checkpoint_minutes is not None
-            and not self.state[i].moved,
+            has_home=home is not None and self.jobs[i].checkpoint_minutes is not None and reclaimed,
             choice=choice,
             choice_without_spot=lambda: self._choice(i, self.now, False),
         )

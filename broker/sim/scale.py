@@ -186,7 +186,7 @@ class _Fleet(SpotSide, PoolSide):
         moved = self._moved_openness()
         # observe: steered on-demand runs that go back to spot
         check = set(backs) | set(soon_back) | {i for i in moved if self.state[i].run}
-        check |= {i for i, st in enumerate(self.state) if st.run is not None and self._may_move(i)}
+        check |= set(self.spot_movers)  # steered spot runs: the move rule is asked too
         for i in sorted(check):
             if self._back_to_spot(i) or self._to_cheaper_spot(i):
                 deciding[i] = None
@@ -460,6 +460,8 @@ class _Fleet(SpotSide, PoolSide):
         elif option.kind == "spot" and option.key is not None:
             self.spot_runs[option.key].append(run)  # type: ignore[index]
             self._spot_started(option.key)
+        if self._may_move(i):
+            self.spot_movers[i] = None
         run.finish = self.now + self.restart + job.hours - st.saved
         run.seq = self._push(run.finish, END, run)
         if option.kind == "spot":
@@ -516,6 +518,7 @@ class _Fleet(SpotSide, PoolSide):
         self._bill(cost)
         st = self.state[run.job]
         st.run, st.back = None, 0
+        self.spot_movers.pop(run.job, None)
         self._unwatch(run.job)
         self.usage.end(self.jobs[run.job].team, run.seq, self.now)
         if option.kind == "pool":

@@ -52,6 +52,7 @@ class SpotSide:
         self.spot_waiters: list[dict[int, None]] = [{} for _ in self.spot]
         # steered jobs (waiting, or on a steered on-demand run) per place they watch
         self.watchers: list[dict[int, None]] = [{} for _ in self.spot]
+        self.spot_movers: dict[int, None] = {}  # jobs on a steered spot run (may move)
         self.reclaimed_at: list[list[float]] = [[] for _ in self.spot]
         # place -> (hour asked, reclaims then, its answer): _cooling_until, once per pass
         self._cooled_at: dict[object, tuple[float, int, float | None]] = {}

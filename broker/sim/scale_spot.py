@@ -53,6 +53,7 @@ class SpotSide:
         # steered jobs (waiting, or on a steered on-demand run) per place they watch
         self.watchers: list[dict[int, None]] = [{} for _ in self.spot]
         self.spot_movers: dict[int, None] = {}  # jobs on a steered spot run (may move)
+        self._cheapest: dict[int, tuple[list, float]] = {}  # id(options) -> (them, price)
         self.reclaimed_at: list[list[float]] = [[] for _ in self.spot]
         # place -> (hour asked, reclaims then, its answer): _cooling_until, once per pass
         self._cooled_at: dict[object, tuple[float, int, float | None]] = {}
@@ -242,8 +243,11 @@ class SpotSide:
             return False
         st = self.state[i]
         run = st.run
+        options = self.plans.options(i, run.option.region)
+        if self._cheapest_spot(options) > self.settings.move_below * run.option.price:
+            return False  # no spot anywhere is cheap enough (most runs, most passes)
         there = None
-        for option in self.rates.ranked(self.plans.options(i, run.option.region), self.now):
+        for option in self.rates.ranked(options, self.now):
             if option.kind != "spot" or option.key == run.option.key:
                 continue
             if self._seen_left(option.key) <= 0 or self._cooling_until(option.key) is not None:
@@ -266,6 +270,14 @@ class SpotSide:
         st.queued_at = self.now
         st.moved = True
         return True
+
+    def _cheapest_spot(self, options: list) -> float:
+        """The lowest spot price among `options` (a shape's list, kept by ShapePlans)."""
+        known = self._cheapest.get(id(options))
+        if known is None or known[0] is not options:
+            prices = [o.price for o in options if o.kind == "spot"]
+            known = self._cheapest[id(options)] = (options, min(prices, default=math.inf))
+        return known[1]
 
     def _cooling_pass(self, place: object) -> None:
         """A reclaim at `place`: its cool-down's end is a pass for the steered spot runs

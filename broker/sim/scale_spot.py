@@ -211,14 +211,20 @@ class SpotSide:
         if self._choice(i, self.now, self._spot_open(i), current="on-demand") != "spot":
             self._back_wake(i)
             return False
-        job = self.jobs[i]
+        self._stop_gracefully(i)
+        return True
+
+    def _stop_gracefully(self, i: int) -> None:
+        """Job `i`'s run stops on the broker's say (SIGTERM, checkpoint): its progress is
+        kept, its checkpoint is where it ran, and it is back in the queue."""
+        st, job = self.state[i], self.jobs[i]
+        run = st.run
         ran = max(0.0, self.now - run.start - self.restart)
         self._close(run)
         st.saved = min(job.hours, st.saved + ran)
         if job.checkpoint_minutes:
             st.written.add(run.option.region)
         st.queued_at = self.now
-        return True
 
     # --- to cheaper spot -----------------------------------------------------------------
 
@@ -261,13 +267,7 @@ class SpotSide:
         move = SpotMove(run.option.price, there.price, there.egress, rate)
         if not moves_spot(self._ask(i, self.now, "spot"), move, self.settings):
             return False
-        job = self.jobs[i]
-        ran = max(0.0, self.now - run.start - self.restart)
-        self._close(run)
-        st.saved = min(job.hours, st.saved + ran)
-        if job.checkpoint_minutes:
-            st.written.add(run.option.region)
-        st.queued_at = self.now
+        self._stop_gracefully(i)
         st.moved = True
         return True
 

@@ -29,6 +29,15 @@ def moved_by_choice(store: StateStore, job: Job) -> bool:
     return bool(attempts) and attempts[-1].reason.startswith(MOVE_REASON)
 
 
+def wants_a_look(spec: JobSpec, attempt: Attempt, settings: DispatchSettings) -> bool:
+    """Whether `attempt` is a steered job's spot run that the move rule is asked about."""
+    from broker.dispatch.market import steered
+
+    if settings.move_below <= 0 or attempt.market != "spot":
+        return False
+    return steered(spec.requirements.spot, spec.runtime.deadline is not None)
+
+
 def moves_to_cheaper_spot(
     store: StateStore,
     job: Job,
@@ -41,16 +50,13 @@ def moves_to_cheaper_spot(
 ) -> bool:
     """True when the running spot `attempt` of steered `job` should stop to move."""
     from broker.controller.steering import market_ask
-    from broker.dispatch.market import steered
     from broker.dispatch.move import SpotMove, moves_spot
     from broker.planner.plan import plan_many
     from broker.recovery import with_checkpoint_at
     from pricing.regions import Place
 
     requirements = spec.requirements
-    if settings.move_below <= 0 or attempt.market != "spot":
-        return False
-    if not steered(requirements.spot, spec.runtime.deadline is not None):
+    if not wants_a_look(spec, attempt, settings):
         return False
     here = attempt.placed_on
     planned = with_checkpoint_at(spec, Place(here.cloud, here.region), moves_with_job)

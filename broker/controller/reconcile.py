@@ -101,6 +101,7 @@ class Controller(Launching, Closing, Budgets):
     _held: set[str] = field(default_factory=set, init=False)  # job ids held by an error
     _looked: dict[str, float] = field(default_factory=dict, init=False)  # budgets
     _committed: dict[str, float] = field(default_factory=dict, init=False)  # budgets
+    _offered: tuple[object, OfferIndex] | None = field(default=None, init=False)  # per pass
 
     def __post_init__(self) -> None:
         self.store.hold_as(self.holder)
@@ -368,18 +369,16 @@ class Controller(Launching, Closing, Budgets):
     def _cheaper_spot(self, job: Job, attempt: Attempt) -> bool:
         """True when a steered job's spot run should stop to move to cheaper spot on sale
         elsewhere (broker.dispatch.move), the offers as the next plan sees them."""
-        from broker.controller.moving import moves_to_cheaper_spot
+        from broker.controller.moving import moves_to_cheaper_spot, wants_a_look
         from broker.recovery import adjust_index
 
-        if attempt.market != "spot" or self.settings.move_below <= 0:
-            return False
         spec = self._spec(job)
-        if spec.runtime.deadline is None or spec.requirements.spot != "prefer":
+        if not wants_a_look(spec, attempt, self.settings):
             return False
         now = self.clock.now()
-        index = adjust_index(
-            self.index_of(self.provider), self.store, now, self.settings.cooldown_scale
-        )
+        if self._offered is None or self._offered[0] != now:  # the offers, once per pass
+            self._offered = (now, self.index_of(self.provider))
+        index = adjust_index(self._offered[1], self.store, now, self.settings.cooldown_scale)
         return moves_to_cheaper_spot(
             self.store, job, spec, attempt, self._gangs(index, [spec]), now, self.settings,
             self.checkpoints.stores is not None,

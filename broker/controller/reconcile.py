@@ -103,6 +103,7 @@ class Controller(Launching, Closing, Budgets):
     _looked: dict[str, float] = field(default_factory=dict, init=False)  # budgets
     _committed: dict[str, float] = field(default_factory=dict, init=False)  # budgets
     _history: History | None = field(default=None, init=False)  # learned runtimes, per pass
+    _offered: tuple[object, OfferIndex] | None = field(default=None, init=False)  # per pass
 
     def __post_init__(self) -> None:
         self.store.hold_as(self.holder)
@@ -216,6 +217,11 @@ class Controller(Launching, Closing, Budgets):
             elif self._back_to_spot(job, attempt):
                 self.preempt(job.id, "back to spot: the deadline's slack is rebuilt")
                 report.finished.append((job.name, "back to spot"))
+            elif self._cheaper_spot(job, attempt):
+                from broker.controller.moving import MOVE_REASON
+
+                self.preempt(job.id, MOVE_REASON)
+                report.finished.append((job.name, "to cheaper spot"))
             return
         if not self.store.claim(job.id, "finish"):
             return  # another controller closes it
@@ -362,6 +368,24 @@ class Controller(Launching, Closing, Budgets):
             spot_available=self._spot_open(spec),
         )
         return choice == "spot"
+
+    def _cheaper_spot(self, job: Job, attempt: Attempt) -> bool:
+        """True when a steered job's spot run should stop to move to cheaper spot on sale
+        elsewhere (broker.dispatch.move), the offers as the next plan sees them."""
+        from broker.controller.moving import moves_to_cheaper_spot, wants_a_look
+        from broker.recovery import adjust_index
+
+        spec = self._spec(job)
+        if not wants_a_look(spec, attempt, self.settings):
+            return False
+        now = self.clock.now()
+        if self._offered is None or self._offered[0] != now:  # the offers, once per pass
+            self._offered = (now, self.index_of(self.provider))
+        index = adjust_index(self._offered[1], self.store, now, self.settings.cooldown_scale)
+        return moves_to_cheaper_spot(
+            self.store, job, spec, attempt, self._gangs(index, [spec]), now, self.settings,
+            self.checkpoints.stores is not None,
+        )  # fmt: skip
 
     def _release(self, instance: Instance, report: PassReport) -> None:
         """Delete what a reclaimed instance leaves behind (a deallocated Azure VM, a

@@ -20,6 +20,8 @@ if TYPE_CHECKING:
     from broker.offers import OffersInForce
     from broker.queue import Policy
     from broker.state import StateStore
+    from broker.state.leases import Holder
+    from broker.state.location import StateLocation
     from providers.base import Provider
 
 
@@ -39,12 +41,16 @@ class BrokerSession:
             close()
 
 
-def sandbox_workdir(state_path: Path) -> Path:
-    return state_path.parent / f"{state_path.stem}-sandbox"
+def sandbox_workdir(state_path: StateLocation) -> Path:
+    """The sandbox's folder beside the state file (a database's: `local_anchor`)."""
+    from broker.state.location import local_anchor
+
+    anchor = local_anchor(state_path)
+    return anchor.parent / f"{anchor.stem}-sandbox"
 
 
 def open_runtime(
-    state_path: Path,
+    state_path: StateLocation,
     view: OffersInForce,
     *,
     time_scale: float = 1.0,
@@ -54,6 +60,7 @@ def open_runtime(
     clouds: Sequence[str] = (),
     store: StateStore | None = None,
     launching: bool = True,
+    holder: Holder | None = None,
 ) -> BrokerSession:
     """Open the store at `state_path` (or take `store`, opened there) and the providers
     over the offers in force.
@@ -65,7 +72,8 @@ def open_runtime(
     `onprem.provider.OnPremProvider`, its local pools billed at the same `time_scale`).
     A Fleet routes each request by cloud. Only `launching` sessions make the sandbox
     folder beside the state file: reading the queue or cancelling a job leaves the
-    folder as it is (or absent).
+    folder as it is (or absent). `holder`: whose leases the controller takes
+    (broker.state.leases; default a fresh id for this process).
     """
     from broker.controller import Controller
     from broker.scheduling import pool_gpus_of
@@ -102,6 +110,9 @@ def open_runtime(
         return OfferIndex(live.offers(), extra_countries=countries)
 
     controller = Controller(store, provider, clock, index_of, policy, pool_gpus_of(view.index))
+    if holder is not None:
+        controller.holder = holder
+        store.hold_as(holder)
     return BrokerSession(store, provider, controller, workdir, tuple(closers))
 
 

@@ -36,10 +36,13 @@ JOB_COLUMNS = (
     Column("job", "id", keep=2, cut=False),
     Column("job_name", "team/name", keep=3),
     Column("run", "run", count, keep=0),
+    Column("user", "user", keep=1),
     Column("state", "state", keep=3, colour=state_colour),
     Column("where", "where", keep=2),
     Column("market", "market"),
     Column("attempts", "attempts", count, keep=0),
+    Column("estimate_hours", "est. h", hours),
+    Column("runtime_hours", "runtime h", hours),
     Column("gpu_hours", "GPU-h", hours),
     Column("cost_usd", "cost $", usd, keep=3),
     Column("submitted", "submitted", when, keep=2),
@@ -68,16 +71,22 @@ _APART = (Column("team", "team"), Column("name", "name"))
 JOB_DATA = (
     JOB_COLUMNS[0],
     *_APART,
-    *JOB_COLUMNS[2:4],
+    *JOB_COLUMNS[2:5],
     Column("version", "version"),
     Column("queue", "queue"),
-    *JOB_COLUMNS[4:],
+    *JOB_COLUMNS[5:9],
+    Column("estimate_source", "estimate source"),
+    *JOB_COLUMNS[9:],
 )
 ATTEMPT_DATA = (*ATTEMPT_COLUMNS[:2], *_APART, *ATTEMPT_COLUMNS[3:])
 
 
 def jobs(
     team: str = typer.Option(None, "--team", help="Only this team's jobs."),
+    mine: bool = typer.Option(
+        False, "--mine", help="Only the jobs I submitted (BROKER_USER, else my login)."
+    ),
+    user: str = typer.Option(None, "--user", "-u", help="Only the jobs this user submitted."),
     states: list[str] = typer.Option(
         None,
         "--state",
@@ -97,7 +106,7 @@ def jobs(
         False, "--attempts", help="One row per attempt of those jobs (the sacct view)."
     ),
     output: Output = OutputOption,
-    state: Path = StateFileOption,
+    state: str = StateFileOption,
     wide: bool = WideOption,
 ) -> None:
     """Every job the broker knows, newest first, finished ones included: where it ran,
@@ -106,6 +115,12 @@ def jobs(
 
     if limit < 0:
         fail("--limit must be 0 (every job) or more", BAD_INPUT)
+    if mine and user is not None:
+        fail("--mine and --user both say whose jobs: give one", BAD_INPUT)
+    if mine:
+        from broker.users import current_user
+
+        user = current_user()
     start, end = time_flag(since, "--since"), time_flag(until, "--until", inclusive_day=True)
     if start is not None and end is not None and start >= end:
         fail("--since must be before --until", BAD_INPUT)
@@ -113,12 +128,14 @@ def jobs(
     from broker.state.listing import Listing
 
     found = Listing(jobs=[], attempts=[], matched=0)  # no state file yet: nothing ran
+    runtimes: dict[str, dict[str, Any]] = {}
     with reading_store(state) as store:
         if store is not None:
             found = store.listing(
                 team=team, states=wanted, since=start, until=end, limit=limit or None,
-                attempts=attempts,
+                attempts=attempts, submitter=user,
             )  # fmt: skip
+            runtimes = _runtimes(store, found.jobs) if not attempts else {}
     notes = []
     shown = len({a.job_id for a in found.attempts}) if attempts else len(found.jobs)
     if limit and found.matched > shown:
@@ -128,15 +145,15 @@ def jobs(
         columns = ATTEMPT_DATA if _data(output) else ATTEMPT_COLUMNS
         render(
             rows, columns, output, json_key="attempts", notes=notes, wide=wide,
-            empty="no attempt recorded" + _filtered(team, wanted, start, end),
+            empty="no attempt recorded" + _filtered(team, wanted, start, end, user),
             meta={"matched_jobs": found.matched},
         )  # fmt: skip
         return
-    rows = [_job_row(j) for j in found.jobs]
+    rows = [_job_row(j) | runtimes[j.id] for j in found.jobs]
     columns = JOB_DATA if _data(output) else JOB_COLUMNS
     render(
         rows, columns, output, json_key="jobs", notes=notes, wide=wide,
-        empty="no jobs recorded" + _filtered(team, wanted, start, end),
+        empty="no jobs recorded" + _filtered(team, wanted, start, end, user),
         meta={"matched": found.matched},
     )  # fmt: skip
 
@@ -168,8 +185,9 @@ def _states(names: tuple[str, ...]) -> list | None:
     return chosen
 
 
-def _filtered(team, states, since, until) -> str:
+def _filtered(team, states, since, until, user=None) -> str:
     said = [f"team {team}"] if team else []
+    said += [f"user {user}"] if user else []
     said += ["state " + ",".join(map(str, states))] if states else []
     said += [f"since {since:%Y-%m-%d %H:%M}"] if since else []
     said += [f"until {until:%Y-%m-%d %H:%M}"] if until else []
@@ -183,6 +201,7 @@ def _job_row(job: JobListing) -> dict[str, Any]:
         "name": job.name,
         "job_name": f"{job.team}/{job.name}",
         "run": job.run,
+        "user": job.submitter,
         "state": str(job.state),
         "version": job.version,
         "queue": job.queue,
@@ -194,6 +213,26 @@ def _job_row(job: JobListing) -> dict[str, Any]:
         "submitted": job.created_at,
         "ended": job.ended_at,
     }
+
+
+def _runtimes(store, jobs: list[JobListing]) -> dict[str, dict[str, Any]]:
+    """Per run: its runtime estimate and its source (a finished run's as its first
+    attempt was planned, none when it never launched; else as it would be planned now)
+    and, once it succeeded, the hours it took (broker.learned_runtime.as_listed)."""
+    from broker.clock import SystemClock
+    from broker.learned_runtime import History, as_listed
+
+    history, now, out = History(store), SystemClock().now(), {}
+    for job in jobs:
+        run = store.job(job.id)
+        spec = store.version(run.id, run.version).spec
+        estimate, took = as_listed(history, run, spec, now)
+        out[job.id] = {
+            "estimate_hours": None if estimate is None else round(estimate.estimate_hours, 6),
+            "estimate_source": "" if estimate is None else estimate.source,
+            "runtime_hours": None if took is None else round(took, 6),
+        }
+    return out
 
 
 def _attempt_row(attempt: AttemptListing) -> dict[str, Any]:
@@ -237,7 +276,7 @@ QUEUE_COLUMNS = (
 
 def queue(
     output: Output = OutputOption,
-    state: Path = StateOption,
+    state: str = StateOption,
     catalog: Path = CatalogOption,
     pools: Path = PoolsOption,
     overlays: Path = OverlaysOption,

@@ -47,6 +47,8 @@ COMMANDS: dict[str, str] = {
     "pricing": "pricing:app",
     "sandbox": "sandbox:app",
     "pools": "pools:app",
+    "metrics": "metrics:app",
+    "state": "state:app",
     "simulate": "simulate:simulate",
 }
 

@@ -34,7 +34,7 @@ def examples_dir() -> Path:
 def run(
     once: bool = typer.Option(False, "--once", help="One reconcile pass, then exit (CI, cron)."),
     poll: float = typer.Option(0.5, "--poll", help="Seconds between passes."),
-    state: Path = StateOption,
+    state: str = StateOption,
     catalog: Path = CatalogOption,
     pools: Path = PoolsOption,
     overlays: Path = OverlaysOption,
@@ -46,31 +46,82 @@ def run(
         "hour on average (try spot survival without a cloud).",
     ),
     seed: int = typer.Option(0, "--seed", help="Seed of the sandbox's random reclaims."),
+    metrics_port: int = typer.Option(
+        None,
+        "--metrics-port",
+        help="Serve Prometheus metrics on this port while running (docs/metrics.md).",
+        show_default=False,
+    ),
+    metrics_host: str = typer.Option(
+        "127.0.0.1", "--metrics-host", help="Address of the metrics endpoint (0.0.0.0: all)."
+    ),
     time_scale: float = typer.Option(
         1.0,
         "--sandbox-time-scale",
         help="Sandbox only: billed seconds per wall second (1: as time passes; 3600 bills "
         "a wall second as an hour, as the demo does). Recorded on each attempt.",
     ),
+    lease_seconds: float = typer.Option(
+        60.0,
+        "--lease-seconds",
+        help="How long a claim on a job's next step lasts without a heartbeat; another "
+        "controller on the same state takes it over after that (one pass renews it).",
+    ),
+    controller_id: str = typer.Option(
+        "",
+        "--controller-id",
+        help="This controller's name in leases and events [default: host:pid:random].",
+        show_default=False,
+    ),
 ) -> None:
     """The controller: plan queued jobs, launch, watch and finish them, until the queue
-    is drained (Ctrl-C stops it cleanly, exit 130; running jobs keep running)."""
+    is drained (Ctrl-C stops it cleanly, exit 130; running jobs keep running). Several
+    may run on one state: each job's next step is claimed by a lease (docs/state.md)."""
+    from broker.cli.session import lease_holder
     from broker.reclaims import RandomReclaims
 
+    holder = lease_holder(controller_id, lease_seconds, poll)
     if reclaim_rate < 0:
         fail("--sandbox-reclaim-rate must be 0 or more", BAD_INPUT)
     if not time_scale > 0:
         fail("--sandbox-time-scale must be more than 0", BAD_INPUT)
     if time_scale != 1:
         print(sandbox_time(time_scale), file=sys.stderr)
-    hook = RandomReclaims(reclaim_rate, seed) if reclaim_rate else None
-    with runtime(state, catalog, pools, overlays, policy, time_scale) as rt:
-        started = rt.controller.clock.now()
-        drive(rt, once=once, poll=poll, after_pass=hook)
-        from broker.cli.run_summary import run_summary
+    if metrics_port is not None:
+        from broker.metrics.server import PortError, check_port
 
-        still = len(rt.store.queued()) + len(rt.controller.active())
-        print(run_summary(rt.store, started, still), file=sys.stderr)
+        try:
+            check_port(metrics_port)
+        except PortError as exc:
+            fail(str(exc), BAD_INPUT)
+    hook = RandomReclaims(reclaim_rate, seed) if reclaim_rate else None
+    with runtime(state, catalog, pools, overlays, policy, time_scale, holder=holder) as rt:
+        served = None if metrics_port is None else _serve_metrics(rt, metrics_port, metrics_host)
+        try:
+            started = rt.controller.clock.now()
+            on_pass = served.controller.observe_pass if served and served.controller else None
+            drive(rt, once=once, poll=poll, after_pass=hook, on_pass=on_pass)
+            from broker.cli.run_summary import run_summary
+
+            still = len(rt.store.queued()) + len(rt.controller.active())
+            print(run_summary(rt.store, started, still), file=sys.stderr)
+        finally:
+            if served is not None:
+                served.close()
+
+
+def _serve_metrics(rt, port: int, host: str):
+    """The metrics endpoint beside the controller (broker.metrics.server): the state's
+    metrics read-only on each scrape, and this controller's pass durations."""
+    from broker.metrics.server import PortError, read_only_state, serve_metrics
+
+    pools = {pool: gpus for (_cloud, pool), gpus in rt.controller.pool_gpus.items()}
+    try:
+        served = serve_metrics(port, host, read_only_state(rt.store.path), pools, controller=True)
+    except PortError as exc:
+        fail(str(exc), BAD_INPUT)
+    print(f"broker: serving metrics on {served.url}", file=sys.stderr)
+    return served
 
 
 def sandbox_time(scale: float) -> str:
@@ -85,17 +136,19 @@ def drive(
     poll: float = 0.5,
     limit_s: float | None = None,
     after_pass: Callable[[Any], None] | None = None,
+    on_pass: Callable[[float], None] | None = None,
 ) -> None:
     """Run passes until nothing is queued or in flight: a live table of the queue on a
     terminal, one plain line per launch and end otherwise (logs, CI). `after_pass(rt)`
-    runs after every pass (the demo injects its spot reclaim there)."""
+    runs after every pass (the demo injects its spot reclaim there); `on_pass(seconds)`
+    is told how long each pass took (the metrics' pass duration)."""
     live = _live_view() if sys.stderr.isatty() and not once else None
     try:
         if live is not None:
             with live:
-                _loop(rt, once, poll, limit_s, live, after_pass)
+                _loop(rt, once, poll, limit_s, live, after_pass, on_pass)
         else:
-            _loop(rt, once, poll, limit_s, None, after_pass)
+            _loop(rt, once, poll, limit_s, None, after_pass, on_pass)
     except KeyboardInterrupt as exc:  # exit 130, saying what it leaves behind
         raise KeyboardInterrupt(
             "stopped; running jobs keep running, `broker run` picks them up again"
@@ -135,11 +188,16 @@ def _jobs_table(rows: list[dict]):
     return Text(buffer.getvalue())
 
 
-def _loop(rt, once: bool, poll: float, limit_s: float | None, live, after_pass) -> None:
+def _loop(
+    rt, once: bool, poll: float, limit_s: float | None, live, after_pass, on_pass=None
+) -> None:
     started = time.monotonic()
     told: set[tuple[str, str]] = set()  # waits already printed
     while True:
-        report = rt.controller.run_pass()
+        began = time.perf_counter()
+        report = _pass(rt, once)
+        if on_pass is not None:
+            on_pass(time.perf_counter() - began)
         if report.blocked:  # e.g. credentials: no later pass can do better
             fail(report.blocked[0], PROVIDER)
         if after_pass is not None:
@@ -153,7 +211,7 @@ def _loop(rt, once: bool, poll: float, limit_s: float | None, live, after_pass) 
                 print(f"{name} {outcome}", file=sys.stderr)
         if once:
             return
-        queued, active = rt.store.queued(), rt.controller.active()
+        queued, active = _pass(rt, once, lambda: (rt.store.queued(), rt.controller.active()))
         if not active and not queued:
             return
         pause = poll  # the controller polls its providers between passes
@@ -175,6 +233,34 @@ def _loop(rt, once: bool, poll: float, limit_s: float | None, live, after_pass) 
                 fail(f"gave up after {limit_s:g} s with work still in flight", FAILED)
             pause = min(pause, left + poll)
         time.sleep(pause)
+
+
+DB_RETRY_S = (1.0, 2.0, 5.0, 10.0, 30.0)  # waits for a state database that is down
+
+
+def _pass(rt, once: bool, step: Callable[[], Any] | None = None) -> Any:
+    """One pass (or `step`), waiting out a state database that is down: `broker run`
+    says so once, tries again after 1, 2, 5, 10, then every 30 s, and goes on where it
+    was once the database is back (a write lost with the connection is not half done:
+    the next pass sees what committed). With --once it fails, one line, exit 1."""
+    from broker.state.backend import StateUnavailable
+
+    step = step or rt.controller.run_pass
+    tries = 0
+    while True:
+        try:
+            result = step()
+        except StateUnavailable as exc:
+            if once:
+                fail(str(exc), FAILED)
+            wait = DB_RETRY_S[min(tries, len(DB_RETRY_S) - 1)]
+            print(f"broker: {exc}; trying again in {wait:g} s", file=sys.stderr)
+            tries += 1
+            time.sleep(wait)
+            continue
+        if tries:
+            print("broker: the state database is back", file=sys.stderr)
+        return result
 
 
 def demo(

@@ -19,19 +19,22 @@ __all__ = ["state_path"]  # where the commands find it
 if TYPE_CHECKING:
     from broker.runtime import BrokerSession
     from broker.state import StateStore
+    from broker.state.leases import Holder
 
 StateOption = typer.Option(
     None,
     "--state",
     "--state-file",
-    help="State file [env: BROKER_STATE; default: ~/.local/state/broker/state.db].",
+    help="State file, or a postgresql://user@host/db URL [env: BROKER_STATE; default: "
+    "~/.local/state/broker/state.db].",
     show_default=False,
 )
 # `broker jobs` filters by job state with --state (as sacct does): its file is --state-file.
 StateFileOption = typer.Option(
     None,
     "--state-file",
-    help="State file [env: BROKER_STATE; default: ~/.local/state/broker/state.db].",
+    help="State file, or a postgresql://user@host/db URL [env: BROKER_STATE; default: "
+    "~/.local/state/broker/state.db].",
     show_default=False,
 )
 PolicyOption = typer.Option(
@@ -56,8 +59,21 @@ def load_policy_option(flag: Path | None):
         fail(f"{exc}{origin_note('policy', flag)}", BAD_INPUT)
 
 
+def lease_holder(name: str, seconds: float, poll: float) -> Holder:
+    """The lease holder `broker run --controller-id NAME --lease-seconds S` writes as
+    (a fresh `host:pid:random` id without a name); a lease that cannot outlive one
+    `--poll` pause is bad input."""
+    from broker.state.leases import Holder
+
+    if not seconds > 0:
+        fail("--lease-seconds must be more than 0", BAD_INPUT)
+    if not seconds > poll:
+        fail(f"--lease-seconds must be longer than --poll ({poll:g} s)", BAD_INPUT)
+    return Holder(name, seconds) if name else Holder.new(seconds)
+
+
 @contextmanager
-def reading_store(flag: Path | None) -> Iterator[StateStore | None]:
+def reading_store(flag: str | None) -> Iterator[StateStore | None]:
     """The state store for a command that only reads it (`jobs`, `status`): None when
     there is no state file yet (nothing is created), read-only in a read-only place."""
     with opened_store(state_path(flag), "read") as store:
@@ -75,7 +91,7 @@ def enabled_clouds() -> tuple[str, ...]:
     if isinstance(value, str):
         value = [value]
     if not isinstance(value, list | tuple) or not all(isinstance(v, str) for v in value):
-        fail(f"{where}: expected cloud names such as [\"aws\", \"gcp\"], got {value!r}", BAD_INPUT)
+        fail(f'{where}: expected cloud names such as ["aws", "gcp"], got {value!r}', BAD_INPUT)
     clouds = split_list(list(value))
     unknown = [cloud for cloud in clouds if cloud not in CLOUDS]
     if unknown:
@@ -85,7 +101,7 @@ def enabled_clouds() -> tuple[str, ...]:
 
 @contextmanager
 def runtime(
-    state: Path | None,
+    state: str | None,
     catalog,
     pools,
     overlays,
@@ -94,6 +110,7 @@ def runtime(
     sandbox_only: bool = False,
     *,
     mode: Mode | Literal["launch"] = "launch",
+    holder: Holder | None = None,
 ) -> Iterator[BrokerSession | None]:
     """A broker session over the state file and the offers in force (the sandbox billing
     `time_scale` seconds per wall second; with `sandbox_only`, no cloud is launched for
@@ -103,7 +120,8 @@ def runtime(
     `mode` says what the command does with the state (`broker.cli.statefile`): "read"
     yields None for a missing state file and opens one in a read-only location
     read-only; "write" writes the state; "launch" also starts jobs, and only it makes
-    the sandbox folder beside the state file."""
+    the sandbox folder beside the state file. `holder`: whose leases its controller
+    takes (`broker run --controller-id`; default a fresh id)."""
     from broker.runtime import open_runtime
     from providers.errors import ProviderError
     from providers.registry import ProviderUnavailable
@@ -125,6 +143,7 @@ def runtime(
                 time_scale=time_scale,
                 store=store,
                 launching=mode == "launch",
+                holder=holder,
             )
         except (ProviderUnavailable, ProviderError) as exc:  # e.g. an enabled cloud's credentials
             fail(str(exc), PROVIDER)

@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any
 
 import typer
 
-from broker.cli.exits import BAD_INPUT, FAILED, PROVIDER, fail
+from broker.cli.exits import BAD_INPUT, FAILED, OVER_BUDGET, PROVIDER, fail
 from broker.cli.formats import count, hours
 from broker.cli.options import (
     CatalogOption,
@@ -56,7 +56,7 @@ NO_JOB = "give a job: id, team/name or name (`broker jobs` lists every job, fini
 def status(
     jobs: list[str] = typer.Argument(None, help="Jobs: id, team/name (newest run) or name."),
     output: Output = OutputOption,
-    state: Path = StateOption,
+    state: str = StateOption,
     wide: bool = WideOption,
 ) -> None:
     """A job's timeline of events and its attempts with placement and cost
@@ -79,8 +79,10 @@ def status(
         for view in views:
             print(
                 f"{view['team']}/{view['name']} ({view['job']}): {view['state']}, "
-                f"run {view['run']}, version {view['version']}"
+                f"run {view['run']}, version {view['version']}, "
+                f"submitted by {view['user'] or 'an unrecorded user'}"
             )
+            print(_runtime_line(view["runtime"]))
             render(view["events"], EVENT_COLUMNS, output, wide=wide)
             render(
                 view["attempts"],
@@ -130,11 +132,35 @@ def _view(store: StateStore, job: Job) -> dict[str, Any]:
         "name": job.name,
         "team": job.team,
         "run": job.run,
+        "user": job.submitter,
         "version": job.version,
         "state": str(job.state),
+        "runtime": _runtime(store, job),
         "events": events,
         "attempts": attempts,
     }
+
+
+def _runtime(store: StateStore, job: Job) -> dict[str, Any]:
+    """The job's runtime estimate as the controller plans with it now, where it came
+    from, and (once it succeeded) the hours it took (broker.learned_runtime)."""
+    from broker.clock import SystemClock
+    from broker.learned_runtime import History, actual_hours, runtime_of
+
+    spec = store.version(job.id, job.version).spec
+    estimate = runtime_of(History(store), spec, job, SystemClock().now())
+    return {
+        "estimate_hours": estimate.estimate_hours,
+        "source": estimate.source,
+        "auto": estimate.auto,
+        "actual_hours": actual_hours(store, job, spec),
+    }
+
+
+def _runtime_line(runtime: dict[str, Any]) -> str:
+    actual = runtime["actual_hours"]
+    took = f"; it took {actual:.2f} h" if actual is not None else ""
+    return f"runtime estimate: {runtime['estimate_hours']:.2f} h ({runtime['source']}){took}"
 
 
 def _nodes(store: StateStore, attempt_id: str, where: str) -> list[dict[str, Any]]:
@@ -174,14 +200,19 @@ def cancel(
     jobs: list[str] = typer.Argument(None, help="Jobs: id, team/name (newest run) or name."),
     team: str = typer.Option(None, "--team", help="With --all: the team whose jobs to cancel."),
     every: bool = typer.Option(False, "--all", help="Cancel every unfinished job of --team."),
-    state: Path = StateOption,
+    force: bool = typer.Option(
+        False, "--force", help="Cancel jobs other users submitted too (recorded with my name)."
+    ),
+    state: str = StateOption,
     catalog: Path = CatalogOption,
     pools: Path = PoolsOption,
     overlays: Path = OverlaysOption,
 ) -> None:
-    """Cancel jobs: their instances are terminated, their records kept."""
+    """Cancel jobs: their instances are terminated, their records kept. Someone else's
+    job needs --force; every cancel is an event naming who cancelled."""
     from broker.cli.jobref import find_jobs
     from broker.state import TERMINAL, JobState
+    from broker.users import current_user
     from providers.errors import ProviderError
 
     if every and jobs:
@@ -200,9 +231,14 @@ def cancel(
                 print(f"team {team!r} has no unfinished job", file=sys.stderr)
         else:
             chosen = find_jobs(rt.store, jobs)
+        me = current_user()
+        theirs = [j for j in chosen if j.submitter not in ("", me) and j.state not in TERMINAL]
+        if theirs and not force:  # checked for all before any is cancelled
+            named = ", ".join(f"{j.team}/{j.name} ({j.submitter})" for j in theirs)
+            fail(f"not yours to cancel: {named}; add --force to cancel as {me}", OVER_BUDGET)
         for job in chosen:
             try:
-                done = rt.controller.cancel(job.id)
+                done = rt.controller.cancel(job.id, by=me, forced=job in theirs)
             except ProviderError as exc:
                 fail(
                     f"{job.team}/{job.name} ({job.id}) is cancelled, but its instance could "
@@ -228,7 +264,7 @@ CLOUD_LOGS = {
 def logs(
     job: str = typer.Argument(..., help="Job: id, team/name (newest run) or name."),
     follow: bool = typer.Option(False, "--follow", "-f", help="Keep printing until it ends."),
-    state: Path = StateOption,
+    state: str = StateOption,
     catalog: Path = CatalogOption,
     pools: Path = PoolsOption,
     overlays: Path = OverlaysOption,

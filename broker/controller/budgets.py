@@ -47,6 +47,7 @@ class Budgets:
         """Stop the running jobs that would take their team over its monthly budget
         before the next pass; remember what the others commit (the launch check)."""
         from broker.queue.budget import over_budget
+        from broker.state.leases import LeaseHeld
         from providers.errors import ProviderError
 
         spent, burning = self._projection()
@@ -59,6 +60,8 @@ class Budgets:
                 self.preempt(job_id, why.text)
             except ProviderError as exc:  # cannot stop it now: the next pass tries again
                 report.cannot_reach(f"budget stop of {job.team}/{job.name}", exc)
+                continue
+            except LeaseHeld:  # another controller is on it (it stops it, or finishes it)
                 continue
             self._committed.pop(job_id, None)
             report.finished.append((job.name, "stopped: budget"))

@@ -159,9 +159,11 @@ class Closing:
         observing, finishing): its instance is stopped, the attempt billed what the
         provider reports and closed as failed with no exit code of its own, which the
         outcome table retries a few times (INFRA_RETRIES), then fails. The error is an
-        event of the job."""
+        event of the job. Nothing, when another controller holds the job's lease."""
         from broker.controller.isolation import error_reason
 
+        if not self.store.claim(job.id, "finish"):
+            return  # another controller holds the job: its step, its close
         reason = error_reason(stage, exc)
         self.store.record_error(job.id, reason, attempt.id)
         instance, hours = self._stopped_instance(attempt)

@@ -14,6 +14,8 @@ from typing import TYPE_CHECKING
 from broker.controller.isolation import ERROR, not_one_jobs
 from broker.controller.planning import FULL, Planning
 from broker.state import IllegalTransition, JobState
+from broker.state.leases import LeaseHeld
+from broker.state.limits import TeamLimitReached
 from broker.state.placed import PlacedOn
 
 if TYPE_CHECKING:
@@ -21,6 +23,7 @@ if TYPE_CHECKING:
     from broker.controller.reconcile import PassReport
     from broker.planner.decision import Decision, Placement
     from broker.state import Job
+    from broker.state.limits import TeamLimits
 
 
 class Launching(Planning):
@@ -65,6 +68,8 @@ class Launching(Planning):
                 if verdict.preempts:
                     room = self._room()  # the victims' nodes are free again
                 self._place(job, item.decision, burst, room, report)
+            except LeaseHeld:  # another controller holds it: its step, not this pass's
+                continue
             except Exception as exc:  # noqa: BLE001 (one job's error: broker.controller.isolation)
                 if not_one_jobs(exc):
                     raise
@@ -121,11 +126,35 @@ class Launching(Planning):
             return  # another controller took it
         self._take(room, placement)
         try:
-            attempt_id = self.store.start_attempt(job.id, placed)
+            attempt_id = self.store.start_attempt(job.id, placed, self._limits(job.team))
         except IllegalTransition:
             return  # another controller re-queued it meanwhile (see _recover)
+        except TeamLimitReached as exc:  # another controller's start took the room
+            self.store.transition(job.id, JobState.QUEUED, str(exc), expect=JobState.PLANNED)
+            report.waiting[job.name] = str(exc)
+            report.waiting_for[job.name] = exc.category
+            return
         self._instance_of(job, self.store.attempt(attempt_id), report)
         report.launched.append((job.name, f"{placed.where} {placement.market}"))
+
+    def _limits(self, team: str) -> TeamLimits:
+        """The team's quota and budget, for `start_attempt` to check against the shared
+        store (broker.state.limits), with what this pass's projection commits."""
+        from datetime import UTC, datetime
+
+        from broker.queue import Policy
+        from broker.state.limits import TeamLimits
+
+        rule = (self.policy or Policy()).team(team)
+        now = self.clock.now()
+        return TeamLimits(
+            team=team,
+            month_start=datetime(now.year, now.month, 1, tzinfo=UTC),
+            max_gpus=rule.max_gpus,
+            max_gpus_by_model=dict(rule.max_gpus_by_model),
+            monthly_budget=rule.monthly_budget,
+            committed=self._committed,
+        )
 
     def _running(self) -> list:
         from broker.scheduling import running_jobs

@@ -1,5 +1,9 @@
 """The reconcile pass: one pass at a time, between the state store and a provider.
 
+Several controllers may share one state: each job's next step is held by a lease
+(broker.state.leases), taken in the same transaction as the write it guards; a
+controller skips the jobs another one holds, and takes over those whose lease expired.
+
 A pass (0) re-queues jobs a killed controller left between two writes; (1) looks at
 every open attempt and brings the store up to date with what the provider reports
 (running, ended, interrupted), billing ended attempts in the same transaction that
@@ -18,7 +22,7 @@ module keeps the books.
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime
 from typing import TYPE_CHECKING
 
@@ -31,9 +35,11 @@ from broker.controller.launching import Launching
 from broker.controller.steering import steer
 from broker.dispatch.settings import DispatchSettings
 from broker.state import JobState
+from broker.state.leases import Holder, LeaseHeld
 from providers.capabilities import Billing, Capacity, CheckpointStores, PoolShares, SpotMarket
 
 if TYPE_CHECKING:
+    from broker.learned_runtime import History
     from broker.queue import Policy
     from broker.spec import JobSpec
     from broker.state import Attempt, Job, StateStore
@@ -89,14 +95,18 @@ class Controller(Launching, Closing, Budgets):
     policy: Policy | None = None  # None: broker.queue.Policy() defaults
     pool_gpus: dict[tuple[str, str], float] = field(default_factory=dict)  # on-prem pools
     settings: DispatchSettings = field(default_factory=DispatchSettings)
+    holder: Holder = field(default_factory=Holder.new)  # whose leases this controller takes
     _specs: dict[tuple[str, int], JobSpec] = field(default_factory=dict, init=False)
     _steered: dict[str, str] = field(default_factory=dict, init=False)  # job id -> say
     _started: bool = field(default=False, init=False)
     _held: set[str] = field(default_factory=set, init=False)  # job ids held by an error
     _looked: dict[str, float] = field(default_factory=dict, init=False)  # budgets
     _committed: dict[str, float] = field(default_factory=dict, init=False)  # budgets
+    _history: History | None = field(default=None, init=False)  # learned runtimes, per pass
+    _offered: tuple[object, OfferIndex] | None = field(default=None, init=False)  # per pass
 
     def __post_init__(self) -> None:
+        self.store.hold_as(self.holder)
         provider = self.provider  # its optional abilities, checked once
         self.checkpoints = Checkpoints(
             self.store, provider, provider if isinstance(provider, CheckpointStores) else None
@@ -110,6 +120,8 @@ class Controller(Launching, Closing, Budgets):
 
     def run_pass(self) -> PassReport:
         report = PassReport()
+        self.store.heartbeat()  # the leases this controller holds outlive a long pass
+        self._history = None
         if not self._started:  # instance rows a broker from before left live
             self.store.close_stale_instances()
             self._started = True
@@ -120,16 +132,21 @@ class Controller(Launching, Closing, Budgets):
         self._launch(report)
         return report
 
-    def cancel(self, job_id: str) -> bool:
-        """Cancel a job: it keeps its record; a live instance is terminated and its
-        attempt billed up to now. False when the job had already finished."""
+    def cancel(self, job_id: str, by: str = "user", forced: bool = False) -> bool:
+        """Cancel a job: it keeps its record (the event names `by`, and whether it was
+        someone else's job, `forced`); a live instance is terminated and its attempt
+        billed up to now. False when the job had already finished."""
         from broker.state import TERMINAL
 
         job = self.store.job(job_id)
         if job.state in TERMINAL:
             return False
-        self.store.transition(job.id, JobState.CANCELLED, "cancelled by user")
-        self._stop(job.id, "cancelled", "cancelled by user")
+        why = f"cancelled by {by}" + (f" (submitted by {job.submitter})" if forced else "")
+        data = {"by": by, "forced": forced, "submitter": job.submitter}
+        self.store.transition(job.id, JobState.CANCELLED, why, data)
+        if self.store.claim(job.id, "cancel"):  # else its holder stops what it launched
+            self._stop(job.id, "cancelled", why)
+            self.store.release(job.id)
         return True
 
     def preempt(self, job_id: str, reason: str) -> None:
@@ -169,6 +186,8 @@ class Controller(Launching, Closing, Budgets):
             for attempt in self.store.attempts(job.id, states=OPEN_ATTEMPT):
                 try:
                     self._observe_one(job, attempt, report)
+                except LeaseHeld:  # another controller is on this job's next step
+                    continue
                 except ProviderError as exc:  # the provider cannot answer now: next pass
                     report.cannot_reach(f"attempt {attempt.id}", exc)
                 except Exception as exc:  # noqa: BLE001 (one job's error: broker.controller.isolation)
@@ -187,6 +206,8 @@ class Controller(Launching, Closing, Budgets):
         if instance.members:
             self._record_members(attempt.id, instance)
         if job.state is JobState.CANCELLED and instance.active:
+            if not self.store.claim(job.id, "cancel"):
+                return
             self.provider.terminate(instance.id)
             report.terminated.append(instance.id)
             instance = self.provider.describe(instance.id)
@@ -196,14 +217,24 @@ class Controller(Launching, Closing, Budgets):
             elif self._back_to_spot(job, attempt):
                 self.preempt(job.id, "back to spot: the deadline's slack is rebuilt")
                 report.finished.append((job.name, "back to spot"))
+            elif self._cheaper_spot(job, attempt):
+                from broker.controller.moving import MOVE_REASON
+
+                self.preempt(job.id, MOVE_REASON)
+                report.finished.append((job.name, "to cheaper spot"))
             return
+        if not self.store.claim(job.id, "finish"):
+            return  # another controller closes it
         try:
             outcome = self._finish(job, attempt, instance)
+        except LeaseHeld:
+            raise
         except Exception as exc:  # noqa: BLE001 (one job's error: broker.controller.isolation)
             if not_one_jobs(exc):
                 raise
             self._fail_attempt(job, attempt, "finishing", exc)
             outcome = "failed"
+        self.store.release(job.id)  # the job is at rest: anyone may take its next step
         report.finished.append((job.name, outcome))
         if instance.state == "interrupted":
             self._release(instance, report)
@@ -225,6 +256,8 @@ class Controller(Launching, Closing, Budgets):
             except ProviderError as exc:
                 report.cannot_reach(known[0].provider_id, exc)
                 return None
+        if not self.store.claim(job.id, "launch"):
+            return None  # another controller is launching it (its lease is live)
         return self._start(job, attempt, report)
 
     def _record_members(self, attempt_id: str, instance: Instance) -> None:
@@ -261,9 +294,12 @@ class Controller(Launching, Closing, Budgets):
         try:
             instance = self.provider.launch(request)
         except ProviderError as exc:
-            # Capacity, quota, throttling: back to the queue; the error is recorded.
+            # Capacity, quota, throttling: back to the queue; the error is recorded with
+            # its class (broker.launch_errors: the metrics count failures by it).
+            from broker.launch_errors import launch_failure_reason
+
             retry = JobState.QUEUED if exc.retryable else None
-            self._close(attempt, "failed", None, str(exc), 0.0, retry)
+            self._close(attempt, "failed", None, launch_failure_reason(exc), 0.0, retry)
             return None
         self.store.attempt_running(attempt.id, _instance_row(instance))
         self._looked[attempt.id] = 0.0  # its burn by the next pass is all it will run
@@ -333,6 +369,24 @@ class Controller(Launching, Closing, Budgets):
         )
         return choice == "spot"
 
+    def _cheaper_spot(self, job: Job, attempt: Attempt) -> bool:
+        """True when a steered job's spot run should stop to move to cheaper spot on sale
+        elsewhere (broker.dispatch.move), the offers as the next plan sees them."""
+        from broker.controller.moving import moves_to_cheaper_spot, wants_a_look
+        from broker.recovery import adjust_index
+
+        spec = self._spec(job)
+        if not wants_a_look(spec, attempt, self.settings):
+            return False
+        now = self.clock.now()
+        if self._offered is None or self._offered[0] != now:  # the offers, once per pass
+            self._offered = (now, self.index_of(self.provider))
+        index = adjust_index(self._offered[1], self.store, now, self.settings.cooldown_scale)
+        return moves_to_cheaper_spot(
+            self.store, job, spec, attempt, self._gangs(index, [spec]), now, self.settings,
+            self.checkpoints.stores is not None,
+        )  # fmt: skip
+
     def _release(self, instance: Instance, report: PassReport) -> None:
         """Delete what a reclaimed instance leaves behind (a deallocated Azure VM, a
         stopped GCE VM keep their disks, which cost money); safe to repeat."""
@@ -346,11 +400,27 @@ class Controller(Launching, Closing, Budgets):
             report.cannot_reach(instance.id, exc)
 
     def _spec(self, job: Job) -> JobSpec:
-        """The job's spec in the version in force, as the store keeps it (decoded once)."""
+        """The job's spec in the version in force, as the store keeps it (decoded once),
+        with its runtime estimate: an `auto` one learned from history once, and raised
+        when the job has run up to it (broker.learned_runtime), so the planner's cost,
+        the deadline policy and the budget check read the same figure."""
         key = (job.id, job.version)
         if key not in self._specs:
-            self._specs[key] = self.store.version(job.id, job.version).spec
-        return self._specs[key]
+            spec = self.store.version(job.id, job.version).spec
+            if spec.runtime.auto:
+                from broker.learned_runtime import History, history_estimate
+
+                if self._history is None:  # one per pass: runs that end are history next
+                    self._history = History(self.store)
+                spec = replace(spec, runtime=history_estimate(self._history, spec, None))
+            self._specs[key] = spec
+        spec = self._specs[key]
+        if not spec.runtime.auto:
+            return spec
+        from broker.learned_runtime import raised_by_work
+
+        runtime = raised_by_work(self.store, job, spec, spec.runtime, self.clock.now())
+        return spec if runtime is spec.runtime else replace(spec, runtime=runtime)
 
 
 def _instance_row(instance: Instance) -> dict:

@@ -6,7 +6,8 @@ Philly's 82,247 jobs need a leaner loop that keeps the same decisions, at the sa
 passes:
 
 - **Passes**: everything due at one hour is one controller pass: runs that end and
-  trace steps first, then steered on-demand runs that go back to spot, then every job
+  trace steps first, then steered on-demand runs that go back to spot and steered spot
+  runs that move to much cheaper spot (`broker.dispatch.move`), then every job
   that must decide, in the queue policy's order (`broker.sim.scale_order`). A job that
   waits is decided again at its own next pass (`broker.dispatch.cadence`: when a cool-down
   keeping it out ends, when its spot policy would answer otherwise), when spot frees or
@@ -21,7 +22,7 @@ passes:
   plan spot only (the `spot_strict` setting). A pool is open to every choice.
 - **Full pool**: waited for or burst from as `broker.dispatch.pool` says
   (`broker.sim.scale_pool`); **stay_home** as `broker.dispatch.home` says.
-- **Spot**: reclaims, cool-downs, back to spot and one pass's view of spot room
+- **Spot**: reclaims, cool-downs, back to spot, moves and one pass's view of spot room
   (`broker.sim.scale_spot`).
 - **Egress**: a job resuming away from its checkpoint pays its copy as the ledger
   prices it (`broker.state.charges.egress_entry`).
@@ -51,7 +52,7 @@ from broker.sim.scale_order import TeamUsage, queue_order
 from broker.sim.scale_pool import PoolSide
 from broker.sim.scale_rates import LearnedRates
 from broker.sim.scale_runs import JobState, RunSide
-from broker.sim.scale_spot import BACK, END, RETRY, SUBMIT, TICK, SpotSide
+from broker.sim.scale_spot import BACK, END, MOVE, RETRY, SUBMIT, TICK, SpotSide
 from broker.sim.shapes import ShapePlans, changes
 
 if TYPE_CHECKING:
@@ -158,14 +159,17 @@ class _Fleet(DecideSide, RunSide, SpotSide, PoolSide):
                 self.state[item].waiting = 0  # type: ignore[index]
                 deciding[item] = None  # type: ignore[index]
                 passed = True
+            elif kind == MOVE:
+                passed = True
         if not passed:
             return  # stale events only: no pass
         soon_wait, soon_back = self._due()
         moved = self._moved_openness()
         # observe: steered on-demand runs that go back to spot
         check = set(backs) | set(soon_back) | {i for i in moved if self.state[i].run}
+        check |= set(self.spot_movers)  # steered spot runs: the move rule is asked too
         for i in sorted(check):
-            if self._back_to_spot(i):
+            if self._back_to_spot(i) or self._to_cheaper_spot(i):
                 deciding[i] = None
         # launch: every job that may act now, in the queue's order
         deciding.update(dict.fromkeys(soon_wait))

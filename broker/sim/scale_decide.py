@@ -82,22 +82,35 @@ class DecideSide:
         """The spot policy's answer for job `i` at hour `at` (`current`: what runs, whose
         progress then counts). The policy is a pure function of what it is asked
         (`broker.spotpolicy.model`), so each answer is asked once and kept: a wake's
-        bisection and the checks of one pass ask the same questions again and again."""
-        st = self.state[i]
-        done = st.saved
-        if current is not None and st.run is not None:
-            done += max(0.0, at - st.run.start - self.restart)
+        bisection and the checks of one pass ask the same questions again and again. The
+        key is all the answer depends on: the job (its fixed size, deadline, checkpoint),
+        the hour, what it is told of spot, what runs and the work done; the settings are
+        the run's. (A move by choice changes none of it: it only turns stay-home off.)"""
+        done = self._done(i, at, current)
         key = (i, at, spot_open, current, done)
         said = self._said.get(key)
         if said is None:
             if len(self._said) >= _MEMO:
                 self._said.clear()
-            said = self._said[key] = self._ask(i, at, spot_open, current, done)
+            ask = self._ask(i, at, done)
+            said = self._said[key] = choose_market(
+                ask, self.settings, current=current, spot_available=spot_open
+            )
         return said
 
-    def _ask(self, i: int, at: float, spot_open: bool, current: str | None, done: float) -> str:
+    def _done(self, i: int, at: float, current: str | None) -> float:
+        """Job `i`'s work done at hour `at`: its checkpoint's, plus the run's progress
+        when what runs (`current`) counts."""
+        st = self.state[i]
+        done = st.saved
+        if current is not None and st.run is not None:
+            done += max(0.0, at - st.run.start - self.restart)
+        return done
+
+    def _ask(self, i: int, at: float, done: float) -> MarketAsk:
+        """Job `i`'s situation at hour `at`, as the controller's `market_ask` has it."""
         job = self.jobs[i]
-        ask = MarketAsk(
+        return MarketAsk(
             elapsed=max(0.0, at - job.submit_hours),  # events within 1e-9 h are one pass
             deadline=self.deadline[i],  # type: ignore[arg-type]
             work_total=job.hours,
@@ -105,7 +118,6 @@ class DecideSide:
             restart_hours=self.restart,
             checkpoint_hours=job.checkpoint_minutes / 60 if job.checkpoint_minutes else None,
         )
-        return choose_market(ask, self.settings, current=current, spot_available=spot_open)
 
     def _next_change(self, i: int) -> float:
         """The first pass at which idle job `i`'s spot policy would answer otherwise, as
@@ -156,9 +168,10 @@ class DecideSide:
         """The checkpoint's region, when the job's spot is kept there now
         (broker.dispatch.home)."""
         home = self.state[i].where
+        reclaimed = not self.state[i].moved  # a job that moved by choice is not kept home
         kept = stays_home(
             self.settings,
-            has_home=home is not None and self.jobs[i].checkpoint_minutes is not None,
+            has_home=home is not None and self.jobs[i].checkpoint_minutes is not None and reclaimed,
             choice=choice,
             choice_without_spot=lambda: self._choice(i, self.now, False),
         )

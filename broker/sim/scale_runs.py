@@ -38,18 +38,19 @@ class JobState:
     queued_at: float | None = None  # when it last entered the queue (None: its submission)
     back: int = 0  # the sequence number of its pending back-to-spot check (0: none)
     asked_open: bool = False  # what its policy was last told of spot
+    moved: bool = False  # its last run stopped to move to cheaper spot (no stay-home)
 
 
 class RunSide:
     """A part of the fleet-scale engine (`broker.sim.scale._Fleet`), which provides the
-    attributes and the `_push`, `_unqueue`, `_watch`, `_back_wake` and the spot and pool
-    sides' bookkeeping used here."""
+    attributes and the `_push`, `_unqueue`, `_watch`, `_back_wake`, `_may_move` and the
+    spot and pool sides' bookkeeping used here."""
 
     def _launch(self, i: int, option: Option, steered: bool = False) -> None:
         st, job = self.state[i], self.jobs[i]
         self._unqueue(i)
         run = Run(i, option, self.now, 0, steered=steered and option.kind != "spot")
-        st.run, st.waiting = run, 0
+        st.run, st.waiting, st.moved = run, 0, False
         if st.first_start is None:
             st.first_start = self.now
         self._move_checkpoint(i, option.region)
@@ -59,6 +60,8 @@ class RunSide:
         elif option.kind == "spot" and option.key is not None:
             self.spot_runs[option.key].append(run)  # type: ignore[index]
             self._spot_started(option.key)
+        if self._may_move(i):
+            self.spot_movers[i] = None
         run.finish = self.now + self.restart + job.hours - st.saved
         run.seq = self._push(run.finish, END, run)
         if option.kind == "spot":
@@ -115,6 +118,7 @@ class RunSide:
         self._bill(cost)
         st = self.state[run.job]
         st.run, st.back = None, 0
+        self.spot_movers.pop(run.job, None)
         self._unwatch(run.job)
         self.usage.end(self.jobs[run.job].team, run.seq, self.now)
         if option.kind == "pool":

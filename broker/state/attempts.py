@@ -8,13 +8,13 @@ transaction and the row helpers; the rules are in docs/state.md.
 from __future__ import annotations
 
 import json
-import sqlite3
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict
 from datetime import datetime
 from decimal import Decimal
 from typing import TYPE_CHECKING, Any
 
+from broker.state.backend import Connection, retried
 from broker.state.model import (
     LIVE_INSTANCE,
     OPEN_ATTEMPT,
@@ -37,6 +37,7 @@ from broker.state.placed import PlacedOn
 if TYPE_CHECKING:
     from contextlib import AbstractContextManager
 
+    from broker.state.limits import TeamLimits
     from providers.base import InterruptionNotice
     from providers.gang import GangMember
 
@@ -44,29 +45,39 @@ if TYPE_CHECKING:
 class AttemptWrites:
     """Writes of attempts and instances (a part of `StateStore`)."""
 
-    _conn: sqlite3.Connection
+    _conn: Connection
     _write: Callable[[], AbstractContextManager[str]]
     _insert: Callable[..., None]
     _update: Callable[..., None]
     _event: Callable[..., None]
     _fresh_id: Callable[[str, str], str]
-    _job_row: Callable[[str], sqlite3.Row]
+    _job_row: Callable[[str], Any]
+    _locked: Callable[[], str]
     _job_state: Callable[[str], JobState]
-    _attempt_row: Callable[[str], sqlite3.Row]
-    _is_latest: Callable[[sqlite3.Row], bool]
+    _attempt_row: Callable[[str], Any]
+    _is_latest: Callable[[Any], bool]
     _move: Callable[..., None]
     _settle: Callable[[str, str], None]
+    _claim: Callable[[str, str, str], None]
+    _rest_lease: Callable[[str], None]
+    dialect: str
     instances: Callable[..., list[InstanceRow]]
 
     # --- attempts -------------------------------------------------------------------
 
-    def start_attempt(self, job_id: str, placed: PlacedOn) -> str:
+    @retried
+    def start_attempt(self, job_id: str, placed: PlacedOn, limits: TeamLimits | None = None) -> str:
         """A new attempt on `placed` for a PLANNED (or MIGRATING) job, which moves to
         LAUNCHING; its id. The price, market and price source in force are the record's.
 
         The id exists before any instance does: providers use it as the launch's
         idempotency key and tag, so a restarted controller finds what it launched.
+        With `limits`, the team's quota and budget are checked in this transaction
+        against every controller's attempts and the shared ledger (TeamLimitReached:
+        broker.state.limits); LeaseHeld when another controller holds the job.
         """
+        from broker.state.limits import check_limits
+
         market = placed.market
         attempt = {"placement_json": json_text(placed.to_row()), "market": market}
         attempt |= {"price_per_hour_usd": decimal_text(placed.price_per_hour), "reason": ""}
@@ -77,6 +88,9 @@ class AttemptWrites:
             if state not in (JobState.PLANNED, JobState.MIGRATING):
                 why = "an attempt starts from planned or migrating"
                 raise IllegalTransition(job_id, state, JobState.LAUNCHING, why)
+            self._claim(job_id, now, "launch")
+            if limits is not None:
+                check_limits(self._conn, limits, placed, self.dialect)
             sql = "SELECT COUNT(*) + 1 FROM attempts WHERE job_id = ?"
             (number,) = self._conn.execute(sql, (job_id,)).fetchone()
             attempt_id = self._fresh_id("a-", "attempts")
@@ -89,6 +103,7 @@ class AttemptWrites:
             self._move(job_id, state, JobState.LAUNCHING, now, reason, data, attempt_id)
             return attempt_id
 
+    @retried
     def attempt_running(self, attempt_id: str, instance: Mapping[str, Any]) -> bool:
         """The attempt's instance is up: record it, and move its job LAUNCHING -> RUNNING.
 
@@ -101,6 +116,7 @@ class AttemptWrites:
             att = self._attempt_row(attempt_id)
             if att["state"] != AttemptState.LAUNCHING:
                 return False
+            self._claim(att["job_id"], now, "launch")
             running = {"state": AttemptState.RUNNING, "running_at": now}
             self._update("attempts", {"id": attempt_id}, running)
             placed = PlacedOn.from_row(json.loads(att["placement_json"]))
@@ -116,8 +132,10 @@ class AttemptWrites:
                 up = (JobState.LAUNCHING, JobState.RUNNING)
                 self._move(job_id, *up, now, message, data, attempt_id)
             self._event(job_id, attempt_id, now, "attempt_running", message, data)
+            self._rest_lease(job_id)
             return True
 
+    @retried
     def finish_attempt(
         self,
         attempt_id: str,
@@ -151,6 +169,7 @@ class AttemptWrites:
             if att["state"] not in OPEN_ATTEMPT:
                 return False
             job_id = att["job_id"]
+            self._claim(job_id, now, "finish")
             rows = [ledger_columns(entry, att, hours, now) for entry in ledger_entries]
             ended = {"state": AttemptState(outcome), "ended_at": now, "exit_code": exit_code}
             ended |= {"reason": reason, "billed_hours": hours_text(hours)}
@@ -173,8 +192,10 @@ class AttemptWrites:
                 self._move(job_id, state, target, now, message, data, attempt_id)
             self._event(job_id, attempt_id, now, "attempt_finished", message, data)
             self._settle(job_id, now)
+            self._rest_lease(job_id)
             return True
 
+    @retried
     def record_checkpoint(self, attempt_id: str, at: datetime | None = None, uri: str = "") -> None:
         """Note that an attempt's work up to `at` (default now) is safe in a checkpoint.
 
@@ -187,6 +208,7 @@ class AttemptWrites:
             message = f"attempt {att['number']} checkpointed"
             self._event(att["job_id"], attempt_id, now, "checkpoint", message, data)
 
+    @retried
     def record_error(self, job_id: str, reason: str, attempt_id: str | None = None) -> bool:
         """Note that the broker's own code failed on a job (`reason`: the stage and the
         error, one line): an event of kind "error", written once while the reason stays
@@ -204,6 +226,7 @@ class AttemptWrites:
             self._event(job_id, attempt_id, now, "error", reason, {"reason": reason})
             return True
 
+    @retried
     def record_notice(
         self, attempt_id: str, notice: InterruptionNotice, action: str, meaning: str
     ) -> bool:
@@ -226,6 +249,7 @@ class AttemptWrites:
             self._event(att["job_id"], attempt_id, now, "interruption_notice", message, data)
             return True
 
+    @retried
     def record_migration(self, attempt_id: str, source: str, target: str, size: int) -> None:
         """Note that the checkpoint an attempt resumes from was copied from `source` to
         `target` (`size` bytes): once per attempt, so a restarted controller does not
@@ -244,6 +268,7 @@ class AttemptWrites:
 
     # --- instances ------------------------------------------------------------------
 
+    @retried
     def close_stale_instances(self) -> int:
         """Close the instance rows still live whose attempt has ended (left by a broker
         from before attempts closed their instances); how many. A controller runs it on
@@ -278,6 +303,7 @@ class AttemptWrites:
         self._conn.execute(update, (ended, now, now, attempt_id, *LIVE_INSTANCE))
         return ids
 
+    @retried
     def record_instance(
         self,
         cloud: str,
@@ -311,7 +337,7 @@ class AttemptWrites:
     def _upsert_instance(self, now: str, found: Mapping[str, Any]) -> None:
         """Insert or update one instance from the reported fields (absent ones are kept)."""
         key = {"cloud": found["cloud"], "provider_id": str(found["provider_id"])}
-        sql = "SELECT * FROM instances WHERE cloud = ? AND provider_id = ?"
+        sql = f"SELECT * FROM instances WHERE cloud = ? AND provider_id = ?{self._locked()}"
         old = self._conn.execute(sql, tuple(key.values())).fetchone()
         fields = ("region", "zone", "instance_type")
         row = dict(old) if old else {**dict.fromkeys(fields, ""), "tags_json": "{}"}

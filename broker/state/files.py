@@ -88,7 +88,10 @@ def examine(path: Path) -> Examined:
             header = handle.read(100)
     except OSError as exc:
         raise NotAStateFile(path, f"cannot be read: {exc.strerror or exc}") from None
-    _check_header(path, header, status.st_size)
+    # A live writer's checkpoint writes the header's new page count before the pages it
+    # counts: with a `-wal` beside it, a short file is one being written, not truncated.
+    live = Path(f"{path}-wal").exists()
+    _check_header(path, header, status.st_size, growing=live)
     (application_id,) = struct.unpack(">I", header[68:72])
     if application_id == APPLICATION_ID:
         return Examined("broker", writable)
@@ -99,8 +102,9 @@ def examine(path: Path) -> Examined:
     return Examined("legacy", writable)
 
 
-def _check_header(path: Path, header: bytes, size: int) -> None:
-    """NotAStateFile unless `header` is a whole SQLite header of a file of `size` bytes."""
+def _check_header(path: Path, header: bytes, size: int, growing: bool = False) -> None:
+    """NotAStateFile unless `header` is a whole SQLite header of a file of `size` bytes
+    (`growing`: a live writer may be extending it, so fewer pages than counted is fine)."""
     if not header.startswith(SQLITE_HEADER):
         raise NotAStateFile(path, "not an SQLite database")
     if len(header) < 100:
@@ -112,7 +116,7 @@ def _check_header(path: Path, header: bytes, size: int) -> None:
     pages, counter, valid_for = struct.unpack(">I", header[28:32]), header[24:28], header[92:96]
     if size < page_size or size % page_size:
         raise NotAStateFile(path, f"a truncated SQLite database ({size} bytes)")
-    if counter == valid_for and pages[0] * page_size > size:
+    if counter == valid_for and pages[0] * page_size > size and not growing:
         raise NotAStateFile(
             path, f"a truncated SQLite database ({size} of {pages[0] * page_size} bytes)"
         )

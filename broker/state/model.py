@@ -135,6 +135,7 @@ class Job:
     updated_at: datetime
     queued_at: datetime  # FIFO key within a priority (a new run joins the back)
     run: int = 1  # runs of one (team, name) are numbered 1, 2, ...: each is its own job
+    submitter: str = ""  # who submitted it (broker.users); "" in rows from before
 
 
 @dataclass(frozen=True, slots=True)
@@ -311,7 +312,7 @@ def job_of(row: Any) -> Job:
         priority=row["priority"], state=JobState(row["state"]), version=row["version"],
         pending_version=row["pending_version"], digest=row["digest"],
         created_at=_at(row["created_at"]), updated_at=_at(row["updated_at"]),
-        queued_at=_at(row["queued_at"]), run=row["run"],
+        queued_at=_at(row["queued_at"]), run=row["run"], submitter=row["submitter"],
     )  # fmt: skip
 
 

@@ -1,24 +1,25 @@
 """The state store's reads: jobs, versions, attempts, instances, events, the ledger.
 
-Part of `StateStore` (broker.state.store). Reads take no write lock: in WAL mode they
-see the last committed state and never block a writer.
+Part of `StateStore` (broker.state.store). Reads take no write lock: in WAL mode (and
+on PostgreSQL) they see the last committed state and never block a writer.
 """
 
 from __future__ import annotations
 
 import json
-import sqlite3
 from collections.abc import Callable, Iterable
+from dataclasses import dataclass
 from datetime import datetime
 from decimal import Decimal
 from typing import Any
 
+from broker.state.backend import Backend, Connection
 from broker.state.listing import (
-    ATTEMPT_LISTING,
-    JOB_LISTING,
     Listing,
     attempt_listing,
+    attempt_listing_sql,
     job_listing,
+    job_listing_sql,
 )
 from broker.state.model import (
     TERMINAL,
@@ -39,6 +40,7 @@ from broker.state.model import (
     ts_text,
     version_of,
 )
+from broker.state.tallies import StateTallies
 
 JOB_SELECT = (
     "SELECT j.*, v.digest FROM jobs j"
@@ -47,12 +49,27 @@ JOB_SELECT = (
 LEDGER_SELECT = "SELECT l.*, j.team FROM ledger l JOIN jobs j ON j.id = l.job_id"
 
 
-class StateReads:
-    """Reads of the state (a part of `StateStore`)."""
+@dataclass(frozen=True, slots=True)
+class FinishedRun:
+    """A succeeded run with its attempts and, per interrupted attempt, the share of its
+    billed time its interruption lost (as `lost_shares` gives it)."""
 
-    _conn: sqlite3.Connection
-    _job_row: Callable[[str], sqlite3.Row]
-    _attempt_row: Callable[[str], sqlite3.Row]
+    job: Job
+    attempts: list[Attempt]
+    lost_shares: dict[str, Decimal]
+
+
+class StateReads(StateTallies):
+    """Reads of the state (a part of `StateStore`); the metrics' own: `StateTallies`."""
+
+    _conn: Connection
+    _backend: Backend
+    _job_row: Callable[[str], Any]
+    _attempt_row: Callable[[str], Any]
+
+    # rows to values (the simulator's store remembers them: broker.sim.store)
+    _attempt_of = staticmethod(attempt_of)
+    _event_of = staticmethod(event_of)
 
     # --- reads ----------------------------------------------------------------------
 
@@ -83,9 +100,12 @@ class StateReads:
         states: Iterable[JobState] | None = None,
         team: str | None = None,
         queue: str | None = None,
+        submitter: str | None = None,
     ) -> list[Job]:
         """Jobs (every run) in creation order, optionally filtered."""
-        where, params = _filters(("j.state", states), ("j.team", team), ("j.queue", queue))
+        where, params = _filters(
+            ("j.state", states), ("j.team", team), ("j.queue", queue), ("j.submitter", submitter)
+        )
         sql = f"{JOB_SELECT}{where} ORDER BY j.created_at, j.run, j.id"
         return [job_of(r) for r in self._conn.execute(sql, params)]
 
@@ -119,7 +139,53 @@ class StateReads:
         """A job's attempts in order; or, with `states` (e.g. OPEN_ATTEMPT), any job's."""
         where, params = _filters(("job_id", job_id), ("state", states))
         sql = f"SELECT * FROM attempts{where} ORDER BY started_at, job_id, number"
-        return [attempt_of(r) for r in self._conn.execute(sql, params)]
+        return [self._attempt_of(r) for r in self._conn.execute(sql, params)]
+
+    def finished_runs(
+        self,
+        team: str,
+        name: str | None = None,
+        *,
+        before: datetime | None = None,
+        limit: int = 2,
+        within: int | None = None,
+    ) -> list[FinishedRun]:
+        """The team's newest succeeded runs (of job `name` only, when given; that ended
+        before `before`, when given; among the newest `within` runs of the store, when
+        given), newest first, at most `limit`, each with its attempts in order and the
+        lost shares of its interrupted ones: the history that runtimes are learned from
+        (`broker.learned_runtime`). `within` bounds a search across a team's names by
+        the `created_at` index, whatever the team's size."""
+        where, params = _filters(
+            ("j.team", team), ("j.name", name), ("j.state", [JobState.SUCCEEDED])
+        )
+        if before is not None:
+            where += " AND j.updated_at < ?"
+            params.append(ts_text(before))
+        if within is not None:
+            where += (
+                " AND j.id IN (SELECT r.id FROM jobs r"
+                " ORDER BY r.created_at DESC, r.run DESC, r.id DESC LIMIT ?)"
+            )
+            params.append(within)
+        # One run of a job at a time: its newest runs are its highest numbers (the
+        # (team, name, run) index); across names, the newest to have ended.
+        order = "j.run DESC" if name is not None else "j.updated_at DESC, j.run DESC, j.id DESC"
+        sql = f"{JOB_SELECT}{where} ORDER BY {order} LIMIT ?"
+        jobs = [job_of(r) for r in self._conn.execute(sql, [*params, limit])]
+        if not jobs:
+            return []
+        marks = ",".join("?" * len(jobs))
+        tried: dict[str, list[Attempt]] = {job.id: [] for job in jobs}
+        sql = f"SELECT * FROM attempts WHERE job_id IN ({marks}) ORDER BY job_id, number"
+        for row in self._conn.execute(sql, [job.id for job in jobs]):
+            tried[row["job_id"]].append(attempt_of(row))
+        runs = []
+        for job in jobs:
+            attempts = tried[job.id]
+            interrupted = any(a.state == AttemptState.INTERRUPTED for a in attempts)
+            runs.append(FinishedRun(job, attempts, self.lost_shares(job.id) if interrupted else {}))
+        return runs
 
     def instances(
         self,
@@ -144,7 +210,13 @@ class StateReads:
     def events(self, job_id: str, after: int = 0) -> list[Event]:
         """A job's events in order; `after` an event id, to follow new ones."""
         sql = "SELECT * FROM events WHERE job_id = ? AND id > ? ORDER BY id"
-        return [event_of(r) for r in self._conn.execute(sql, (job_id, after))]
+        return [self._event_of(r) for r in self._conn.execute(sql, (job_id, after))]
+
+    def events_of_kind(self, kind: str) -> list[Event]:
+        """Every job's events of one kind, oldest first: what the metrics count across
+        jobs (e.g. "checkpoint_migrated") in one query rather than one per job."""
+        sql = "SELECT * FROM events WHERE kind = ? ORDER BY id"
+        return [event_of(r) for r in self._conn.execute(sql, (kind,))]
 
     def ledger(
         self,
@@ -168,11 +240,13 @@ class StateReads:
         until: datetime | None = None,
         limit: int | None = None,
         attempts: bool = False,
+        submitter: str | None = None,
     ) -> Listing:
         """Every run of every job (finished ones too), newest first, in one query: with
         `since`/`until`, the runs queued or running at some time in [since, until); at
-        most `limit` runs; with `attempts`, one row per attempt of those runs instead."""
-        where, params = _filters(("j.team", team), ("j.state", states))
+        most `limit` runs; with `attempts`, one row per attempt of those runs instead;
+        with `submitter`, only the runs that user submitted."""
+        where, params = _filters(("j.team", team), ("j.state", states), ("j.submitter", submitter))
         if until is not None:
             where += f"{' AND' if where else ' WHERE'} j.created_at < ?"
             params.append(ts_text(until))
@@ -185,7 +259,7 @@ class StateReads:
             params += [*map(str, TERMINAL), ts_text(since)]
         page = [] if limit is None else [limit]
         marks = ",".join("?" * len(TERMINAL))
-        template = ATTEMPT_LISTING if attempts else JOB_LISTING
+        template = (attempt_listing_sql if attempts else job_listing_sql)(self._backend)
         sql = template.format(terminal=marks, where=where, limit=" LIMIT ?" if page else "")
         values = [*params, *map(str, TERMINAL), *params, *page]  # the count, then the page
         rows = self._conn.execute(sql, values).fetchall()
@@ -208,7 +282,7 @@ class StateReads:
         params: list[Any] = []
         where = _period_ended("", params, since, until)
         sql = (
-            "SELECT json_extract(a.placement_json, '$.time_scale') AS scale,"
+            f"SELECT {self._backend.json_number('a.placement_json', 'time_scale')} AS scale,"
             " COUNT(DISTINCT a.id) AS n FROM attempts a JOIN ledger l ON l.attempt_id = a.id"
             f"{where} GROUP BY scale"
         )

@@ -11,10 +11,10 @@ transaction and the row helpers.
 
 from __future__ import annotations
 
-import sqlite3
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
+from broker.state.backend import Connection, retried
 from broker.state.model import (
     TERMINAL,
     JobState,
@@ -39,18 +39,22 @@ class RunInFlight(StateError):
 class RunWrites:
     """Submissions and re-runs (a part of `StateStore`)."""
 
-    _conn: sqlite3.Connection
+    _conn: Connection
     _write: Callable[[], AbstractContextManager[str]]
     _insert: Callable[..., None]
     _event: Callable[..., None]
     _fresh_id: Callable[[str, str], str]
-    _job_row: Callable[[str], sqlite3.Row]
+    _job_row: Callable[[str], Any]
+    _locked: Callable[[], str]
     _set: Callable[..., None]
     _in_flight: Callable[[str, JobState], bool]
     _digest: Callable[[str, int], str]
     version: Callable[..., JobVersion]
 
-    def submit(self, spec: JobSpec, manifest_text: str, digest: str) -> SubmitResult:
+    @retried
+    def submit(
+        self, spec: JobSpec, manifest_text: str, digest: str, submitter: str | None = None
+    ) -> SubmitResult:
         """Enqueue a manifest's spec, or record its new version.
 
         The job is known by the spec's (team, name) and the submission goes to its
@@ -59,20 +63,23 @@ class RunWrites:
         encoding and read back decoded (`version().spec`). An unchanged manifest is a
         no-op (a finished run stays finished: `rerun` runs it again); a changed one
         replaces a queued version, waits for a live attempt, or starts a new run after a
-        finished one.
+        finished one. `submitter` (default: `broker.users.current_user()`) is recorded on
+        a new run and named in the events of a new version.
         """
         from broker.spec_codec import encode
+        from broker.users import current_user
         from pricing.userio.redact import redact
 
         team, name = spec.team, spec.name
         # The text is kept to be shown, redacted; the spec (what runs) is kept whole.
         version = {"digest": digest, "manifest_text": redact(manifest_text), "queue": spec.queue}
         version |= {"spec_json": json_text(encode(spec)), "priority": spec.priority}
+        by = submitter if submitter is not None else current_user()
         with self._write() as now:
             version["submitted_at"] = now
             row = self._newest_run(team, name)
             if row is None:
-                return self._new_run(team, name, 1, 1, version, now, {})
+                return self._new_run(team, name, 1, 1, version, now, {}, by)
             job_id, state, run = row["id"], JobState(row["state"]), row["run"]
             current, pending = row["version"], row["pending_version"]
             newest = pending or current
@@ -85,24 +92,29 @@ class RunWrites:
                 return SubmitResult(job_id, current, False, True, run, False, state)
             number = self._next_version(team, name)
             if state in TERMINAL and not self._in_flight(job_id, state):
-                return self._new_run(team, name, run + 1, number, version, now, {})
+                return self._new_run(team, name, run + 1, number, version, now, {}, by)
             self._insert("job_versions", {"job_id": job_id, "version": number, **version})
             if self._in_flight(job_id, state):
                 self._set(job_id, now, pending_version=number)
                 message = f"version {number} waits for the live attempt to end"
-                data = {"version": number, "digest": digest, "waiting": True}
+                data = {"version": number, "digest": digest, "waiting": True, "by": by}
                 self._event(job_id, None, now, "version", message, data)
                 return SubmitResult(job_id, number, False, True, run, True, state)
-            self._put_in_force(job_id, state, current, number, now)
+            self._put_in_force(job_id, state, current, number, now, by)
             return SubmitResult(job_id, number, False, True, run, False, JobState.QUEUED)
 
-    def rerun(self, job_id: str) -> SubmitResult:
+    @retried
+    def rerun(self, job_id: str, submitter: str | None = None) -> SubmitResult:
         """Queue a new run of a finished job from the same manifest version (the one in
         force in `job_id`): a new job id, the next run number of its (team, name).
 
         Raises RunInFlight when the newest run of that (team, name) has not ended: one
-        run at a time, as a changed manifest waits for the live attempt.
+        run at a time, as a changed manifest waits for the live attempt. The new run is
+        `submitter`'s (default: the current user).
         """
+        from broker.users import current_user
+
+        by = submitter if submitter is not None else current_user()
         with self._write() as now:
             row = self._job_row(job_id)
             newest = self._newest_run(row["team"], row["name"])
@@ -116,7 +128,8 @@ class RunWrites:
             number = row["version"]
             version = self._version_row(job_id, number, now)
             team, name, run = row["team"], row["name"], newest["run"] + 1
-            return self._new_run(team, name, run, number, version, now, {"rerun_of": job_id})
+            data = {"rerun_of": job_id}
+            return self._new_run(team, name, run, number, version, now, data, by)
 
     def job_names(self) -> list[tuple[str, str]]:
         """Every (team, name) with a run, sorted (what a mistyped name is compared with)."""
@@ -125,8 +138,9 @@ class RunWrites:
 
     # --- helpers (inside a write transaction) -------------------------------------------
 
-    def _newest_run(self, team: str, name: str) -> sqlite3.Row | None:
+    def _newest_run(self, team: str, name: str) -> Any:
         sql = "SELECT * FROM jobs WHERE team = ? AND name = ? ORDER BY run DESC LIMIT 1"
+        sql += self._locked()
         return self._conn.execute(sql, (team, name)).fetchone()
 
     def _next_version(self, team: str, name: str) -> int:
@@ -147,23 +161,26 @@ class RunWrites:
         version: Mapping[str, Any],
         now: str,
         data: Mapping[str, Any],
+        submitter: str,
     ) -> SubmitResult:
         """A new job row (QUEUED at the back of its priority) for run `run` of (team,
-        name), with `version` as its version `number`."""
+        name), with `version` as its version `number`, submitted by `submitter`."""
         job_id = self._fresh_id("j-", "jobs")
         queue, priority = version["queue"], version["priority"]
         row = {"id": job_id, "team": team, "name": name, "queue": queue, "priority": priority}
-        row |= {"state": JobState.QUEUED, "version": number, "run": run}
+        row |= {"state": JobState.QUEUED, "version": number, "run": run, "submitter": submitter}
         self._insert("jobs", row | {"created_at": now, "updated_at": now, "queued_at": now})
         self._insert("job_versions", {"job_id": job_id, "version": number, **version})
         which = f"version {number}" + (f", run {run}" if run > 1 else "")
-        message = f"submitted {team}/{name} ({which})"
-        payload = {"version": number, "digest": version["digest"], "queue": queue}
+        message = f"submitted {team}/{name} ({which}) by {submitter}"
+        payload = {"version": number, "digest": version["digest"], "queue": queue, "by": submitter}
         payload |= {"priority": priority, "run": run, **data}
         self._event(job_id, None, now, "submitted", message, payload)
         return SubmitResult(job_id, number, True, True, run, False, JobState.QUEUED)
 
-    def _put_in_force(self, job_id: str, state: JobState, old: int, number: int, now: str) -> None:
+    def _put_in_force(
+        self, job_id: str, state: JobState, old: int, number: int, now: str, by: str = ""
+    ) -> None:
         """Make `number` the version in force of a run that has not ended, and queue it
         (a queued run keeps its place in the queue)."""
         version = self.version(job_id, number)
@@ -171,6 +188,8 @@ class RunWrites:
         columns |= {"queue": version.queue, "priority": version.priority, "state": JobState.QUEUED}
         self._set(job_id, now, **columns)
         data = {"version": number, "previous": old, "digest": version.digest}
+        if by:
+            data["by"] = by
         if state is JobState.QUEUED:
             message = f"version {number} replaces version {old}"
             self._event(job_id, None, now, "version", message, data)
@@ -192,7 +211,8 @@ class RunWrites:
         version = self._version_row(job_id, pending, now)
         self._set(job_id, now, pending_version=None)
         team, name, run = row["team"], row["name"], row["run"] + 1
-        result = self._new_run(team, name, run, pending, version, now, {"after": job_id})
+        after = {"after": job_id}
+        result = self._new_run(team, name, run, pending, version, now, after, row["submitter"])
         message = f"version {pending} runs as run {result.run} ({result.job_id})"
         data = {"version": pending, "run": result.run, "job": result.job_id}
         self._event(job_id, None, now, "version", message, data | {"digest": version["digest"]})

@@ -156,6 +156,7 @@ def batch_script(
         '  kill -TERM "-$broker_job" 2>/dev/null || kill -TERM "$broker_job" 2>/dev/null',
         "}",
         "broker_on_term() {",
+        "  broker_woke=1",
         '  [ -z "$broker_term" ] || return 0',
         "  broker_term=1",
         '  [ -z "$broker_job" ] || broker_pass',
@@ -168,8 +169,15 @@ def batch_script(
         *start,
         "broker_job=$!",
         '[ -z "$broker_term" ] || broker_pass',  # SIGTERM came while the job was starting
-        'while :; do wait "$broker_job"; broker_rc=$?',
-        '  kill -0 "$broker_job" 2>/dev/null || break',
+        # A trap interrupts `wait` (status > 128, the job maybe gone already): wait again
+        # for the job's own status. 127 after an earlier status: that one was the job's.
+        "broker_rc=",
+        "while :; do",
+        "  broker_woke=",
+        '  wait "$broker_job"; broker_status=$?',
+        '  if [ -n "$broker_rc" ] && [ "$broker_status" -eq 127 ]; then break; fi',
+        "  broker_rc=$broker_status",
+        '  [ -n "$broker_woke" ] || break',
         "done",
         '[ -z "$broker_timer" ] || kill "$broker_timer" 2>/dev/null',
         'exit "$broker_rc"',

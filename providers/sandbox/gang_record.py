@@ -11,13 +11,12 @@ instance of its own.
 
 from __future__ import annotations
 
-import json
 import socket
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from pathlib import Path
 
 from pricing.userio.atomic import atomic_write_text
-from providers.sandbox.records import Workdir
+from providers.sandbox.records import Workdir, decode_record, encode_record
 
 GANG = "gang.json"
 GANG_FORMAT = 1
@@ -50,14 +49,10 @@ class GangRecord:
 
     @classmethod
     def from_json(cls, text: str) -> GangRecord | None:
-        data = json.loads(text)
-        if data.pop("format", None) != GANG_FORMAT:
-            return None
-        data["tags"] = tuple(tuple(pair) for pair in data["tags"])
-        return cls(**data)
+        return decode_record(cls, text, GANG_FORMAT)
 
     def to_json(self) -> str:
-        return json.dumps({"format": GANG_FORMAT, **asdict(self)}, indent=1)
+        return encode_record(self, GANG_FORMAT)
 
 
 def rank_key(attempt_id: str, rank: int) -> str:

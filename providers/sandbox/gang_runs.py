@@ -32,7 +32,7 @@ from providers.sandbox.gang_record import (
     rank_key,
     write_gang,
 )
-from providers.sandbox.records import ID_PREFIX, NAME, Record, Workdir, state_of
+from providers.sandbox.records import ID_PREFIX, NAME, Record, Workdir, notice_of, state_of
 
 if TYPE_CHECKING:
     from pricing.table import OfferTable
@@ -250,7 +250,7 @@ class GangRuns:
                     interrupt_deadline=deadline,
                 )
                 write_gang(self._dir, current)
-        return _gang_notice(current) if current.interrupted_at else None
+        return notice_of(current) if current.interrupted_at else None
 
     def _wait_gang(self, gang: GangRecord, timeout: float) -> Instance:
         """The gang once every rank has ended, or as it is after `timeout` seconds."""
@@ -268,7 +268,7 @@ class GangRuns:
         for gang in gang_records(self._dir):
             if gang.interrupted_at and gang.attempt_id not in self._reported:
                 self._reported.add(gang.attempt_id)
-                notices.append(_gang_notice(gang))
+                notices.append(notice_of(gang))
         return notices
 
 
@@ -284,16 +284,4 @@ def _member(gang: GangRecord, rank: int, record: Record | None) -> GangMember:
         address=LOOPBACK,
         state=state_of(record),
         exit_code=record.exit_code,
-    )
-
-
-def _gang_notice(gang: GangRecord) -> InterruptionNotice:
-    assert gang.interrupted_at is not None
-    deadline = gang.interrupt_deadline
-    return InterruptionNotice(
-        instance_id=ID_PREFIX + gang.attempt_id,
-        provider=NAME,
-        kind=gang.interrupt_kind,
-        noticed_at=datetime.fromisoformat(gang.interrupted_at),
-        deadline=datetime.fromisoformat(deadline) if deadline else None,
     )

@@ -16,7 +16,7 @@ from collections.abc import Iterator
 from dataclasses import asdict, dataclass
 from datetime import datetime
 from pathlib import Path
-from typing import IO
+from typing import IO, Protocol, TypeVar
 
 from pricing.userio.atomic import atomic_write_text
 from providers.base import ID_PATTERN, Instance, InstanceState, InterruptionNotice
@@ -28,6 +28,7 @@ RESERVED_DIRS = frozenset({"checkpoints"})
 RECORD, LOG, EXIT_CODE, SCRIPT = "instance.json", "log.txt", "exit_code", "startup.sh"
 WORKDIR = "workdir"  # the job's run.workdir, unpacked
 RECORD_FORMAT = 1
+_R = TypeVar("_R")
 
 
 @dataclass(frozen=True)
@@ -59,14 +60,25 @@ class Record:
 
     @classmethod
     def from_json(cls, text: str) -> Record | None:
-        data = json.loads(text)
-        if data.pop("format", None) != RECORD_FORMAT:
-            return None
-        data["tags"] = tuple(tuple(pair) for pair in data["tags"])
-        return cls(**data)
+        return decode_record(cls, text, RECORD_FORMAT)
 
     def to_json(self) -> str:
-        return json.dumps({"format": RECORD_FORMAT, **asdict(self)}, indent=1)
+        return encode_record(self, RECORD_FORMAT)
+
+
+def decode_record(cls: type[_R], text: str, format_number: int) -> _R | None:
+    """A record dataclass from its JSON file; None for a file of another format (written
+    by another broker: left alone rather than guessed at). Tags come back as pairs."""
+    data = json.loads(text)
+    if data.pop("format", None) != format_number:
+        return None
+    data["tags"] = tuple(tuple(pair) for pair in data["tags"])
+    return cls(**data)
+
+
+def encode_record(record: object, format_number: int) -> str:
+    """The JSON file of a record dataclass, with its format number first."""
+    return json.dumps({"format": format_number, **asdict(record)}, indent=1)  # type: ignore[call-overload]
 
 
 class Workdir:
@@ -190,7 +202,20 @@ def instance_of(record: Record) -> Instance:
     )
 
 
-def notice_of(record: Record) -> InterruptionNotice:
+class InterruptedRecord(Protocol):
+    """What a notice is read from: an instance's record or a gang's."""
+
+    @property
+    def attempt_id(self) -> str: ...
+    @property
+    def interrupted_at(self) -> str | None: ...
+    @property
+    def interrupt_kind(self) -> str: ...
+    @property
+    def interrupt_deadline(self) -> str | None: ...
+
+
+def notice_of(record: InterruptedRecord) -> InterruptionNotice:
     """The notice of an interrupted record (its kind, time and deadline)."""
     assert record.interrupted_at is not None
     deadline = record.interrupt_deadline

@@ -114,8 +114,9 @@ def test_a_controller_dead_between_two_ranks_leaves_a_gang_the_next_completes(
     assert attempt.state == AttemptState.LAUNCHING
     assert rank_dirs(tmp_path / "state-sandbox", attempt.id) == ["rank-0", "rank-1"]
 
+    name = rt.controller.holder.id  # restarted under its name: it resumes its claims at once
     done = subprocess.run(
-        broker("run", "--poll", "0.05", "--state", str(state)),
+        broker("run", "--poll", "0.05", "--state", str(state), "--controller-id", name),
         capture_output=True,
         text=True,
         timeout=120,

@@ -168,7 +168,9 @@ def test_a_controller_killed_during_the_migration_copies_once_and_resumes_once(
 
     monkeypatch.setattr(ObjectStore, "copy_tree", real_copy)
     rt.close()
-    restarted = open_runtime(rt.store.path, load_offers(), clock=SystemClock())
+    restarted = open_runtime(
+        rt.store.path, load_offers(), clock=SystemClock(), holder=rt.controller.holder
+    )  # restarted under its own name: it resumes its claims at once
     try:
         finish(restarted, job_id)
         attempts = restarted.store.attempts(job_id)

@@ -406,7 +406,7 @@ def test_a_version_1_ledger_migrates_and_reports_by_the_attempts_place(tmp_path,
     monkeypatch.undo()
     with StateStore.open(path, clock) as new:
         with sqlite3.connect(path) as conn:
-            assert schema.schema_version(conn) == len(schema.MIGRATIONS) == 4
+            assert schema.schema_version(conn) == len(schema.MIGRATIONS) == 5
         (entry,) = new.ledger()
         assert (entry.cloud, entry.region, entry.detail) == ("", "", "")
         (line,) = build_report(new, ["cloud"]).lines

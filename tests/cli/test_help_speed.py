@@ -19,6 +19,8 @@ HEAVY = (
     "google.cloud",
     "azure",
     "libcloud",
+    "prometheus_client",
+    "psycopg",  # the PostgreSQL state backend: only when a URL is opened
 )
 PROBE = (
     "import sys\n"

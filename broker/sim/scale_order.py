@@ -11,8 +11,9 @@ no more than the jobs being ordered.
 
 from __future__ import annotations
 
+import heapq
 import math
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from broker.queue.fairshare import fair_share_factors
@@ -40,10 +41,14 @@ class TeamUsage:
     def usage(self, now: float) -> dict[str, float]:
         teams = sorted(set(self._ended) | set(self._running))
         out = {}
+        h = self.half_life  # _interval(g, s, now, now) inlined, the same floats (2^0 = 1)
         for team in teams:
             running = self._running.get(team, {}).values()
             parts = [self._ended_at(team, now)]
-            parts += [self._interval(g, s, now, now) for g, s in running]
+            parts += [
+                g * h / _LN2 * -math.expm1(-((now - s) / h) * _LN2) if g > 0 and now > s else 0.0
+                for g, s in running
+            ]
             out[team] = math.fsum(parts)
         return out
 
@@ -66,16 +71,29 @@ def queue_order(
     *,
     priority: Sequence[int],
     team: Sequence[str],
-    queued_at: Mapping[int, float],
-    usage: dict[str, float],
+    queued_at: Mapping[int, float] | Sequence[float],
+    usage: Callable[[], dict[str, float]],
     teams: Iterable[str],
+    first: int | None = None,
 ) -> list[int]:
     """`jobs` in the queue policy's order (default policy: every team's share 1, every
-    queue's weight 1)."""
+    queue's weight 1); only the `first` of them when given (the same as cutting the
+    whole order, without sorting what is cut). `usage` is asked only when the jobs
+    belong to two teams or more: within one team the fair-share factor orders nothing."""
     chosen = list(jobs)
     if len(chosen) < 2:
-        return chosen
-    known = set(teams) | {team[i] for i in chosen}
-    factors = fair_share_factors(usage, dict.fromkeys(sorted(known), 1.0))
-    score = {i: round(factors[team[i]], 12) for i in chosen}
-    return sorted(chosen, key=lambda i: (-priority[i], -score[i], queued_at[i], i))
+        return chosen if first is None else chosen[:first]
+    theirs = {team[i] for i in chosen}
+    if len(theirs) > 1:
+        known = set(teams) | theirs
+        factors = fair_share_factors(usage(), dict.fromkeys(sorted(known), 1.0))
+        score = {t: round(factors[t], 12) for t in theirs}
+    else:
+        score = dict.fromkeys(theirs, 0.0)
+
+    def key(i: int) -> tuple:
+        return (-priority[i], -score[team[i]], queued_at[i], i)
+
+    if first is not None and first < len(chosen):
+        return heapq.nsmallest(first, chosen, key=key)
+    return sorted(chosen, key=key)

@@ -26,14 +26,15 @@ spot room.
 from __future__ import annotations
 
 import math
+from collections import deque
 from datetime import timedelta
 from typing import TYPE_CHECKING
 
-from broker.dispatch.cadence import first_change, grid_after, grid_from
+from broker.dispatch.cadence import grid_after, grid_from
 from broker.recovery import HISTORY
 
 if TYPE_CHECKING:
-    from broker.sim.scale import _Run
+    from broker.sim.scale_runs import Run as _Run
 
 END, TICK, BACK, SUBMIT, RETRY, MOVE = 0, 1, 2, 3, 4, 5  # the loop's events, in that order
 _EPS = 1e-9
@@ -42,7 +43,8 @@ _HISTORY = HISTORY / timedelta(hours=1)  # hours a reclaim counts towards the do
 
 class SpotSide:
     """A part of the fleet-scale engine (`broker.sim.scale._Fleet`), which provides the
-    attributes and the `_decide`, `_close`, `_choice`, `_push` and `_retry` used here."""
+    attributes and the `_decide`, `_close`, `_choice`, `_ask`, `_push` and `_retry` used
+    here."""
 
     def _init_spot_side(self) -> None:
         self.spot = self.scenario.spot.places
@@ -54,10 +56,21 @@ class SpotSide:
         self.watchers: list[dict[int, None]] = [{} for _ in self.spot]
         self.spot_movers: dict[int, None] = {}  # jobs on a steered spot run (may move)
         self._cheapest: dict[int, tuple[list, float]] = {}  # id(options) -> (them, price)
-        self.reclaimed_at: list[list[float]] = [[] for _ in self.spot]
+        # reclaim hours per place within the cool-down's HISTORY (older ones pruned), and
+        # every reclaim's count (the key of `_cooled_at`)
+        self.reclaimed_at: list[deque[float]] = [deque() for _ in self.spot]
+        self.reclaims = [0] * len(self.spot)
+        self.reclaim_total = 0
         # place -> (hour asked, reclaims then, its answer): _cooling_until, once per pass
         self._cooled_at: dict[object, tuple[float, int, float | None]] = {}
         self.touched: set[int] = set()  # places whose room changed since the last pass
+        # what `_spot_open` answered per place list, at (hour, spot_version): the room a
+        # pass sees changes only when a trace steps or a spot run stops
+        self.spot_version = 0
+        self._open_at: tuple[float, int] = (-1.0, -1)
+        self._open: dict[int, bool] = {}
+        self._sells_at: tuple[float, int, int] = (-1.0, -1, -1)
+        self._sells: dict[object, bool] = {}
         self.freed: dict[int, None] = {}  # places with room freed in this pass
         self.failed_launches = 0
         self.instant = -1.0  # the hour of the launches counted in `taken`
@@ -87,8 +100,23 @@ class SpotSide:
         self.touched.add(place)  # type: ignore[arg-type]
 
     def _spot_stopped(self, place: object) -> None:
+        self.spot_version += 1
         self.touched.add(place)  # type: ignore[arg-type]
         self.freed[place] = None  # type: ignore[index]
+
+    def _sells_now(self, place: object) -> bool:
+        """Whether `place` sells spot to a launch of this pass: room as the pass sees it,
+        and not cooling down (kept per pass while no spot run stops, no trace steps and
+        no reclaim happens: launches do not change what the pass sees)."""
+        at = (self.now, self.spot_version, self.reclaim_total)
+        if self._sells_at != at:
+            self._sells_at, self._sells = at, {}
+        sells = self._sells.get(place)
+        if sells is None:
+            sells = self._sells[place] = (
+                self._seen_left(place) > 0 and self._cooling_until(place) is None
+            )
+        return sells
 
     def _spot_open(self, i: int) -> bool:
         """What the policy is told of spot (the controller's `_spot_open`): room at one
@@ -96,7 +124,13 @@ class SpotSide:
         non-strict settings."""
         if not self.settings.spot_strict:
             return True
-        return any(self._seen_left(k) > 0 for k in self._spot_places(i))
+        places = self._spot_places(i)
+        if self._open_at != (self.now, self.spot_version):
+            self._open_at, self._open = (self.now, self.spot_version), {}
+        is_open = self._open.get(id(places))
+        if is_open is None:
+            is_open = self._open[id(places)] = any(self._seen_left(k) > 0 for k in places)
+        return is_open
 
     def _lost_race(self, i: int, option) -> None:
         """Job `i` was planned on `option` where another job of the same pass took the
@@ -118,14 +152,16 @@ class SpotSide:
 
         if place is None or not self.reclaimed_at[place]:  # type: ignore[index]
             return None
-        seen = len(self.reclaimed_at[place])  # type: ignore[index]
+        seen = self.reclaims[place]  # type: ignore[index]
         known = self._cooled_at.get(place)
-        if known is not None and known[:2] == (self.now, seen):
+        if known is not None and known[0] == self.now and known[1] == seen:
             return known[2]
-        times = [t for t in self.reclaimed_at[place] if self.now - t <= _HISTORY + _EPS]  # type: ignore[index]
+        times = self.reclaimed_at[place]  # type: ignore[index]
+        while times and self.now - times[0] > _HISTORY + _EPS:
+            times.popleft()  # out of the window for good: hours only grow
         answer = None
         if times:
-            until, _ = cooling(times, self.settings.cooldown_scale)
+            until, _ = cooling(times, self.settings.cooldown_scale)  # type: ignore[arg-type]
             answer = until if self.now < until - _EPS else None
         self._cooled_at[place] = (self.now, seen, answer)
         return answer
@@ -146,6 +182,7 @@ class SpotSide:
             room = count * self.scale
             before = self.spot_room[place]
             self.spot_room[place] = room
+            self.spot_version += 1
             self.touched.add(place)
             runs = self.spot_runs[place]
             while len(runs) > room:
@@ -167,6 +204,8 @@ class SpotSide:
         self.totals.preemptions += 1
         if run.option.key is not None:
             self.reclaimed_at[run.option.key].append(self.now)  # type: ignore[index]
+            self.reclaims[run.option.key] += 1  # type: ignore[index]
+            self.reclaim_total += 1
             self._cooling_pass(run.option.key)
         self._close(run, reclaimed=True)
         st.saved = min(job.hours, st.saved + kept)
@@ -195,7 +234,8 @@ class SpotSide:
         if said(self.now) == "spot":
             wake: float | None = grid_after(self.now, self.step)
         else:
-            wake = first_change(said, self.now, self.step, min(deadline, run.finish))
+            question = (i, run.start, is_open, st.saved)
+            wake = self._first_change(question, said, min(deadline, run.finish))
         if wake is not None:
             st.back = self._push(wake, BACK, i)
             self._remember(i, wake, st.back)
@@ -256,7 +296,7 @@ class SpotSide:
         for option in self.rates.ranked(options, self.now):
             if option.kind != "spot" or option.key == run.option.key:
                 continue
-            if self._seen_left(option.key) <= 0 or self._cooling_until(option.key) is not None:
+            if not self._sells_now(option.key):
                 continue
             there = option
             break
@@ -265,7 +305,8 @@ class SpotSide:
         seen = self.rates.evidence(there.rate_key, self.now) if there.rate_key else None
         rate = there.rate if seen is None else posterior_rate(there.rate, seen)
         move = SpotMove(run.option.price, there.price, there.egress, rate)
-        if not moves_spot(self._ask(i, self.now, "spot"), move, self.settings):
+        ask = self._ask(i, self.now, self._done(i, self.now, "spot"))
+        if not moves_spot(ask, move, self.settings):
             return False
         self._stop_gracefully(i)
         st.moved = True

@@ -205,3 +205,76 @@ def test_stay_home_keeps_every_reclaimed_job_waiting_for_its_own_region(engine):
     assert stayed.mean_completion_hours > moved.mean_completion_hours  # it waited
     if engine == "full":  # the scale engine does not model egress
         assert stayed.egress_cost == 0 < moved.egress_cost
+
+
+def _without_shortcuts(monkeypatch) -> None:
+    """The fleet-scale engine asking everything afresh: no kept policy answers or first
+    changes, no per-pass view of spot, the queue's order sorted in full."""
+    from broker.dispatch.cadence import first_change
+    from broker.sim import scale_order
+    from broker.sim.scale_decide import DecideSide
+    from broker.sim.scale_spot import SpotSide
+
+    kept = DecideSide._choice
+
+    def asked_afresh(self, i, at, spot_open, current=None):
+        self._said.clear()
+        return kept(self, i, at, spot_open, current)
+
+    def spot_open(self, i):
+        places = self._spot_places(i)
+        return not self.settings.spot_strict or any(self._seen_left(k) > 0 for k in places)
+
+    monkeypatch.setattr(DecideSide, "_choice", asked_afresh)
+    monkeypatch.setattr(DecideSide, "_first_change", lambda self, _question, answer, until:
+                        first_change(answer, self.now, self.step, until))  # fmt: skip
+    monkeypatch.setattr(SpotSide, "_sells_now", lambda self, k:
+                        self._seen_left(k) > 0 and self._cooling_until(k) is None)  # fmt: skip
+    monkeypatch.setattr(SpotSide, "_spot_open", spot_open)
+    monkeypatch.setattr(scale_order.heapq, "nsmallest",
+                        lambda n, items, key: sorted(items, key=key)[:n])  # fmt: skip
+
+
+# every policy, and the broker moving spot runs often: at 0.9 of the price, us-west-2a's
+# runs move to the two cheaper zones (dozens of moves per scenario, each followed by a
+# decision without stay-home)
+SHORTCUT_POLICIES = [(name, {}) for name in policies.NAMES] + [("broker", {"move_below": 0.9})]
+
+
+@pytest.mark.parametrize("name, params", SHORTCUT_POLICIES)
+@pytest.mark.parametrize("seed, spot_scale", [(7, 1), (11, 2)])
+def test_the_shortcuts_change_no_figure(monkeypatch, name, params, seed, spot_scale):
+    # 120 jobs over a day on three zones: they queue for spot, race for freed room and
+    # are woken by their policies. What the engine keeps between questions (the policy's
+    # answers, first changes, one pass's view of spot) and the partial sort of the queue
+    # must give every figure, to the last digit, that asking everything afresh gives.
+    jobs = synthetic_jobs(seed, 120, spread_hours=24.0)
+    scenario = Scenario(synthetic_offers(), synthetic_availability(seed), jobs, restart_hours=0.1)
+    policy = policies.make(name, **params)
+    fast = simulate_at_scale(scenario, policy, spot_scale=spot_scale).as_dict()
+    if params:  # the move rule acted here: not the figures without it
+        still = simulate_at_scale(
+            scenario, policies.make(name, move_below=0.0), spot_scale=spot_scale
+        )
+        assert still.total_cost != fast["total_cost"]
+    _without_shortcuts(monkeypatch)
+    assert simulate_at_scale(scenario, policy, spot_scale=spot_scale).as_dict() == fast
+
+
+@given(
+    n=st.integers(0, 30), first=st.integers(0, 35), seed=st.integers(0, 10_000),
+)  # fmt: skip
+def test_the_first_of_the_queue_order_are_the_order_cut(n, first, seed):
+    import random
+
+    from broker.sim.scale_order import queue_order
+
+    rng = random.Random(seed)
+    priority = [rng.randint(0, 2) for _ in range(n)]
+    team = [rng.choice("abc") for _ in range(n)]
+    queued = [float(rng.randint(0, 5)) for _ in range(n)]
+    usage = {t: rng.uniform(0, 10) for t in "abc"}
+    jobs = rng.sample(range(n), n)
+    args = dict(priority=priority, team=team, queued_at=queued, usage=lambda: usage,
+                teams="abc")  # fmt: skip
+    assert queue_order(jobs, first=first, **args) == queue_order(jobs, **args)[:first]

@@ -149,7 +149,7 @@ def state_file(jobs: int, seed: int = 3) -> Path:
         run = i // 20_000 + 1
         stamp = ts_text(at)
         jobs_rows.append(
-            (job_id, team, name, "default", 0, state, 1, None, stamp, stamp, stamp, run)
+            (job_id, team, name, "default", 0, state, 1, None, stamp, stamp, stamp, run, "bench")
         )
         versions.append(
             (job_id, 1, f"d{i}", "name: x\n", spec_json(name, team), "default", 0, stamp)
@@ -171,7 +171,7 @@ def state_file(jobs: int, seed: int = 3) -> Path:
                      "bench", "2026-01-01", stamp, ended, stamp, "aws", "us-east-1", "")
                 )  # fmt: skip
     with sqlite3.connect(path) as conn:
-        conn.executemany(f"INSERT INTO jobs VALUES ({','.join('?' * 12)})", jobs_rows)
+        conn.executemany(f"INSERT INTO jobs VALUES ({','.join('?' * 13)})", jobs_rows)
         conn.executemany(f"INSERT INTO job_versions VALUES ({','.join('?' * 8)})", versions)
         conn.executemany(f"INSERT INTO attempts VALUES ({','.join('?' * 16)})", attempts)
         conn.executemany(

@@ -15,7 +15,8 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
+from operator import attrgetter
 from datetime import datetime
 from typing import TYPE_CHECKING
 
@@ -48,7 +49,10 @@ def plan_many(
     top: int = DEFAULT_TOP,
     chunk_pairs: int = 2_000_000,
 ) -> list[Decision]:
-    """Plan a batch; jobs that ask the same of an offer share one candidate search.
+    """Plan a batch; jobs that ask the same of an offer share one candidate search, and
+    jobs whose specs differ only in name and team (a queue of jobs from one template)
+    share one plan: the planner reads neither, so each gets the same ranked placements,
+    under its own name.
 
     Jobs go through in chunks whose candidate searches hold about `chunk_pairs`
     offers, so that memory stays bounded when some jobs (CPU-only ones, say) match
@@ -56,6 +60,47 @@ def plan_many(
     """
     if not jobs:
         return []
+    which = _shared_plans(jobs)
+    if len(set(which)) == len(jobs):
+        return _plan_batch(jobs, index, now, top, chunk_pairs)
+    firsts: dict[int, JobSpec] = {}
+    for job, at in zip(jobs, which, strict=True):
+        firsts.setdefault(at, job)
+    shared = _plan_batch([firsts[at] for at in range(len(firsts))], index, now, top, chunk_pairs)
+    return [_named(shared[at], job.name) for job, at in zip(jobs, which, strict=True)]
+
+
+def _shared_plans(jobs: Sequence[JobSpec]) -> list[int]:
+    """For each job, the number of the distinct plan it gets: jobs whose specs differ
+    only in name and team (which the planner never reads) share one. Specs decoded by
+    broker.spec_codec share their parts' objects, so most are matched by identity and
+    only the first of each set of parts is hashed in full."""
+    distinct: dict[tuple, int] = {}
+    by_identity: dict[tuple[int, ...], int] = {}
+    which = []
+    for job in jobs:
+        parts = _planned_parts(job)
+        ids = tuple(map(id, parts))
+        at = by_identity.get(ids)
+        if at is None:
+            at = by_identity[ids] = distinct.setdefault(parts, len(distinct))
+        which.append(at)
+    return which
+
+
+_planned_parts = attrgetter(*(f.name for f in fields(JobSpec) if f.name not in ("name", "team")))
+
+
+def _named(plan: Decision, name: str) -> Decision:
+    if plan.job == name:
+        return plan
+    return Decision(name, plan.placements, plan.rejected, plan.candidates, plan.hints)
+
+
+def _plan_batch(
+    jobs: Sequence[JobSpec], index: OfferIndex, now: datetime, top: int, chunk_pairs: int
+) -> list[Decision]:
+    """`plan_many` of distinct jobs."""
     with _collector_paused():
         partitions = Partitions(index)
         places = _Places(index, partitions)

@@ -16,8 +16,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, fields
-from operator import attrgetter
 from datetime import datetime
+from operator import attrgetter
 from typing import TYPE_CHECKING
 
 from broker.planner import assemble, cost

@@ -15,9 +15,8 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass, fields
+from dataclasses import dataclass
 from datetime import datetime
-from operator import attrgetter
 from typing import TYPE_CHECKING
 
 from broker.planner import assemble, cost
@@ -25,6 +24,7 @@ from broker.planner.candidates import Candidates
 from broker.planner.decision import Decision, Rejection, Rejections
 from broker.planner.filters import Slices
 from broker.planner.partitions import Partitions
+from broker.planner.sharing import named, shared_plans
 from broker.spec import JobSpec, Requirements
 from pricing.regions import Place
 
@@ -60,41 +60,14 @@ def plan_many(
     """
     if not jobs:
         return []
-    which = _shared_plans(jobs)
+    which = shared_plans(jobs)
     if len(set(which)) == len(jobs):
         return _plan_batch(jobs, index, now, top, chunk_pairs)
     firsts: dict[int, JobSpec] = {}
     for job, at in zip(jobs, which, strict=True):
         firsts.setdefault(at, job)
     shared = _plan_batch([firsts[at] for at in range(len(firsts))], index, now, top, chunk_pairs)
-    return [_named(shared[at], job.name) for job, at in zip(jobs, which, strict=True)]
-
-
-def _shared_plans(jobs: Sequence[JobSpec]) -> list[int]:
-    """For each job, the number of the distinct plan it gets: jobs whose specs differ
-    only in name and team (which the planner never reads) share one. Specs decoded by
-    broker.spec_codec share their parts' objects, so most are matched by identity and
-    only the first of each set of parts is hashed in full."""
-    distinct: dict[tuple, int] = {}
-    by_identity: dict[tuple[int, ...], int] = {}
-    which = []
-    for job in jobs:
-        parts = _planned_parts(job)
-        ids = tuple(map(id, parts))
-        at = by_identity.get(ids)
-        if at is None:
-            at = by_identity[ids] = distinct.setdefault(parts, len(distinct))
-        which.append(at)
-    return which
-
-
-_planned_parts = attrgetter(*(f.name for f in fields(JobSpec) if f.name not in ("name", "team")))
-
-
-def _named(plan: Decision, name: str) -> Decision:
-    if plan.job == name:
-        return plan
-    return Decision(name, plan.placements, plan.rejected, plan.candidates, plan.hints)
+    return [named(shared[at], job.name) for job, at in zip(jobs, which, strict=True)]
 
 
 def _plan_batch(

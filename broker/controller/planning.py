@@ -16,6 +16,7 @@ from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
 from broker.controller.isolation import ERROR, not_one_jobs
+from broker.state import JobState
 from broker.state.placed import PlacedOn
 
 if TYPE_CHECKING:
@@ -23,6 +24,7 @@ if TYPE_CHECKING:
 
     from broker.clock import Clock
     from broker.controller.checkpoints import Checkpoints
+    from broker.controller.specs import Specs
     from broker.dispatch.settings import DispatchSettings
     from broker.planner.decision import Decision, Placement
     from broker.queue import Policy, Verdict
@@ -93,6 +95,7 @@ class Planning:
     _billing: Billing | None
     _spot_market: SpotMarket | None
     _committed: dict[str, float]  # job id -> USD its running attempt counts for (budgets)
+    _specs: Specs
     _spec: Callable[[Job], JobSpec]
     _projection: Callable[[], tuple[dict[str, float], list]]
     active: Callable[[], list[Job]]
@@ -143,6 +146,7 @@ class Planning:
         (broker.controller.isolation)."""
         from broker.queue import Verdict
 
+        self._specs.load(self.store, queued, (JobState.QUEUED,))  # one query, not one a job
         plans = self._decisions(queued)
         items, unordered = self._ordered(plans.jobs, plans.decisions)
         broken = plans.broken | unordered
@@ -242,8 +246,10 @@ class Planning:
         from broker.dispatch.market import spot_only
         from broker.recovery import checkpoint_place, with_checkpoint_at
 
-        home = checkpoint_place(self.store, job)
-        spec = with_checkpoint_at(self._spec(job), home, self.checkpoints.stores is not None)
+        spec = self._spec(job)
+        # where its checkpoint lives; a job without one has no home (read only with one)
+        home = checkpoint_place(self.store, job) if spec.checkpoint is not None else None
+        spec = with_checkpoint_at(spec, home, self.checkpoints.stores is not None)
         spec, choice = steer(
             spec, job, self.store, now, self.settings, spot_available=self._spot_open(spec)
         )

@@ -32,6 +32,7 @@ from broker.controller.checkpoints import Checkpoints
 from broker.controller.closing import Closing
 from broker.controller.isolation import not_one_jobs
 from broker.controller.launching import Launching
+from broker.controller.specs import Specs
 from broker.controller.steering import steer
 from broker.dispatch.settings import DispatchSettings
 from broker.state import JobState
@@ -95,7 +96,7 @@ class Controller(Launching, Closing, Budgets):
     pool_gpus: dict[tuple[str, str], float] = field(default_factory=dict)  # on-prem pools
     settings: DispatchSettings = field(default_factory=DispatchSettings)
     holder: Holder = field(default_factory=Holder.new)  # whose leases this controller takes
-    _specs: dict[tuple[str, int], JobSpec] = field(default_factory=dict, init=False)
+    _specs: Specs = field(default_factory=Specs, init=False)  # decoded once, kept
     _steered: dict[str, str] = field(default_factory=dict, init=False)  # job id -> say
     _started: bool = field(default=False, init=False)
     _held: set[str] = field(default_factory=set, init=False)  # job ids held by an error
@@ -374,10 +375,7 @@ class Controller(Launching, Closing, Budgets):
 
     def _spec(self, job: Job) -> JobSpec:
         """The job's spec in the version in force, as the store keeps it (decoded once)."""
-        key = (job.id, job.version)
-        if key not in self._specs:
-            self._specs[key] = self.store.version(job.id, job.version).spec
-        return self._specs[key]
+        return self._specs.get(self.store, job)
 
 
 def _instance_row(instance: Instance) -> dict:

@@ -16,13 +16,14 @@ def shared_plans(jobs: Sequence[JobSpec]) -> list[int]:
     """For each job, the number of the distinct plan it gets: jobs whose specs differ
     only in name and team (which the planner never reads) share one. Specs decoded by
     broker.spec_codec share their parts' objects, so most are matched by identity and
-    only the first of each set of parts is hashed in full."""
+    only the first of each set of parts is hashed in full (plain values, which decoding
+    makes afresh each time, are matched by value)."""
     distinct: dict[tuple, int] = {}
-    by_identity: dict[tuple[int, ...], int] = {}
+    by_identity: dict[tuple, int] = {}
     which = []
     for job in jobs:
         parts = _planned_parts(job)
-        ids = tuple(map(id, parts))
+        ids = tuple(map(_identity, parts))
         at = by_identity.get(ids)
         if at is None:
             at = by_identity[ids] = distinct.setdefault(parts, len(distinct))
@@ -31,6 +32,10 @@ def shared_plans(jobs: Sequence[JobSpec]) -> list[int]:
 
 
 _planned_parts = attrgetter(*(f.name for f in fields(JobSpec) if f.name not in ("name", "team")))
+
+
+def _identity(part: object) -> object:
+    return part if isinstance(part, str | int | float) else id(part)
 
 
 def named(plan: Decision, name: str) -> Decision:

@@ -10,32 +10,31 @@ from operator import attrgetter
 
 from broker.planner.decision import Decision
 from broker.spec import JobSpec
+from broker.spec_codec import PARTS
 
 
 def shared_plans(jobs: Sequence[JobSpec]) -> list[int]:
     """For each job, the number of the distinct plan it gets: jobs whose specs differ
     only in name and team (which the planner never reads) share one. Specs decoded by
     broker.spec_codec share their parts' objects, so most are matched by identity and
-    only the first of each set of parts is hashed in full (plain values, which decoding
-    makes afresh each time, are matched by value)."""
+    only the first of each set of parts is hashed in full."""
     distinct: dict[tuple, int] = {}
     by_identity: dict[tuple, int] = {}
     which = []
     for job in jobs:
-        parts = _planned_parts(job)
-        ids = tuple(map(_identity, parts))
+        parts, plain = _parts(job), _plain(job)
+        ids = (*map(id, parts), *plain)
         at = by_identity.get(ids)
         if at is None:
-            at = by_identity[ids] = distinct.setdefault(parts, len(distinct))
+            at = by_identity[ids] = distinct.setdefault((*parts, *plain), len(distinct))
         which.append(at)
     return which
 
 
-_planned_parts = attrgetter(*(f.name for f in fields(JobSpec) if f.name not in ("name", "team")))
-
-
-def _identity(part: object) -> object:
-    return part if isinstance(part, str | int | float) else id(part)
+_parts = attrgetter(*PARTS)  # what decoding shares: matched by identity first
+_plain = attrgetter(  # plain values (decoded afresh each time): matched by value
+    *(f.name for f in fields(JobSpec) if f.name not in (*PARTS, "name", "team"))
+)
 
 
 def named(plan: Decision, name: str) -> Decision:

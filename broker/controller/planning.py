@@ -16,6 +16,10 @@ from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
 from broker.controller.isolation import ERROR, not_one_jobs
+from broker.controller.steering import steer
+from broker.dispatch.home import stays_home
+from broker.dispatch.market import spot_only
+from broker.recovery import checkpoint_place, with_checkpoint_at
 from broker.state import JobState
 from broker.state.placed import PlacedOn
 
@@ -241,11 +245,6 @@ class Planning:
         """The spec to plan now: its checkpoint where it lives, its market as its spot
         policy says (broker.dispatch.market), its spot kept home while it would wait
         there (broker.dispatch.home)."""
-        from broker.controller.steering import steer
-        from broker.dispatch.home import stays_home
-        from broker.dispatch.market import spot_only
-        from broker.recovery import checkpoint_place, with_checkpoint_at
-
         spec = self._spec(job)
         # where its checkpoint lives; a job without one has no home (read only with one)
         home = checkpoint_place(self.store, job) if spec.checkpoint is not None else None

@@ -89,10 +89,6 @@ class Workdir:
         self._mutex = threading.RLock()
         self._depth = 0
         self._handle: IO[str] | None = None
-        # attempt id -> (its record file's inode, mtime and size, the record read then):
-        # every launch looks at every record, and a file replaced (a write is atomic: a
-        # new inode) is read again, so only unchanged files are skipped
-        self._read: dict[str, tuple[tuple[int, int, int], Record]] = {}
 
     @contextlib.contextmanager
     def locked(self) -> Iterator[None]:
@@ -148,19 +144,10 @@ class Workdir:
 
     def load(self, attempt_id: str) -> Record | None:
         """The attempt's record, or None when there is none (or of another format)."""
-        path = self.run_dir(attempt_id) / RECORD
         try:
-            seen = path.stat()
-            stamp = (seen.st_ino, seen.st_mtime_ns, seen.st_size)
-            known = self._read.get(attempt_id)
-            if known is not None and known[0] == stamp:
-                return known[1]
-            record = Record.from_json(path.read_text())  # as new as the stamp, or newer
+            return Record.from_json((self.run_dir(attempt_id) / RECORD).read_text())
         except FileNotFoundError:
             return None
-        if record is not None:
-            self._read[attempt_id] = (stamp, record)
-        return record
 
     def require(self, instance_id: str) -> Record:
         """The record of a sandbox instance id ("sbx-<attempt>"); NotFound when unknown."""

@@ -119,11 +119,12 @@ class StateReads(StateTallies):
             "SELECT v.job_id, v.version, v.spec_json FROM jobs j"
             f" JOIN job_versions v ON v.job_id = j.id AND v.version = j.version{where}"
         )
-        return [(r[0], r[1], json.loads(r[2])) for r in self._conn.execute(sql, params)]
+        rows = self._conn.execute(sql, params)
+        return [(r["job_id"], r["version"], json.loads(r["spec_json"])) for r in rows]
 
     def job_teams(self) -> dict[str, str]:
         """Job id -> its team, for every job (what fair share needs to know of attempts)."""
-        return dict(self._conn.execute("SELECT id, team FROM jobs").fetchall())
+        return {r["id"]: r["team"] for r in self._conn.execute("SELECT id, team FROM jobs")}
 
     def versions(self, job_id: str) -> list[JobVersion]:
         sql = "SELECT * FROM job_versions WHERE job_id = ? ORDER BY version"

@@ -106,6 +106,19 @@ def plan_figures(count: int, runs: int) -> dict:
     }
 
 
+def spec_json(name: str, team: str) -> str:
+    """The stored spec of an A100:8 job without a runtime estimate (learned from its
+    runs: `broker jobs` shows it), as the store encodes it."""
+    from broker.spec import NO_HISTORY, GpuAsk, JobSpec, Requirements, RuntimeEstimate
+    from broker.spec_codec import encode
+
+    spec = JobSpec(
+        name, team, Requirements(accelerators=(GpuAsk("A100", 8),)),
+        runtime=RuntimeEstimate(auto=True, source=NO_HISTORY),
+    )  # fmt: skip
+    return json.dumps(encode(spec))
+
+
 def state_file(jobs: int, seed: int = 3) -> Path:
     """A state file as the broker writes it, holding `jobs` finished or live jobs, each
     with one or two attempts and their ledger lines (written straight, in one go)."""
@@ -138,7 +151,9 @@ def state_file(jobs: int, seed: int = 3) -> Path:
         jobs_rows.append(
             (job_id, team, name, "default", 0, state, 1, None, stamp, stamp, stamp, run)
         )
-        versions.append((job_id, 1, f"d{i}", "name: x\n", "{}", "default", 0, stamp))
+        versions.append(
+            (job_id, 1, f"d{i}", "name: x\n", spec_json(name, team), "default", 0, stamp)
+        )
         tries = 0 if state == "queued" else rng.choice((1, 1, 1, 2))
         for number in range(1, tries + 1):
             attempt_id = f"a-{i:010x}{number:02d}"

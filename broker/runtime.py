@@ -21,6 +21,7 @@ if TYPE_CHECKING:
     from broker.queue import Policy
     from broker.state import StateStore
     from broker.state.leases import Holder
+    from broker.state.location import StateLocation
     from providers.base import Provider
 
 
@@ -40,12 +41,16 @@ class BrokerSession:
             close()
 
 
-def sandbox_workdir(state_path: Path) -> Path:
-    return state_path.parent / f"{state_path.stem}-sandbox"
+def sandbox_workdir(state_path: StateLocation) -> Path:
+    """The sandbox's folder beside the state file (a database's: `local_anchor`)."""
+    from broker.state.location import local_anchor
+
+    anchor = local_anchor(state_path)
+    return anchor.parent / f"{anchor.stem}-sandbox"
 
 
 def open_runtime(
-    state_path: Path,
+    state_path: StateLocation,
     view: OffersInForce,
     *,
     time_scale: float = 1.0,

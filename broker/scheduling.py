@@ -79,7 +79,7 @@ def verdicts(
         running,
         policy=policy,
         usage=usage,
-        spent_this_month=spent_this_month(store, active, now, committed),
+        spent_this_month=spent_this_month(store, active, now, committed, spec_of),
         free_gpus=free_pool_gpus(pool_gpus, running),
         now=now,
     ):
@@ -88,6 +88,9 @@ def verdicts(
 
 
 def running_jobs(store: StateStore, active: Sequence[Job], spec_of) -> list:
+    """The active jobs as the queue policy sees them, each expected to end when its plan
+    said, later when its runtime estimate has grown since (broker.learned_runtime)."""
+    from broker.learned_runtime import grown_hours
     from broker.queue import RunningJob
 
     running = []
@@ -97,7 +100,7 @@ def running_jobs(store: StateStore, active: Sequence[Job], spec_of) -> list:
             continue
         last = attempts[-1]
         p = last.placed_on
-        hours = p.expected_hours or 1.0
+        hours = (p.expected_hours or 1.0) + grown_hours(p, spec_of(job))
         running.append(
             RunningJob(
                 job_id=job.id,
@@ -120,10 +123,15 @@ def spent_this_month(
     active: Sequence[Job],
     now: datetime,
     committed: Mapping[str, float] | None = None,
+    spec_of: Callable[[Job], JobSpec] | None = None,
 ) -> dict[str, float]:
     """Per team: charges since the first of this month (UTC), plus, for each job still
-    running, its plan's expected cost or what it is `committed` for by the next pass
-    when that is more (a budget is hard: what is running is as good as spent)."""
+    running, its plan's expected cost (with `spec_of`, plus what its runtime estimate
+    has grown since: `broker.learned_runtime.grown_cost`) or what it is `committed` for
+    by the next pass when that is more (a budget is hard: what is running is as good
+    as spent)."""
+    from broker.learned_runtime import grown_cost
+
     start = datetime(now.year, now.month, 1, tzinfo=UTC)
     spent: dict[str, float] = {}
     for entry in store.ledger(since=start):
@@ -131,7 +139,11 @@ def spent_this_month(
     for job in active:
         attempts = store.attempts(job.id)
         if attempts:
-            cost = max(attempts[-1].placed_on.expected_cost, (committed or {}).get(job.id, 0.0))
+            placed = attempts[-1].placed_on
+            planned = placed.expected_cost
+            if spec_of is not None:
+                planned += grown_cost(placed, spec_of(job))
+            cost = max(planned, (committed or {}).get(job.id, 0.0))
             spent[job.team] = spent.get(job.team, 0.0) + cost
     return spent
 

@@ -65,12 +65,23 @@ class RunSpec:
     workdir_archive: str = ""
 
 
+MANIFEST = "manifest"  # the source of an estimate the manifest gives
+DEFAULT_HOURS = 1.0  # what a job without an estimate and without history is planned for
+NO_HISTORY = f"default {DEFAULT_HOURS:g} h: no finished run of this job or a similar one"
+
+
 @dataclass(frozen=True, slots=True)
 class RuntimeEstimate:
-    """How long the job takes on its first-choice GPU, and when it must be done."""
+    """How long the job takes on its first-choice GPU, and when it must be done.
 
-    estimate_hours: float = 1.0
+    `auto`: the manifest left the estimate to the broker (`estimate_hours` omitted or
+    `auto`): `broker.learned_runtime` learns it from the team's finished runs before
+    anything plans with it, and says where the figure came from in `source`."""
+
+    estimate_hours: float = DEFAULT_HOURS
     deadline: timedelta | datetime | None = None  # relative to submission, or absolute (UTC)
+    auto: bool = False
+    source: str = MANIFEST  # why `estimate_hours` is what it is, for --explain and status
 
     def deadline_at(self, submitted: datetime) -> datetime | None:
         if self.deadline is None:

@@ -13,6 +13,7 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from broker.spec import (
+    MANIFEST,
     Amount,
     Budget,
     Checkpoint,
@@ -119,7 +120,12 @@ def _run(run: dict[str, Any]) -> RunSpec:
 
 
 def _runtime(runtime: dict[str, Any]) -> RuntimeEstimate:
-    return RuntimeEstimate(runtime["estimate_hours"], _deadline(runtime["deadline"]))
+    return RuntimeEstimate(
+        runtime["estimate_hours"],
+        _deadline(runtime["deadline"]),
+        auto=runtime.get("auto", False),  # absent in specs encoded before it existed
+        source=runtime.get("source", MANIFEST),
+    )
 
 
 def _checkpoint(ckpt: dict[str, Any] | None) -> Checkpoint | None:

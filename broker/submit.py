@@ -10,13 +10,13 @@ have to run without a container runtime) and packs each workdir (`broker.workdir
 from __future__ import annotations
 
 from collections.abc import Sequence
-from pathlib import Path
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from broker.manifest.load import Manifest
     from broker.spec import JobSpec
     from broker.state import StateStore, SubmitResult
+    from broker.state.location import StateLocation
 
 PLACES = ("aws", "gcp", "azure", "onprem")  # every cloud a job may be placed on
 
@@ -36,7 +36,7 @@ def submit_manifests(store: StateStore, manifests: list[Manifest]) -> list[Submi
 
 
 def prepare(
-    manifests: list[Manifest], state_path: Path, clouds: Sequence[str]
+    manifests: list[Manifest], state_path: StateLocation, clouds: Sequence[str]
 ) -> tuple[list[Manifest], list[str]]:
     """The manifests ready to enqueue on the broker of `state_path`, whose `clouds` are
     launched for real (the sandbox runs the rest), or the errors, one line each."""

@@ -17,12 +17,17 @@ from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from broker.manifest.load import Manifest
+    from broker.state.location import StateLocation
     from providers.workdir import PackedWorkdir
 
 
-def archives_dir(state_path: Path) -> Path:
-    """Where the packed workdirs of a state file live: `<state>-workdirs/` beside it."""
-    return state_path.parent / f"{state_path.stem}-workdirs"
+def archives_dir(state_path: StateLocation) -> Path:
+    """Where the packed workdirs of a state file live: `<state>-workdirs/` beside it (a
+    database's: beside its `local_anchor`)."""
+    from broker.state.location import local_anchor
+
+    anchor = local_anchor(state_path)
+    return anchor.parent / f"{anchor.stem}-workdirs"
 
 
 def limit_bytes() -> int:

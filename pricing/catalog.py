@@ -128,8 +128,10 @@ def read_offer_table(path: Path) -> OfferTable:
     A cache that cannot be read whole (truncated, corrupted, of another format) is
     rebuilt from the CSV: it is only ever a copy.
     """
+    from pricing.table import import_numpy
     from pricing.userio.reading import check_regular
 
+    import_numpy()  # first, with OpenBLAS on one thread
     cache = _cache_path(path)
     if cache is not None and cache.is_file():
         table = _load_cache(cache)

@@ -168,3 +168,11 @@ def ssh_nodes(services_dir) -> Iterator[SshNodes]:
         )
     finally:
         _service("sshd-down.sh", env)
+
+
+# ---- the state store's backends: SQLite and a real PostgreSQL (tests/state_backends.py) --
+from tests.state_backends import (  # noqa: E402, F401
+    new_state_location,
+    postgres_cluster,
+    state_location,
+)

@@ -50,6 +50,8 @@ def report(exc: CliExit) -> int:
 # Looked up among the modules already imported: an exception whose class was never
 # imported cannot have been raised, so the table costs a command no import.
 EXIT_CODES: tuple[tuple[str, int], ...] = (
+    ("broker.state.backend:StateUnavailable", FAILED),  # the state database is down
+    ("broker.state.pg_backend:DriverMissing", FAILED),  # a URL without the postgres extra
     ("broker.state.files:ReadOnlyState", FAILED),
     ("broker.state.files:StateFileError", BAD_INPUT),  # not ours, damaged, missing
     ("broker.state.schema:SchemaTooNew", BAD_INPUT),  # written by a newer broker: unchanged
@@ -62,6 +64,7 @@ EXIT_CODES: tuple[tuple[str, int], ...] = (
     ("providers.registry:ProviderUnavailable", PROVIDER),  # an SDK extra not installed
     ("sqlite3:OperationalError", FAILED),  # locked, a full disk
     ("sqlite3:DatabaseError", BAD_INPUT),  # a state file SQLite finds damaged
+    ("psycopg:Error", FAILED),  # the state database refused a statement (a timeout, ...)
 )
 
 
@@ -73,7 +76,8 @@ def _mapped(exc: BaseException) -> tuple[int, str] | None:
         kind = loaded.__dict__.get(name) if loaded is not None else None
         if isinstance(kind, type) and isinstance(exc, kind):
             line = _one_line(exc)
-            return code, f"state file: {line}" if module == "sqlite3" else line
+            prefix = {"sqlite3": "state file: ", "psycopg": "state database: "}.get(module, "")
+            return code, prefix + line
     return None
 
 

@@ -41,6 +41,8 @@ JOB_COLUMNS = (
     Column("where", "where", keep=2),
     Column("market", "market"),
     Column("attempts", "attempts", count, keep=0),
+    Column("estimate_hours", "est. h", hours),
+    Column("runtime_hours", "runtime h", hours),
     Column("gpu_hours", "GPU-h", hours),
     Column("cost_usd", "cost $", usd, keep=3),
     Column("submitted", "submitted", when, keep=2),
@@ -72,7 +74,9 @@ JOB_DATA = (
     *JOB_COLUMNS[2:5],
     Column("version", "version"),
     Column("queue", "queue"),
-    *JOB_COLUMNS[5:],
+    *JOB_COLUMNS[5:9],
+    Column("estimate_source", "estimate source"),
+    *JOB_COLUMNS[9:],
 )
 ATTEMPT_DATA = (*ATTEMPT_COLUMNS[:2], *_APART, *ATTEMPT_COLUMNS[3:])
 
@@ -102,7 +106,7 @@ def jobs(
         False, "--attempts", help="One row per attempt of those jobs (the sacct view)."
     ),
     output: Output = OutputOption,
-    state: Path = StateFileOption,
+    state: str = StateFileOption,
     wide: bool = WideOption,
 ) -> None:
     """Every job the broker knows, newest first, finished ones included: where it ran,
@@ -124,12 +128,14 @@ def jobs(
     from broker.state.listing import Listing
 
     found = Listing(jobs=[], attempts=[], matched=0)  # no state file yet: nothing ran
+    runtimes: dict[str, dict[str, Any]] = {}
     with reading_store(state) as store:
         if store is not None:
             found = store.listing(
                 team=team, states=wanted, since=start, until=end, limit=limit or None,
                 attempts=attempts, submitter=user,
             )  # fmt: skip
+            runtimes = _runtimes(store, found.jobs) if not attempts else {}
     notes = []
     shown = len({a.job_id for a in found.attempts}) if attempts else len(found.jobs)
     if limit and found.matched > shown:
@@ -143,7 +149,7 @@ def jobs(
             meta={"matched_jobs": found.matched},
         )  # fmt: skip
         return
-    rows = [_job_row(j) for j in found.jobs]
+    rows = [_job_row(j) | runtimes[j.id] for j in found.jobs]
     columns = JOB_DATA if _data(output) else JOB_COLUMNS
     render(
         rows, columns, output, json_key="jobs", notes=notes, wide=wide,
@@ -209,6 +215,26 @@ def _job_row(job: JobListing) -> dict[str, Any]:
     }
 
 
+def _runtimes(store, jobs: list[JobListing]) -> dict[str, dict[str, Any]]:
+    """Per run: its runtime estimate and its source (a finished run's as its first
+    attempt was planned, none when it never launched; else as it would be planned now)
+    and, once it succeeded, the hours it took (broker.learned_runtime.as_listed)."""
+    from broker.clock import SystemClock
+    from broker.learned_runtime import History, as_listed
+
+    history, now, out = History(store), SystemClock().now(), {}
+    for job in jobs:
+        run = store.job(job.id)
+        spec = store.version(run.id, run.version).spec
+        estimate, took = as_listed(history, run, spec, now)
+        out[job.id] = {
+            "estimate_hours": None if estimate is None else round(estimate.estimate_hours, 6),
+            "estimate_source": "" if estimate is None else estimate.source,
+            "runtime_hours": None if took is None else round(took, 6),
+        }
+    return out
+
+
 def _attempt_row(attempt: AttemptListing) -> dict[str, Any]:
     where = f"{attempt.cloud}/{attempt.region}/{attempt.instance_type}"
     return {
@@ -250,7 +276,7 @@ QUEUE_COLUMNS = (
 
 def queue(
     output: Output = OutputOption,
-    state: Path = StateOption,
+    state: str = StateOption,
     catalog: Path = CatalogOption,
     pools: Path = PoolsOption,
     overlays: Path = OverlaysOption,

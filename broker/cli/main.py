@@ -48,6 +48,7 @@ COMMANDS: dict[str, str] = {
     "sandbox": "sandbox:app",
     "pools": "pools:app",
     "metrics": "metrics:app",
+    "state": "state:app",
     "simulate": "simulate:simulate",
 }
 

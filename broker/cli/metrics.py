@@ -26,7 +26,7 @@ HOST_HELP = "Address to listen on (0.0.0.0: every interface)."
 def serve(
     port: int = typer.Option(9464, "--port", help=PORT_HELP),
     host: str = typer.Option("127.0.0.1", "--host", help=HOST_HELP),
-    state: Path = StateOption,
+    state: str = StateOption,
     pools: Path = PoolsOption,
 ) -> None:
     """Serve the metrics of the state file until stopped (Ctrl-C): counted from the

@@ -24,9 +24,11 @@ from broker.cli.options import (
     offers_in_force,
 )
 from broker.cli.render import Column, Output, render, usd, write_json
+from broker.cli.session import StateOption
 
 if TYPE_CHECKING:
     from broker.manifest.load import Manifest
+    from broker.spec import JobSpec
 
 # `keep`: what a narrow terminal keeps longest (0: left out first); --wide shows all.
 PLACEMENT_COLUMNS = (
@@ -66,16 +68,19 @@ def plan_command(
     input_format: InputFormat = FormatOption,
     team: str = TeamOption,
     wide: bool = WideOption,
+    state: Path = StateOption,
 ) -> None:
     """Plan jobs: the cheapest compliant placements, with their cost breakdown.
 
-    Exit 3 when a job has no feasible placement (with what to relax and its cost).
+    A job without a runtime estimate (or `auto`) is planned for what its finished runs
+    in the state file took (docs/manifest.md). Exit 3 when a job has no feasible
+    placement (with what to relax and its cost).
     """
     if top is not None and top < 1:
         fail("--top must be at least 1", BAD_INPUT)
-    from broker.manifest.load import collector_paused
+    from broker.collector import collector_paused
 
-    with collector_paused():  # a folder's plan: a million objects, no cycle worth a scan
+    with collector_paused(freeze=True):  # a folder's plan: a million objects, no cycle worth a scan
         loaded = load_jobs(paths, input_format, team)
         if loaded.errors:
             for error in loaded.errors:
@@ -85,7 +90,9 @@ def plan_command(
             fail("no broker/v1 manifest found in " + ", ".join(map(str, paths)), BAD_INPUT)
         if top is None:
             top = 5 if len(loaded.manifests) == 1 else 1
-        plan_manifests(loaded.manifests, top, explain, output, catalog, pools, overlays, wide)
+        plan_manifests(
+            loaded.manifests, top, explain, output, catalog, pools, overlays, wide, state=state
+        )
 
 
 def plan_manifests(
@@ -97,8 +104,11 @@ def plan_manifests(
     pools: Path | None,
     overlays: Path | None,
     wide: bool = False,
+    *,
+    state: Path | None = None,
 ) -> None:
-    """`broker plan` of manifests already loaded (`submit --dry-run` plans what it read)."""
+    """`broker plan` of manifests already loaded (`submit --dry-run` plans what it read);
+    `state`: the `--state` flag, whose history `auto` runtimes are learned from."""
     from datetime import date
 
     from broker.clock import SystemClock
@@ -107,7 +117,7 @@ def plan_manifests(
 
     view = offers_in_force(catalog, pools, overlays)
     now = SystemClock().now()
-    jobs = [m.spec for m in manifests]
+    jobs = learned_runtimes([m.spec for m in manifests], state)
     index = view.index
     if view.pools_path is not None and any(job.requirements.nodes > 1 for job in jobs):
         from broker.dispatch.gangs import with_pool_gang_limits
@@ -180,6 +190,30 @@ def _job_rows(decisions, jobs) -> list[dict]:
         for d, job in zip(decisions, jobs, strict=True)
         for row in _rows(d)
     ]
+
+
+def learned_runtimes(jobs: list[JobSpec], state: Path | None) -> list[JobSpec]:
+    """`jobs`, each `auto` runtime learned from the history in the state file in force
+    (broker.learned_runtime); the state is read only for such jobs, and a missing file
+    is no history (nothing is created, nothing said)."""
+    if not any(job.runtime.auto for job in jobs):
+        return jobs
+    from dataclasses import replace
+
+    from broker.cli.statefile import check_state, opened_store, state_path
+    from broker.learned_runtime import History, history_estimate
+
+    path = state_path(state)
+    if check_state(path, "read").kind in ("missing", "empty"):
+        return jobs
+    with opened_store(path, "read") as store:
+        if store is None:
+            return jobs
+        history = History(store)
+        return [
+            replace(job, runtime=history_estimate(history, job, None)) if job.runtime.auto else job
+            for job in jobs
+        ]
 
 
 def _csv(decisions, jobs, explain: bool) -> None:

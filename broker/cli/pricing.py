@@ -100,7 +100,7 @@ def refresh_command(
         None, "--region", help="Only these regions: names or globs, e.g. 'us-*' [default: all]."
     ),
     catalog: Path = CatalogTarget,
-    state: Path = StateOption,
+    state: str = StateOption,
     output: Output = OutputOption,
 ) -> None:
     """Rebuild the catalog from the clouds' public price sources (docs/catalog.md, Live prices).

@@ -109,13 +109,14 @@ def _outcome_row(outcome: Outcome) -> dict[str, Any]:
     return row
 
 
-def _observations(state: Path | None) -> list:
+def _observations(state: str | None) -> list:
     """What the broker saw of its own spot instances (hours, interruptions), for learned
     interruption rates; [] without a state file."""
     from broker.cli.session import state_path
+    from broker.state.location import DatabaseUrl
 
     path = state_path(state)
-    if not path.is_file():
+    if not isinstance(path, DatabaseUrl) and not path.is_file():
         return []
     from broker.clock import SystemClock
     from broker.state import StateStore

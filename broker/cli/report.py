@@ -117,7 +117,7 @@ def cost_report(
         show_default=False,
         metavar="FILE",
     ),
-    state: Path = StateOption,
+    state: str = StateOption,
     catalog: Path = CatalogOption,
     overlays: Path = OverlaysOption,
 ) -> None:
@@ -287,9 +287,7 @@ def sandbox_clock_notes(scales: dict[float | None, int]) -> list[str]:
     return notes
 
 
-def _notes(
-    report: Report, reconciled: Reconciliation | None, clock: list[str] = ()
-) -> list[str]:
+def _notes(report: Report, reconciled: Reconciliation | None, clock: list[str] = ()) -> list[str]:
     notes = [*NOTES, *clock]
     if report.totals.unpriced:
         notes.append(

@@ -34,7 +34,7 @@ def examples_dir() -> Path:
 def run(
     once: bool = typer.Option(False, "--once", help="One reconcile pass, then exit (CI, cron)."),
     poll: float = typer.Option(0.5, "--poll", help="Seconds between passes."),
-    state: Path = StateOption,
+    state: str = StateOption,
     catalog: Path = CatalogOption,
     pools: Path = PoolsOption,
     overlays: Path = OverlaysOption,
@@ -195,7 +195,7 @@ def _loop(
     told: set[tuple[str, str]] = set()  # waits already printed
     while True:
         began = time.perf_counter()
-        report = rt.controller.run_pass()
+        report = _pass(rt, once)
         if on_pass is not None:
             on_pass(time.perf_counter() - began)
         if report.blocked:  # e.g. credentials: no later pass can do better
@@ -211,7 +211,7 @@ def _loop(
                 print(f"{name} {outcome}", file=sys.stderr)
         if once:
             return
-        queued, active = rt.store.queued(), rt.controller.active()
+        queued, active = _pass(rt, once, lambda: (rt.store.queued(), rt.controller.active()))
         if not active and not queued:
             return
         pause = poll  # the controller polls its providers between passes
@@ -233,6 +233,34 @@ def _loop(
                 fail(f"gave up after {limit_s:g} s with work still in flight", FAILED)
             pause = min(pause, left + poll)
         time.sleep(pause)
+
+
+DB_RETRY_S = (1.0, 2.0, 5.0, 10.0, 30.0)  # waits for a state database that is down
+
+
+def _pass(rt, once: bool, step: Callable[[], Any] | None = None) -> Any:
+    """One pass (or `step`), waiting out a state database that is down: `broker run`
+    says so once, tries again after 1, 2, 5, 10, then every 30 s, and goes on where it
+    was once the database is back (a write lost with the connection is not half done:
+    the next pass sees what committed). With --once it fails, one line, exit 1."""
+    from broker.state.backend import StateUnavailable
+
+    step = step or rt.controller.run_pass
+    tries = 0
+    while True:
+        try:
+            result = step()
+        except StateUnavailable as exc:
+            if once:
+                fail(str(exc), FAILED)
+            wait = DB_RETRY_S[min(tries, len(DB_RETRY_S) - 1)]
+            print(f"broker: {exc}; trying again in {wait:g} s", file=sys.stderr)
+            tries += 1
+            time.sleep(wait)
+            continue
+        if tries:
+            print("broker: the state database is back", file=sys.stderr)
+        return result
 
 
 def demo(

@@ -20,7 +20,7 @@ app = typer.Typer(
 @app.command("interrupt")
 def interrupt(
     target: str = typer.Argument(..., help="Job (id, team/name or name) or instance id."),
-    state: Path = StateOption,
+    state: str = StateOption,
     catalog: Path = CatalogOption,
     pools: Path = PoolsOption,
     overlays: Path = OverlaysOption,

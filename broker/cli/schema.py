@@ -12,6 +12,6 @@ def schema() -> None:
     """
     import json
 
-    from broker.manifest.load import manifest_json_schema
+    from broker.manifest.digest import manifest_json_schema
 
     print(json.dumps(manifest_json_schema(), indent=2))

@@ -25,14 +25,16 @@ StateOption = typer.Option(
     None,
     "--state",
     "--state-file",
-    help="State file [env: BROKER_STATE; default: ~/.local/state/broker/state.db].",
+    help="State file, or a postgresql://user@host/db URL [env: BROKER_STATE; default: "
+    "~/.local/state/broker/state.db].",
     show_default=False,
 )
 # `broker jobs` filters by job state with --state (as sacct does): its file is --state-file.
 StateFileOption = typer.Option(
     None,
     "--state-file",
-    help="State file [env: BROKER_STATE; default: ~/.local/state/broker/state.db].",
+    help="State file, or a postgresql://user@host/db URL [env: BROKER_STATE; default: "
+    "~/.local/state/broker/state.db].",
     show_default=False,
 )
 PolicyOption = typer.Option(
@@ -71,7 +73,7 @@ def lease_holder(name: str, seconds: float, poll: float) -> Holder:
 
 
 @contextmanager
-def reading_store(flag: Path | None) -> Iterator[StateStore | None]:
+def reading_store(flag: str | None) -> Iterator[StateStore | None]:
     """The state store for a command that only reads it (`jobs`, `status`): None when
     there is no state file yet (nothing is created), read-only in a read-only place."""
     with opened_store(state_path(flag), "read") as store:
@@ -89,7 +91,7 @@ def enabled_clouds() -> tuple[str, ...]:
     if isinstance(value, str):
         value = [value]
     if not isinstance(value, list | tuple) or not all(isinstance(v, str) for v in value):
-        fail(f"{where}: expected cloud names such as [\"aws\", \"gcp\"], got {value!r}", BAD_INPUT)
+        fail(f'{where}: expected cloud names such as ["aws", "gcp"], got {value!r}', BAD_INPUT)
     clouds = split_list(list(value))
     unknown = [cloud for cloud in clouds if cloud not in CLOUDS]
     if unknown:
@@ -99,7 +101,7 @@ def enabled_clouds() -> tuple[str, ...]:
 
 @contextmanager
 def runtime(
-    state: Path | None,
+    state: str | None,
     catalog,
     pools,
     overlays,

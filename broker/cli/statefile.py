@@ -25,22 +25,35 @@ from broker.cli.exits import BAD_INPUT, FAILED, fail
 if TYPE_CHECKING:
     from broker.state import StateStore
     from broker.state.files import Examined
+    from broker.state.location import StateLocation
 
 Mode = Literal["read", "write"]
 
 
-def state_path(flag: Path | None) -> Path:
-    """The state file in force: `--state`, else the `state` setting, else the default."""
+def state_path(flag: str | Path | None) -> StateLocation:
+    """The state in force: `--state`, else the `state` setting (BROKER_STATE, broker.toml),
+    else the default file; a `postgresql://` URL is a database, anything else a path."""
     from broker.state import default_state_path
-    from pricing.userio.settings import resolve_path
+    from broker.state.location import parse_location
+    from pricing.userio.settings import ConfigError, resolve
 
-    return resolve_path("state", flag) or default_state_path()
+    setting = resolve("state", flag)
+    if isinstance(setting.value, str | Path) and str(setting.value):
+        return parse_location(str(setting.value))
+    if setting.value is not None:
+        raise ConfigError(f"{setting.origin}: state: expected a path or URL, got {setting.value!r}")
+    return default_state_path()
 
 
-def check_state(path: Path, mode: Mode) -> Examined:
+def check_state(path: StateLocation, mode: Mode) -> Examined | None:
     """What is at `path`, when a command in `mode` may use it; else the command stops
-    with one line (a command checks this before it writes anything beside the file)."""
+    with one line (a command checks this before it writes anything beside the file).
+    None for a database: it is checked when it is opened."""
     from broker.state.files import StateFileError, examine
+    from broker.state.location import DatabaseUrl
+
+    if isinstance(path, DatabaseUrl):
+        return None
 
     try:
         found = examine(path)
@@ -53,19 +66,23 @@ def check_state(path: Path, mode: Mode) -> Examined:
 
 
 @contextmanager
-def opened_store(path: Path, mode: Mode) -> Iterator[StateStore | None]:
+def opened_store(path: StateLocation, mode: Mode) -> Iterator[StateStore | None]:
     """The store at `path`, opened for `mode`; None for a read of a missing (or empty)
-    file, after a one-line note. A refusal, or SQLite finding the file damaged while
-    the command uses it, stops the command with one line (codes in the table above)."""
+    file, after a one-line note. A refusal, SQLite finding the file damaged while the
+    command uses it, or a database that cannot be reached, stops the command with one
+    line (codes in the table above)."""
     import sqlite3
 
     from broker.clock import SystemClock
-    from broker.state import SchemaTooNew, StateStore
+    from broker.state import SchemaTooNew, StateError, StateStore
+    from broker.state.backend import StateUnavailable
     from broker.state.files import ReadOnlyState, StateFileError
 
     found = check_state(path, mode)
     try:
-        if mode == "read" and found.kind in ("missing", "empty"):
+        if found is None:  # a database: created and migrated by any command, as a file is
+            store = StateStore.open(path, SystemClock())
+        elif mode == "read" and found.kind in ("missing", "empty"):
             print(f"broker: no state file at {path} yet: nothing was submitted", file=sys.stderr)
             store = None
         else:
@@ -75,11 +92,15 @@ def opened_store(path: Path, mode: Mode) -> Iterator[StateStore | None]:
         fail(str(exc), FAILED)
     except (StateFileError, SchemaTooNew) as exc:
         fail(str(exc), BAD_INPUT)
+    except StateError as exc:  # unreachable, no driver, a schema to migrate first
+        fail(str(exc), FAILED)
     if store is None:
         yield None
         return
     try:
         yield store
+    except StateUnavailable as exc:  # the database went away while the command ran
+        fail(str(exc), FAILED)
     except sqlite3.OperationalError as exc:
         if "readonly" in str(exc):
             fail(f"the state file {path} cannot be written here: {exc}", FAILED)

@@ -56,7 +56,7 @@ NO_JOB = "give a job: id, team/name or name (`broker jobs` lists every job, fini
 def status(
     jobs: list[str] = typer.Argument(None, help="Jobs: id, team/name (newest run) or name."),
     output: Output = OutputOption,
-    state: Path = StateOption,
+    state: str = StateOption,
     wide: bool = WideOption,
 ) -> None:
     """A job's timeline of events and its attempts with placement and cost
@@ -82,6 +82,7 @@ def status(
                 f"run {view['run']}, version {view['version']}, "
                 f"submitted by {view['user'] or 'an unrecorded user'}"
             )
+            print(_runtime_line(view["runtime"]))
             render(view["events"], EVENT_COLUMNS, output, wide=wide)
             render(
                 view["attempts"],
@@ -134,9 +135,32 @@ def _view(store: StateStore, job: Job) -> dict[str, Any]:
         "user": job.submitter,
         "version": job.version,
         "state": str(job.state),
+        "runtime": _runtime(store, job),
         "events": events,
         "attempts": attempts,
     }
+
+
+def _runtime(store: StateStore, job: Job) -> dict[str, Any]:
+    """The job's runtime estimate as the controller plans with it now, where it came
+    from, and (once it succeeded) the hours it took (broker.learned_runtime)."""
+    from broker.clock import SystemClock
+    from broker.learned_runtime import History, actual_hours, runtime_of
+
+    spec = store.version(job.id, job.version).spec
+    estimate = runtime_of(History(store), spec, job, SystemClock().now())
+    return {
+        "estimate_hours": estimate.estimate_hours,
+        "source": estimate.source,
+        "auto": estimate.auto,
+        "actual_hours": actual_hours(store, job, spec),
+    }
+
+
+def _runtime_line(runtime: dict[str, Any]) -> str:
+    actual = runtime["actual_hours"]
+    took = f"; it took {actual:.2f} h" if actual is not None else ""
+    return f"runtime estimate: {runtime['estimate_hours']:.2f} h ({runtime['source']}){took}"
 
 
 def _nodes(store: StateStore, attempt_id: str, where: str) -> list[dict[str, Any]]:
@@ -179,7 +203,7 @@ def cancel(
     force: bool = typer.Option(
         False, "--force", help="Cancel jobs other users submitted too (recorded with my name)."
     ),
-    state: Path = StateOption,
+    state: str = StateOption,
     catalog: Path = CatalogOption,
     pools: Path = PoolsOption,
     overlays: Path = OverlaysOption,
@@ -240,7 +264,7 @@ CLOUD_LOGS = {
 def logs(
     job: str = typer.Argument(..., help="Job: id, team/name (newest run) or name."),
     follow: bool = typer.Option(False, "--follow", "-f", help="Keep printing until it ends."),
-    state: Path = StateOption,
+    state: str = StateOption,
     catalog: Path = CatalogOption,
     pools: Path = PoolsOption,
     overlays: Path = OverlaysOption,

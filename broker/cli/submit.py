@@ -52,7 +52,7 @@ def submit(
     ),
     dry_run: bool = typer.Option(False, "--dry-run", help="Plan without enqueueing."),
     output: Output = OutputOption,
-    state: Path = StateOption,
+    state: str = StateOption,
     catalog: Path = CatalogOption,
     pools: Path = PoolsOption,
     overlays: Path = OverlaysOption,
@@ -72,7 +72,7 @@ def submit(
     if dry_run:
         from broker.cli.plan import plan_manifests
 
-        plan_manifests(loaded.manifests, 1, False, output, catalog, pools, overlays)
+        plan_manifests(loaded.manifests, 1, False, output, catalog, pools, overlays, state=state)
         return
     from broker.cli.statefile import check_state, opened_store
     from broker.state import RunInFlight
@@ -106,7 +106,7 @@ def submit(
 def rerun(
     jobs: list[str] = typer.Argument(..., help="Jobs: id, team/name or name (its newest run)."),
     output: Output = OutputOption,
-    state: Path = StateOption,
+    state: str = StateOption,
 ) -> None:
     """Queue a new run of finished jobs from the same manifest version: each a new job id
     under the same team/name (`broker jobs` groups them)."""

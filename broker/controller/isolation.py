@@ -12,7 +12,8 @@ for one job (a spec nothing validated, a bug reached by one job's data).
   (`broker.controller.outcomes.INFRA_RETRIES`).
 
 KeyboardInterrupt and SystemExit are not caught, nor the state store's own errors
-(`sqlite3.Error`: a locked or broken file is no job's fault): they stop the pass, as
+(`broker.state.backend.is_store_error`: a locked or broken file, a database that is
+down, is no job's fault): they stop the pass, as
 before.
 """
 
@@ -30,9 +31,9 @@ ERROR = "error"  # the category (and first word) of the reason of a job held by 
 def not_one_jobs(exc: BaseException) -> bool:
     """Whether `exc` is the state store's (or the machine's), not one job's: it stops
     the pass rather than holding or failing a job."""
-    import sqlite3
+    from broker.state.backend import is_store_error
 
-    return isinstance(exc, (sqlite3.Error, MemoryError))
+    return isinstance(exc, MemoryError) or is_store_error(exc)
 
 
 def error_reason(stage: str, exc: BaseException) -> str:

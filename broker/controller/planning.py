@@ -245,6 +245,8 @@ class Planning:
         """The spec to plan now: its checkpoint where it lives, its market as its spot
         policy says (broker.dispatch.market), its spot kept home while it would wait
         there (broker.dispatch.home)."""
+        from broker.controller.moving import moved_by_choice
+
         spec = self._spec(job)
         # where its checkpoint lives; a job without one has no home (read only with one)
         home = checkpoint_place(self.store, job) if spec.checkpoint is not None else None
@@ -258,14 +260,17 @@ class Planning:
         requirements = replace(spec.requirements, spot="only")
         if home is not None and stays_home(
             self.settings,
-            has_home=spec.checkpoint is not None,
+            has_home=spec.checkpoint is not None and not moved_by_choice(self.store, job),
             choice=choice,
             choice_without_spot=lambda: steer(
                 spec, job, self.store, now, self.settings, spot_available=False
             )[1],
         ):
             requirements = replace(requirements, clouds=(home.cloud,), regions=(home.region,))
-        return replace(spec, requirements=requirements)
+        # The policy owns the deadline now (it sends the job to on-demand in time), so the
+        # planner does not judge this spot against it (docs/planner.md, "Deadline").
+        runtime = replace(spec.runtime, deadline=None)
+        return replace(spec, requirements=requirements, runtime=runtime)
 
     def _spot_open(self, spec: JobSpec) -> bool:
         """Whether spot is on sale for the job's GPUs, where the provider can tell and

@@ -22,7 +22,7 @@ module keeps the books.
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime
 from typing import TYPE_CHECKING
 
@@ -40,6 +40,7 @@ from broker.state.leases import Holder, LeaseHeld
 from providers.capabilities import Billing, Capacity, CheckpointStores, PoolShares, SpotMarket
 
 if TYPE_CHECKING:
+    from broker.learned_runtime import History
     from broker.queue import Policy
     from broker.spec import JobSpec
     from broker.state import Attempt, Job, StateStore
@@ -97,11 +98,14 @@ class Controller(Launching, Closing, Budgets):
     settings: DispatchSettings = field(default_factory=DispatchSettings)
     holder: Holder = field(default_factory=Holder.new)  # whose leases this controller takes
     _specs: Specs = field(default_factory=Specs, init=False)  # decoded once, kept
+    _learned: dict[tuple[str, int], JobSpec] = field(default_factory=dict, init=False)
     _steered: dict[str, str] = field(default_factory=dict, init=False)  # job id -> say
     _started: bool = field(default=False, init=False)
     _held: set[str] = field(default_factory=set, init=False)  # job ids held by an error
     _looked: dict[str, float] = field(default_factory=dict, init=False)  # budgets
     _committed: dict[str, float] = field(default_factory=dict, init=False)  # budgets
+    _history: History | None = field(default=None, init=False)  # learned runtimes, per pass
+    _offered: tuple[object, OfferIndex] | None = field(default=None, init=False)  # per pass
 
     def __post_init__(self) -> None:
         self.store.hold_as(self.holder)
@@ -119,6 +123,7 @@ class Controller(Launching, Closing, Budgets):
     def run_pass(self) -> PassReport:
         report = PassReport()
         self.store.heartbeat()  # the leases this controller holds outlive a long pass
+        self._history = None
         if not self._started:  # instance rows a broker from before left live
             self.store.close_stale_instances()
             self._started = True
@@ -214,6 +219,11 @@ class Controller(Launching, Closing, Budgets):
             elif self._back_to_spot(job, attempt):
                 self.preempt(job.id, "back to spot: the deadline's slack is rebuilt")
                 report.finished.append((job.name, "back to spot"))
+            elif self._cheaper_spot(job, attempt):
+                from broker.controller.moving import MOVE_REASON
+
+                self.preempt(job.id, MOVE_REASON)
+                report.finished.append((job.name, "to cheaper spot"))
             return
         if not self.store.claim(job.id, "finish"):
             return  # another controller closes it
@@ -361,6 +371,24 @@ class Controller(Launching, Closing, Budgets):
         )
         return choice == "spot"
 
+    def _cheaper_spot(self, job: Job, attempt: Attempt) -> bool:
+        """True when a steered job's spot run should stop to move to cheaper spot on sale
+        elsewhere (broker.dispatch.move), the offers as the next plan sees them."""
+        from broker.controller.moving import moves_to_cheaper_spot, wants_a_look
+        from broker.recovery import adjust_index
+
+        spec = self._spec(job)
+        if not wants_a_look(spec, attempt, self.settings):
+            return False
+        now = self.clock.now()
+        if self._offered is None or self._offered[0] != now:  # the offers, once per pass
+            self._offered = (now, self.index_of(self.provider))
+        index = adjust_index(self._offered[1], self.store, now, self.settings.cooldown_scale)
+        return moves_to_cheaper_spot(
+            self.store, job, spec, attempt, self._gangs(index, [spec]), now, self.settings,
+            self.checkpoints.stores is not None,
+        )  # fmt: skip
+
     def _release(self, instance: Instance, report: PassReport) -> None:
         """Delete what a reclaimed instance leaves behind (a deallocated Azure VM, a
         stopped GCE VM keep their disks, which cost money); safe to repeat."""
@@ -374,8 +402,28 @@ class Controller(Launching, Closing, Budgets):
             report.cannot_reach(instance.id, exc)
 
     def _spec(self, job: Job) -> JobSpec:
-        """The job's spec in the version in force, as the store keeps it (decoded once)."""
-        return self._specs.get(self.store, job)
+        """The job's spec in the version in force, as the store keeps it (decoded once),
+        with its runtime estimate: an `auto` one learned from history once, and raised
+        when the job has run up to it (broker.learned_runtime), so the planner's cost,
+        the deadline policy and the budget check read the same figure."""
+        spec = self._specs.get(self.store, job)
+        if not spec.runtime.auto:
+            return spec
+        key = (job.id, job.version)
+        if key not in self._learned:
+            from broker.learned_runtime import History, history_estimate
+
+            if self._history is None:  # one per pass: runs that end are history next
+                self._history = History(self.store)
+            runtime = history_estimate(self._history, spec, None)
+            self._learned[key] = replace(spec, runtime=runtime)
+        spec = self._learned[key]
+        if not spec.runtime.auto:
+            return spec
+        from broker.learned_runtime import raised_by_work
+
+        runtime = raised_by_work(self.store, job, spec, spec.runtime, self.clock.now())
+        return spec if runtime is spec.runtime else replace(spec, runtime=runtime)
 
 
 def _instance_row(instance: Instance) -> dict:

@@ -38,6 +38,10 @@ class DispatchSettings:
       asked again (0: continuously).
     - `pool_wait_factor`: Starburst's waiting budget for a full pool, x the job's
       hours (0: burst to a cloud at once).
+    - `move_below`: a steered spot run moves to spot on sale elsewhere at most this
+      share of its price, when the saving pays for the move (`broker.dispatch.move`;
+      0: never moves). 0.5: only a gap a job gets stuck in, not zones a few percent
+      apart.
     """
 
     spot_policy: Any = None
@@ -47,6 +51,7 @@ class DispatchSettings:
     restart_hours: float | None = None
     pass_hours: float = 0.0
     pool_wait_factor: float = 1.0
+    move_below: float = 0.5
 
     def policy(self) -> Any:
         """The spot policy in force."""

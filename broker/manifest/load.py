@@ -25,17 +25,15 @@ before comes from the spec cache (`broker.manifest.spec_cache`) without either.
 
 from __future__ import annotations
 
-import hashlib
-import json
 import os
 import re
-from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from datetime import date
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, NamedTuple
 
+from broker.collector import collector_paused
+from broker.manifest.digest import manifest_digest
 from broker.manifest.workdir import MANIFEST_DIR, as_written, manifest_dir, resolved
 from broker.spec import JobSpec
 
@@ -122,7 +120,7 @@ def load_manifests(paths: Sequence[Path]) -> LoadResult:
     cache = SpecCache(cache_dir())
     limits = Limits.resolved()
     seen: dict[str, bool] = {}  # absolute path -> is a manifest file
-    with collector_paused():
+    with collector_paused(freeze=True):
         _load_paths(paths, result, loaded, cache, seen, limits)
     cache.flush()
     result.manifests.extend(_unique(loaded, result.errors))
@@ -158,26 +156,6 @@ def _load_paths(
 
             message = f"no job manifests (YAML with apiVersion: {API_VERSION}) in this directory"
             result.errors.append(UserInputError(path, 0, 0, "", message))
-
-
-@contextmanager
-def collector_paused() -> Iterator[None]:
-    """Loading a folder allocates many small objects (specs, documents) and makes no
-    reference cycles worth collecting, yet the cyclic collector would scan them again
-    and again: a third of a 10,000-manifest load. It runs again once they are loaded,
-    and the objects alive then are frozen (`gc.freeze`), never scanned: they are the
-    command's input, alive until it ends. `broker plan` pauses it over its planning and
-    its table too (their objects: a tenth of a 10,000-job plan's time otherwise)."""
-    import gc
-
-    enabled = gc.isenabled()
-    gc.disable()
-    try:
-        yield
-    finally:
-        gc.freeze()
-        if enabled:
-            gc.enable()
 
 
 def parse_manifest_text(text: str, path: Path = Path("<stdin>")) -> list[Manifest]:
@@ -220,29 +198,6 @@ def load_texts(texts: Sequence[tuple[str, Path]]) -> LoadResult:
     cache.flush()
     result.manifests.extend(_unique(loaded, result.errors))
     return result
-
-
-def manifest_json_schema() -> dict[str, Any]:
-    """JSON Schema (draft 2020-12) of one manifest document, with help on every field."""
-    from broker.manifest.model import json_schema
-
-    return json_schema()
-
-
-def manifest_digest(data: Any) -> str:
-    """sha256 hex of a document's canonical JSON: sorted keys, no spaces, UTF-8."""
-    return hashlib.sha256(_CANONICAL_JSON.encode(data).encode("utf-8")).hexdigest()
-
-
-def _json_default(value: object) -> str:
-    if isinstance(value, date):  # and datetime: YAML reads unquoted timestamps
-        return value.isoformat()
-    raise TypeError(f"cannot digest {type(value).__name__}")
-
-
-_CANONICAL_JSON = json.JSONEncoder(
-    sort_keys=True, separators=(",", ":"), ensure_ascii=False, default=_json_default
-)
 
 
 class _Loaded(NamedTuple):
@@ -388,23 +343,37 @@ def _load_document(
         return
     spec = _cached(cache, digest, doc.path)
     if spec is None:
-        base = manifest_dir(doc.path)
-        from pydantic import ValidationError
-
-        from broker.manifest.model import JobManifest
-        from pricing.userio.validation import validation_errors
-
-        try:
-            model = JobManifest.model_validate(data, context={MANIFEST_DIR: base})
-        except ValidationError as exc:
-            errors.extend(validation_errors(doc, exc, JobManifest))
+        spec = _validated(doc, errors)
+        if spec is None:
             return
-        spec = model.to_spec()
         cache.put(digest, as_written(spec, data["run"].get("workdir")))
     line = doc.locate(())[0]
     span = document_span(doc, text)
     manifest = Manifest(spec, doc.path, doc.index, line, digest, text[span[0] : span[1]] + "\n")
     loaded.append(_Loaded(manifest, doc.locate(("name",)), span))
+
+
+def _validated(doc: YamlDocument, errors: list[UserInputError]) -> JobSpec | None:
+    """The spec of a document not in the cache: read directly when it is plainly valid
+    (`broker.manifest.direct`, no pydantic), else by the model, whose errors go to
+    `errors` (None then)."""
+    from broker.manifest.direct import direct_spec
+
+    base = manifest_dir(doc.path)
+    spec = direct_spec(doc.data, base)
+    if spec is not None:
+        return spec
+    from pydantic import ValidationError
+
+    from broker.manifest.model import JobManifest
+    from pricing.userio.validation import validation_errors
+
+    try:
+        model = JobManifest.model_validate(doc.data, context={MANIFEST_DIR: base})
+    except ValidationError as exc:
+        errors.extend(validation_errors(doc, exc, JobManifest))
+        return None
+    return model.to_spec()
 
 
 def document_span(doc: YamlDocument, text: str) -> tuple[int, int]:

@@ -101,7 +101,7 @@ class JobManifest(Strict):
                 workdir=run.workdir,
                 setup=run.setup or "",
             ),
-            runtime=spec.RuntimeEstimate(float(self.runtime.estimate_hours), self.runtime.deadline),
+            runtime=self.runtime.to_spec(),
             checkpoint=None
             if checkpoint is None
             else spec.Checkpoint(

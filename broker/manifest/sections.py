@@ -11,27 +11,30 @@ when a manifest is read.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator, model_validator
 from pydantic.json_schema import GenerateJsonSchema
 
+from broker.manifest import checks
 from broker.manifest.values import (
-    ENV_NAME,
     Accelerators,
     AmountText,
     Cloud,
     Country,
     Deadline,
     EnvValue,
+    EstimateHours,
     ExitCode,
     PlaceText,
     RegionGlob,
     Uri,
 )
 from broker.manifest.workdir import MANIFEST_DIR, resolve_workdir
-from pricing.schema import CLOUDS
 from pricing.userio import bounds
+
+if TYPE_CHECKING:
+    from broker.spec import RuntimeEstimate
 
 SUFFIX = "Section"
 
@@ -119,27 +122,17 @@ class PlacementSection(Strict):
     @field_validator("clouds")
     @classmethod
     def _clouds(cls, clouds: list[str] | None) -> list[str] | None:
-        if clouds is not None and not clouds:
-            raise ValueError("an empty allow-list allows nothing: leave clouds out to allow all")
-        return clouds
+        return checks.clouds_allowed(clouds)
 
     @field_validator("exclude_clouds")
     @classmethod
     def _exclude(cls, excluded: list[str] | None, info: ValidationInfo) -> list[str] | None:
-        if excluded is not None and info.data.get("clouds") is not None:
-            raise ValueError("give either clouds (an allow-list) or exclude_clouds, not both")
-        if excluded is not None and set(CLOUDS) <= set(excluded):
-            raise ValueError("every cloud is excluded: nothing is left to run on")
-        return excluded
+        return checks.clouds_excluded(excluded, info.data.get("clouds"))
 
     @field_validator("spot", mode="before")
     @classmethod
     def _spot(cls, value: object) -> object:
-        if isinstance(value, bool):  # `spot: no` is false in YAML 1.1
-            raise ValueError(
-                f"YAML read an unquoted yes/no/true/false as {value}: write never, prefer or only"
-            )
-        return value
+        return checks.spot_not_bool(value)
 
 
 class RunSection(Strict):
@@ -179,34 +172,22 @@ class RunSection(Strict):
     @field_validator("env")
     @classmethod
     def _env(cls, env: dict[str, str]) -> dict[str, str]:
-        for name in env:
-            if not ENV_NAME.fullmatch(name):
-                raise ValueError(f"{name!r} is not an environment variable name")
-            if name.startswith("BROKER_"):
-                raise ValueError(f"{name}: names starting with BROKER_ are set by the broker")
-        return env
+        return checks.env_names(env)
 
     @model_validator(mode="after")
     def _something(self) -> RunSection:
-        if self.command is None and self.image is None:
-            also = "setup runs before command, not instead of it: " if self.setup else ""
-            raise ValueError(f"{also}give a command, an image (its entrypoint runs), or both")
-        if self.command is None and self.setup:
-            raise ValueError(
-                "setup needs a command: an image alone runs its entrypoint, which cannot "
-                "follow a setup (give the command the entrypoint runs)"
-            )
+        checks.something_to_run(self.command, self.image, self.setup)
         return self
 
 
 class RuntimeSection(Strict):
     """How long the job takes and when it must be done."""
 
-    estimate_hours: float = Field(
-        1.0,
-        gt=0,
-        le=bounds.MAX_HOURS,
-        description="Expected hours on the first-choice GPU (default 1).",
+    estimate_hours: EstimateHours = Field(
+        None,
+        description="Expected hours on the first-choice GPU, or auto (the default): "
+        "learned from the team's finished runs of this job (else of jobs on the same "
+        "GPUs), 1 with no history.",
     )
     deadline: Deadline = Field(
         None,
@@ -216,22 +197,18 @@ class RuntimeSection(Strict):
 
     @model_validator(mode="after")
     def _plannable(self) -> RuntimeSection:
-        """Run the planner's own date arithmetic (`RuntimeEstimate.deadline_at`, hours left)
-        for a job that waits in the queue as long as a deadline may be away: what
-        validates here cannot overflow later, in `broker queue` or `broker run`."""
-        from datetime import UTC, datetime, timedelta
-
-        from broker.spec import RuntimeEstimate
-
-        latest = datetime.now(UTC) + timedelta(hours=bounds.MAX_HOURS)
-        try:
-            due = RuntimeEstimate(self.estimate_hours, self.deadline).deadline_at(latest)
-            if due is not None:
-                (due - latest).total_seconds()
-                due + timedelta(hours=self.estimate_hours)
-        except OverflowError:
-            raise ValueError("the deadline is beyond the dates the planner can count") from None
+        hours = bounds.MAX_HOURS if self.estimate_hours is None else self.estimate_hours
+        checks.plannable(hours, self.deadline)
         return self
+
+    def to_spec(self) -> RuntimeEstimate:
+        """The section as the spec's value: an `auto` estimate is the default until
+        `broker.learned_runtime` learns it from history."""
+        from broker.spec import NO_HISTORY, RuntimeEstimate
+
+        if self.estimate_hours is None:
+            return RuntimeEstimate(deadline=self.deadline, auto=True, source=NO_HISTORY)
+        return RuntimeEstimate(float(self.estimate_hours), self.deadline)
 
 
 class CheckpointSection(Strict):

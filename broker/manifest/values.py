@@ -1,16 +1,14 @@
 """The values of a manifest written as text in YAML, each parsed into its spec type.
 
-Each parser raises ValueError with the message a user reads (located by
-`pricing.userio.validation.validation_errors` at the field that holds the value); each
-`Annotated` type pairs a parser with the JSON Schema an editor shows for it.
+Each `Annotated` type pairs a parser of `broker.manifest.checks` (raising ValueError
+with the message a user reads, located by `pricing.userio.validation.validation_errors`
+at the field that holds the value) with the JSON Schema an editor shows for it.
 pydantic is imported at the top: import this only when a manifest is read.
 """
 
 from __future__ import annotations
 
-import math
-import re
-from datetime import UTC, date, datetime, timedelta
+from datetime import datetime, timedelta
 from typing import Annotated, Literal
 
 from pydantic import (
@@ -22,192 +20,13 @@ from pydantic import (
 )
 
 from broker import spec
-from pricing.gpus import parse_gpu_request
-from pricing.regions import REGION_COUNTRY, Place
+from broker.manifest import checks
+from broker.manifest.checks import LABEL
+from pricing.regions import Place
 from pricing.schema import CLOUDS
 from pricing.userio import bounds
-from pricing.userio.redact import redact, without_userinfo
-from pricing.userio.suggest import suggestion
-
-SCHEMES: tuple[str, ...] = ("s3", "gs", "az", "file")
-_LABEL = re.compile(r"[a-z0-9](?:[a-z0-9-]{0,61}[a-z0-9])?")
-_AMOUNT = re.compile(r"(\d+(?:\.\d*)?|\.\d+)\s*(\+?)")
-_DURATION = re.compile(r"(?:(\d+)\s*d)?\s*(?:(\d+)\s*h)?\s*(?:(\d+)\s*m)?", re.IGNORECASE)
-_REGION_GLOB = re.compile(r"[A-Za-z0-9._*?!\[\]-]+")
-_ONPREM_REGION = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,62}")
-ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
-_SPACE = re.compile(r"\s")
-_TEN_YEARS = f"{bounds.MAX_HOURS:,.0f} hours (ten years)"
-_LAST_YEAR = 3000  # absolute deadlines before it: far from where date arithmetic overflows
 
 Cloud = Literal[CLOUDS]  # type: ignore[valid-type]  # ("aws", "gcp", "azure", "onprem")
-
-
-def _label(value: str) -> str:
-    if not _LABEL.fullmatch(value):
-        raise ValueError(
-            f"{value!r} is not a valid name: use lower-case letters, digits and '-', "
-            "starting and ending with a letter or digit (at most 63)"
-        )
-    return value
-
-
-def _amount(value: object) -> spec.Amount:
-    if isinstance(value, int | float) and not isinstance(value, bool):
-        number, at_least = float(value), False
-    elif isinstance(value, str) and (match := _AMOUNT.fullmatch(value.strip())):
-        number, at_least = float(match[1]), bool(match[2])
-    else:
-        raise ValueError(
-            f"{value!r} is not an amount: write N for exactly N, or N+ for at least N (e.g. 8+)"
-        )
-    if not (math.isfinite(number) and number > 0):
-        raise ValueError(f"must be more than 0 (got {value!r})")
-    if number > bounds.MAX_MEMORY_GIB:
-        most = f"{bounds.MAX_MEMORY_GIB:g}"
-        raise ValueError(f"{value!r} is more than any machine has (at most {most})")
-    return spec.Amount(number, at_least)
-
-
-def _one_or_many(value: object) -> object:
-    if isinstance(value, str):
-        return [value]
-    if isinstance(value, list):
-        return value
-    raise ValueError(
-        f"expected a GPU such as A100:8, or a list of them in order of preference, got {value!r}"
-    )
-
-
-def _gpu_ask(value: object) -> spec.GpuAsk:
-    if not isinstance(value, str):
-        raise ValueError(f"expected GPU:COUNT such as A100:8, got {value!r}")
-    name, count = parse_gpu_request(value.strip())  # UnknownGpu is a ValueError
-    if not math.isfinite(count):
-        raise ValueError(f"GPU count must be a finite number in {value!r}")
-    if count > bounds.MAX_GPUS_PER_NODE:
-        raise ValueError(
-            f"{value!r} asks more GPUs per node than any node has "
-            f"(at most {bounds.MAX_GPUS_PER_NODE}; use nodes for more)"
-        )
-    return spec.GpuAsk(name, count)
-
-
-def _distinct_gpus(asks: list[spec.GpuAsk]) -> list[spec.GpuAsk]:
-    if not asks:
-        raise ValueError("list at least one GPU, or leave accelerators out for a CPU-only job")
-    seen: set[str] = set()
-    for ask in asks:
-        if ask.gpu in seen:
-            raise ValueError(
-                f"{ask.gpu} is listed twice: give each GPU once, in order of preference"
-            )
-        seen.add(ask.gpu)
-    return asks
-
-
-def _place(value: object) -> Place:
-    if not isinstance(value, str) or ":" not in value:
-        raise ValueError(f"expected cloud:region such as aws:us-east-1, got {value!r}")
-    cloud, _, region = (part.strip() for part in value.partition(":"))
-    if cloud not in CLOUDS:
-        raise ValueError(
-            f"unknown cloud {cloud!r} in {value!r}: one of {', '.join(CLOUDS)}"
-            f"{suggestion(cloud, CLOUDS)}"
-        )
-    if not region:
-        raise ValueError(f"{value!r} names no region: expected cloud:region such as aws:us-east-1")
-    if cloud == "onprem":
-        if not _ONPREM_REGION.fullmatch(region):
-            raise ValueError(f"{region!r} is not an on-prem region name (see your pools.yaml)")
-    elif (cloud, region) not in REGION_COUNTRY:
-        known = [r for c, r in REGION_COUNTRY if c == cloud]
-        raise ValueError(f"unknown {cloud} region {region!r}{suggestion(region, known)}")
-    return Place(cloud, region)
-
-
-def _deadline(value: object) -> timedelta | datetime | None:
-    if value is None:
-        return None
-    examples = (
-        "a duration such as 90m, 36h, 2d or 1d12h, or an RFC 3339 time such as 2026-07-01T18:00:00Z"
-    )
-    if isinstance(value, datetime):
-        moment = value
-    elif isinstance(value, date):
-        raise ValueError(f"{value} is a date without a time: write e.g. {value}T18:00:00Z")
-    elif isinstance(value, str):
-        text = value.strip()
-        match = _DURATION.fullmatch(text)
-        if text and match:
-            days, hours, minutes = (int(group or 0) for group in match.groups())
-            if days * 24 + hours + minutes / 60 > bounds.MAX_HOURS:
-                raise ValueError(f"deadline {value!r} is more than {_TEN_YEARS} after submission")
-            delta = timedelta(days=days, hours=hours, minutes=minutes)
-            if delta <= timedelta(0):
-                raise ValueError(f"deadline {value!r} must be after submission")
-            return delta
-        try:
-            moment = datetime.fromisoformat(text)
-        except ValueError:
-            raise ValueError(f"{value!r} is not a deadline: write {examples}") from None
-    elif isinstance(value, int | float) and not isinstance(value, bool):
-        raise ValueError(f"{value!r} has no unit: write {examples}")
-    else:
-        raise ValueError(f"{value!r} is not a deadline: write {examples}")
-    if moment.tzinfo is None or moment.utcoffset() is None:
-        written = value if isinstance(value, str) else moment.isoformat()
-        raise ValueError(f"{written!r} has no timezone: add Z for UTC or an offset such as +02:00")
-    try:
-        moment = moment.astimezone(UTC)
-    except OverflowError:  # 9999-12-31T23:59:59-01:00 is past the last time Python knows
-        moment = datetime.max.replace(tzinfo=UTC)
-    if moment.year >= _LAST_YEAR:
-        raise ValueError(f"deadline {value!r} is not before the year {_LAST_YEAR}")
-    return moment
-
-
-def _country(value: object) -> str:
-    if isinstance(value, bool):  # the Norway problem: YAML 1.1 reads NO as false
-        raise ValueError('YAML read an unquoted country code as true/false: quote it ("NO")')
-    if not isinstance(value, str) or not re.fullmatch(r"[A-Za-z]{2}", value.strip()):
-        raise ValueError(f"{value!r} is not a two-letter ISO 3166 country code such as US or DE")
-    code = value.strip().upper()
-    if code == "UK":
-        raise ValueError("the ISO 3166 code of the United Kingdom is GB, not UK")
-    if code == "EU":
-        raise ValueError("EU is not a country: list its countries, e.g. [DE, FR, NL]")
-    return code
-
-
-def _region_glob(value: str) -> str:
-    if not _REGION_GLOB.fullmatch(value):
-        also = " (choose clouds with placement.clouds)" if ":" in value else ""
-        raise ValueError(
-            f"{value!r} is not a region name or glob such as us-east-1 or 'europe-*'{also}"
-        )
-    return value
-
-
-def _uri(value: str) -> str:
-    scheme, sep, rest = value.partition("://")
-    if not sep or scheme not in SCHEMES or _SPACE.search(value):
-        hint = suggestion(scheme, SCHEMES) if sep else ""
-        raise ValueError(
-            f"{value!r} is not a storage URI: use s3://bucket/path, gs://bucket/path, "
-            f"az://container/path or file:///path{hint}"
-        )
-    if scheme == "file" and not rest.startswith("/"):
-        raise ValueError(f"{value!r}: a file:// URI takes an absolute path, e.g. file:///data/ckpt")
-    if scheme != "file" and not without_userinfo(value).partition("://")[2].split("/", 1)[0]:
-        raise ValueError(f"{redact(value)!r} names no bucket, e.g. {scheme}://bucket/path")
-    return without_userinfo(value)  # kept without user:password@: never stored, never shown
-
-
-def _env_value(value: object) -> str:
-    if not isinstance(value, str):
-        raise ValueError(f"environment values are strings: quote it (YAML read {value!r})")
-    return value
 
 
 def _text(examples: list[str], **schema: object) -> WithJsonSchema:
@@ -216,12 +35,12 @@ def _text(examples: list[str], **schema: object) -> WithJsonSchema:
 
 Label = Annotated[
     str,
-    AfterValidator(_label),
-    _text(["llama-ft"], pattern=f"^{_LABEL.pattern}$", maxLength=63),
+    AfterValidator(checks.label),
+    _text(["llama-ft"], pattern=f"^{LABEL.pattern}$", maxLength=63),
 ]
 AmountText = Annotated[
     spec.Amount,
-    PlainValidator(_amount),
+    PlainValidator(checks.amount),
     WithJsonSchema(
         {
             "anyOf": [
@@ -232,11 +51,11 @@ AmountText = Annotated[
         }
     ),
 ]
-GpuAskText = Annotated[spec.GpuAsk, PlainValidator(_gpu_ask), _text(["A100:8", "H100:8"])]
+GpuAskText = Annotated[spec.GpuAsk, PlainValidator(checks.gpu_ask), _text(["A100:8", "H100:8"])]
 Accelerators = Annotated[
     list[GpuAskText],
-    BeforeValidator(_one_or_many),
-    AfterValidator(_distinct_gpus),
+    BeforeValidator(checks.one_or_many),
+    AfterValidator(checks.distinct_gpus),
     WithJsonSchema(
         {
             "anyOf": [
@@ -249,12 +68,12 @@ Accelerators = Annotated[
 ]
 PlaceText = Annotated[
     Place,
-    PlainValidator(_place),
+    PlainValidator(checks.place),
     _text(["aws:us-east-1", "gcp:europe-west4"], pattern=r"^[a-z]+:\S+$"),
 ]
 Deadline = Annotated[
     timedelta | datetime | None,
-    PlainValidator(_deadline),
+    PlainValidator(checks.deadline),
     WithJsonSchema(
         {
             "anyOf": [
@@ -266,12 +85,27 @@ Deadline = Annotated[
         }
     ),
 ]
-Country = Annotated[str, PlainValidator(_country), _text(["US", "DE"], pattern="^[A-Za-z]{2}$")]
-RegionGlob = Annotated[str, AfterValidator(_region_glob), _text(["us-east-1", "europe-*"])]
+Country = Annotated[
+    str, PlainValidator(checks.country), _text(["US", "DE"], pattern="^[A-Za-z]{2}$")
+]
+RegionGlob = Annotated[str, AfterValidator(checks.region_glob), _text(["us-east-1", "europe-*"])]
 Uri = Annotated[
     str,
-    AfterValidator(_uri),
+    AfterValidator(checks.uri),
     _text(["s3://bucket/path/"], pattern=r"^(s3|gs|az|file)://"),
 ]
-EnvValue = Annotated[str, PlainValidator(_env_value), WithJsonSchema({"type": "string"})]
+EnvValue = Annotated[str, PlainValidator(checks.env_value), WithJsonSchema({"type": "string"})]
 ExitCode = Annotated[int, Field(ge=1, le=255)]
+EstimateHours = Annotated[
+    float | None,
+    PlainValidator(checks.estimate_hours),
+    WithJsonSchema(
+        {
+            "anyOf": [
+                {"type": "number", "exclusiveMinimum": 0, "maximum": bounds.MAX_HOURS},
+                {"const": checks.AUTO},
+            ],
+            "examples": [12, 1.5, checks.AUTO],
+        }
+    ),
+]

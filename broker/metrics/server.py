@@ -12,7 +12,6 @@ import errno
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
-from pathlib import Path
 from typing import TYPE_CHECKING
 
 from broker.metrics.exposition import ControllerMetrics, ReadsOpener, StateCollector
@@ -21,6 +20,7 @@ if TYPE_CHECKING:
     from threading import Thread
     from wsgiref.simple_server import WSGIServer
 
+    from broker.state.location import StateLocation
     from broker.state.reads import StateReads
 
 DEFAULT_PORT = 9464  # the port Prometheus' exporter list gives the OpenTelemetry exporter
@@ -85,17 +85,19 @@ def serve_metrics(
     return MetricsServer(server, thread, own, f"http://{host}:{bound}/metrics")
 
 
-def read_only_state(path: Path) -> ReadsOpener:
-    """Opens the SQLite state at `path` read-only for each scrape (its own connection:
-    reads in WAL mode never block a writer); None while there is no state file yet."""
+def read_only_state(path: StateLocation) -> ReadsOpener:
+    """Opens the state at `path` (a SQLite file or a PostgreSQL database) read-only for
+    each scrape (its own connection: reads never block a writer); None while there is
+    no state file yet."""
 
     @contextmanager
     def opened() -> Iterator[StateReads | None]:
         from broker.clock import SystemClock
         from broker.state import StateStore
         from broker.state.files import examine
+        from broker.state.location import DatabaseUrl
 
-        if examine(path).kind in ("missing", "empty"):
+        if not isinstance(path, DatabaseUrl) and examine(path).kind in ("missing", "empty"):
             yield None
             return
         store = StateStore.open(path, SystemClock(), read_only=True)

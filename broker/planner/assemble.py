@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 from broker.planner.cost import RESTART_HOURS
 from broker.planner.decision import CostEstimate, Decision, Placement, Rejection
 from broker.planner.host import default_note
-from broker.spec import JobSpec, Requirements
+from broker.spec import MANIFEST, JobSpec, Requirements
 
 if TYPE_CHECKING:
     import numpy as np
@@ -161,8 +161,10 @@ def _job_notes(
     placement but its rate, notes that close the list); `host_notes` memoises the host
     default's note by requirements."""
     gpu = job.requirements.accelerators[0].gpu if job.requirements.accelerators else "CPU"
+    runtime = job.runtime
+    source = f" ({runtime.source})" if runtime.source != MANIFEST else ""
     head = (
-        f"runtime estimate {job.runtime.estimate_hours:g} h on {gpu}, scaled by relative "
+        f"runtime estimate {runtime.estimate_hours:g} h on {gpu}{source}, scaled by relative "
         "GPU throughput",
     )
     spot = (

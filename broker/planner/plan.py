@@ -14,11 +14,11 @@ one implementation.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import datetime
 from typing import TYPE_CHECKING
 
+from broker.collector import collector_paused
 from broker.planner import assemble, cost
 from broker.planner.candidates import Candidates
 from broker.planner.decision import Decision, Rejection, Rejections
@@ -74,7 +74,7 @@ def _plan_batch(
     jobs: Sequence[JobSpec], index: OfferIndex, now: datetime, top: int, chunk_pairs: int
 ) -> list[Decision]:
     """`plan_many` of distinct jobs."""
-    with _collector_paused():
+    with collector_paused():
         partitions = Partitions(index)
         places = _Places(index, partitions)
         ids: dict[Requirements, int] = {}
@@ -111,22 +111,6 @@ def _chunks(req_of_job: list[int], slices: Slices, limit: int):
             end += 1
         yield begin, end
         begin = end
-
-
-@contextmanager
-def _collector_paused():
-    """Planning a batch allocates many small objects (placements, rejections) and makes
-    no reference cycles, yet the cyclic collector would scan them over and over: a
-    third of the batch's time. It runs again, as before, once the batch is planned."""
-    import gc
-
-    enabled = gc.isenabled()
-    gc.disable()
-    try:
-        yield
-    finally:
-        if enabled:
-            gc.enable()
 
 
 class _Places:
@@ -288,7 +272,9 @@ def _plan_chunk(
     _count(
         rejected, rejection, job, size, ~finite, "spot interruptions too frequent to ever finish"
     )
-    alive = finite & (risky <= params.hours_left[job])
+    # A spot policy owns a steered job's deadline (docs/planner.md, "Deadline"): its safety
+    # net moves the job to on-demand in time, so its spot is not judged at twice the rate.
+    alive = finite & ((risky <= params.hours_left[job]) | (spot & params.steered[job]))
     _count(rejected, rejection, job, size, finite & ~alive, "misses the deadline (risk-adjusted)")
     # Within a group the cost grows with the price: the affordable candidates are a prefix.
     affordable = np.where(alive, size, 0)
@@ -370,17 +356,20 @@ class _JobParams:
     writes_ckpt: np.ndarray  # checkpoint writes are priced (bucket location known)
     moves_id: np.ndarray
     hours_left: np.ndarray  # until the deadline; inf = none
+    steered: np.ndarray  # a spot policy decides the job's market (broker.dispatch.market)
     budget: np.ndarray  # inf = none
 
     @classmethod
     def of(cls, jobs: Sequence[JobSpec], places: _Places, now: datetime) -> _JobParams:
         import numpy as np
 
+        from broker.dispatch.market import steered
         from pricing.gpus import find_gpu
 
         speed: dict[str, float] = {}  # relative throughput per GPU model
         factor = np.ones((len(jobs), max([len(j.requirements.accelerators) for j in jobs] + [1])))
         estimate, interval, writes_ckpt, moves_id, hours_left, budget = [], [], [], [], [], []
+        policy_owned = []
         for i, j in enumerate(jobs):
             asks = j.requirements.accelerators
             if len(asks) > 1:  # the estimate is for the first-choice GPU
@@ -394,6 +383,7 @@ class _JobParams:
             writes_ckpt.append(ckpt is not None and ckpt.location is not None)
             moves_id.append(places.moves_id(j))
             hours_left.append(_hours_left(j, now))
+            policy_owned.append(steered(j.requirements.spot, j.runtime.deadline is not None))
             budget.append(np.inf if j.budget.max_cost is None else j.budget.max_cost)
         return cls(
             factor=factor,
@@ -402,6 +392,7 @@ class _JobParams:
             writes_ckpt=np.array(writes_ckpt, dtype=bool),
             moves_id=np.array(moves_id, dtype=np.int64),
             hours_left=np.array(hours_left, dtype=np.float64),
+            steered=np.array(policy_owned, dtype=bool),
             budget=np.array(budget, dtype=np.float64),
         )
 

@@ -60,8 +60,8 @@ class Cadence:
         if self.every_step:
             return grid
         wakes: list[float] = []
-        if any(job.state is JobState.QUEUED for job in unfinished):
-            wakes.append(self._cooling_wake(now))
+        if any(job.state is JobState.QUEUED for job in unfinished) or self._may_move(unfinished):
+            wakes.append(self._cooling_wake(now))  # a place reopening may end a wait, or a run
         for job in unfinished:
             if job.state is JobState.RUNNING:
                 wake = self._running_wake(job, now)
@@ -76,9 +76,24 @@ class Cadence:
         wake = min(wakes, default=float("inf"))
         return max(grid, wake) if wake < float("inf") else None
 
+    def idle_at(self, now: float) -> bool:
+        """Whether a pass at `now` (store and provider as they are at `now`) provably
+        does nothing: every unfinished job is queued and idle by the rules above. The
+        engine then skips a trace step's pass (the step moved no instance)."""
+        from broker.state import TERMINAL, JobState
+
+        if self.every_step:
+            return False
+        store = self.controller.store
+        unfinished = store.jobs(states=[s for s in JobState if s not in TERMINAL])
+        if any(job.state is not JobState.QUEUED for job in unfinished):
+            return False
+        return all(self._queued_wake(job, now) is not _ANY for job in unfinished)
+
     # --- a queued job -----------------------------------------------------------------
 
     def _queued_wake(self, job: Job, now: float) -> float | None | object:
+        from broker.controller.moving import moved_by_choice
         from broker.controller.steering import steer
         from broker.dispatch.home import stays_home
         from broker.dispatch.market import spot_only
@@ -99,7 +114,7 @@ class Cadence:
         clouds, regions = requirements.clouds, requirements.regions
         if home is not None and stays_home(
             settings,
-            has_home=spec.checkpoint is not None,
+            has_home=spec.checkpoint is not None and not moved_by_choice(store, job),
             choice=choice,
             choice_without_spot=lambda: steer(
                 spec, job, store, when, settings, spot_available=False
@@ -169,6 +184,24 @@ class Cadence:
                          spot_available=is_open)[1]  # fmt: skip
 
         return first_change(said, now, self.step, self._deadline(job, spec))
+
+    def _may_move(self, unfinished: list[Job]) -> bool:
+        """Whether a steered spot run may move to cheaper spot (broker.dispatch.move): it
+        may when a place reopens after a cool-down, or at a provider event."""
+        from broker.state import OPEN_ATTEMPT, JobState
+
+        if self.controller.settings.move_below <= 0:
+            return False
+        for job in unfinished:
+            if job.state is not JobState.RUNNING:
+                continue
+            spec = self._spec(job)
+            if spec.runtime.deadline is None or spec.requirements.spot != "prefer":
+                continue
+            attempts = self.controller.store.attempts(job.id, states=OPEN_ATTEMPT)
+            if any(a.market == "spot" for a in attempts):
+                return True
+        return False
 
     # --- cool-downs ---------------------------------------------------------------------
 

@@ -64,17 +64,20 @@ def simulate(
     progress: Callable[[float], None] | None = None,
     workdir: Path | None = None,
     every_step: bool = False,
+    reference: bool = False,
 ) -> PolicyResult:
     """Run `scenario` under `policy`; `progress` is told the share of jobs finished.
     `every_step`: pass at every step of the reconcile grid while a job is unfinished
-    (the reference for the passes `broker.sim.cadence` skips; slow)."""
+    (the reference for the passes `broker.sim.cadence` skips; slow). `reference`: the
+    production store as it is and a pass at every trace step (the reference for the
+    shortcuts of `broker.sim.store` and `Cadence.idle_at`; slower, same result)."""
     if workdir is None:
         shm = Path("/dev/shm")
         root = shm if shm.is_dir() and _writable(shm) else None
         with tempfile.TemporaryDirectory(prefix="broker-sim-", dir=root) as tmp:
             return simulate(scenario, policy, progress=progress, workdir=Path(tmp),
-                            every_step=every_step)  # fmt: skip
-    return _run(scenario, policy, progress, workdir, every_step)
+                            every_step=every_step, reference=reference)  # fmt: skip
+    return _run(scenario, policy, progress, workdir, every_step, reference)
 
 
 def _writable(path: Path) -> bool:
@@ -84,7 +87,12 @@ def _writable(path: Path) -> bool:
 
 
 def _run(
-    scenario: Scenario, policy: SimPolicy, progress, workdir: Path, every_step: bool
+    scenario: Scenario,
+    policy: SimPolicy,
+    progress,
+    workdir: Path,
+    every_step: bool,
+    reference: bool = False,
 ) -> PolicyResult:
     from broker.clock import FixedClock
     from broker.controller import Controller
@@ -92,12 +100,18 @@ def _run(
     from broker.sim.cadence import Cadence
     from broker.sim.metrics import collect
     from broker.sim.provider import SimulatedProvider, Work
+    from broker.sim.store import SimStateStore
     from broker.state import StateStore
     from pricing.gpus import GPU_MODELS
 
     clock = FixedClock(ORIGIN)
     counter = itertools.count(1)
-    store = StateStore.open(workdir / "state.db", clock, new_id=lambda: f"{next(counter):012x}")
+    new_id = lambda: f"{next(counter):012x}"  # noqa: E731
+    path = workdir / "state.db"
+    if reference:
+        store = StateStore.open(path, clock, new_id=new_id)
+    else:
+        store = SimStateStore.open_fast(path, clock, new_id=new_id)
     speed = {m.name: m.relative_throughput for m in GPU_MODELS}
     provider = SimulatedProvider(
         scenario.offers,
@@ -143,20 +157,45 @@ def _run(
             finished = done
             if submitted == len(pending) and done == len(pending):
                 break
-            following = [provider.next_event(), cadence.next_pass(now)]
-            if submitted < len(pending):
-                following.append(pending[submitted][0].submit_hours)
-            following = [t for t in following if t is not None and t > now + 1e-9]
-            # past the horizon (or nothing can happen any more): stop at the grid's first
-            # pass after it, as passing at every step would
-            end = grid_after(scenario.horizon_hours, scenario.reconcile_hours)
-            now = min([*following, end])
+            arrival = pending[submitted][0].submit_hours if submitted < len(pending) else None
+            now, only_step = _following(scenario, provider, cadence, now, arrival)
+            # a trace step that moves no instance, while every job provably idles: its
+            # pass would do nothing (Cadence.idle_at), so the next moment is looked for
+            while not reference and only_step and now <= scenario.horizon_hours:
+                clock.current = ORIGIN + timedelta(hours=now)
+                provider.sync()
+                if not cadence.idle_at(now):
+                    break
+                now, only_step = _following(scenario, provider, cadence, now, arrival)
             if now > scenario.horizon_hours:
                 break
             clock.current = ORIGIN + timedelta(hours=now)
         return collect(store, provider, policy, ids, scenario, now)
     finally:
         store.close()
+
+
+def _following(
+    scenario: Scenario, provider, cadence, now: float, arrival: float | None
+) -> tuple[float, bool]:
+    """The next pass after `now`, and whether it is only a trace step with no instance
+    alive (no cadence wake, no submission, no instance ending there)."""
+    step = provider.next_event()
+    wake = cadence.next_pass(now)
+    following = [t for t in (step, wake, arrival) if t is not None and t > now + 1e-9]
+    # past the horizon (or nothing can happen any more): stop at the grid's first
+    # pass after it, as passing at every step would
+    end = grid_after(scenario.horizon_hours, scenario.reconcile_hours)
+    then = min([*following, end])
+    only_step = (
+        step is not None
+        and then == step
+        and then != wake
+        and then != arrival
+        and then != end
+        and not provider.alive()
+    )
+    return then, only_step
 
 
 def _terminal_states():
@@ -168,8 +207,13 @@ def _terminal_states():
 def _index_of(policy: SimPolicy):
     """The controller's offers-to-index step (see `ranked_index`)."""
 
+    made: list = []  # (table, index) last made: the provider hands out one table per moment
+
     def index_of(provider):
-        return ranked_index(provider.offers(), policy.price_only)
+        table = provider.offers()
+        if not made or made[0][0] is not table:
+            made[:] = [(table, ranked_index(table, policy.price_only))]
+        return made[0][1]
 
     return index_of
 

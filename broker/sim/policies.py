@@ -41,6 +41,8 @@ class SimPolicy:
     # Starburst waiting budget for a full on-prem pool, x the job's hours
     # (broker.dispatch.pool); 0 bursts to a cloud at once
     pool_wait_factor: float = 0.0
+    # move a steered spot run to spot at most this share of its price (broker.dispatch.move)
+    move_below: float = 0.0
     params: Mapping[str, Any] = field(default_factory=dict)
 
     def settings(self, restart_hours: float, pass_hours: float) -> DispatchSettings:
@@ -54,6 +56,7 @@ class SimPolicy:
             restart_hours=restart_hours,
             pass_hours=pass_hours,
             pool_wait_factor=self.pool_wait_factor,
+            move_below=self.move_below,
         )
 
     def describe(self) -> dict[str, Any]:
@@ -65,6 +68,7 @@ class SimPolicy:
             "stay_home": self.stay_home,
             "cooldown_scale": self.cooldown_scale,
             "pool_wait_factor": self.pool_wait_factor,
+            "move_below": self.move_below,
             "spot_policy": self.spot_policy.describe(),
         }
 
@@ -85,16 +89,17 @@ def make(name: str, **params: Any) -> SimPolicy:
         # production's settings (DispatchSettings' defaults), what `broker run` does;
         # burst-always only never waits for a full pool
         base = DispatchSettings()
-        own = ("stay_home", "cooldown_scale", "pool_wait_factor", "strict")
+        own = ("stay_home", "cooldown_scale", "pool_wait_factor", "strict", "move_below")
         rules = {k: v for k, v in params.items() if k not in own}
         stay = bool(params.get("stay_home", base.stay_home))
         scale = float(params.get("cooldown_scale", base.cooldown_scale))
         wait = float(params.get("pool_wait_factor",
                                 base.pool_wait_factor if name == "broker" else 0.0))  # fmt: skip
         strict = bool(params.get("strict", base.spot_strict))
+        below = float(params.get("move_below", base.move_below))
         return SimPolicy(name, "prefer", DeadlineAware(**rules), strict=strict, params=params,
                          stay_home=stay, cooldown_scale=scale,
-                         pool_wait_factor=wait)  # fmt: skip
+                         pool_wait_factor=wait, move_below=below)  # fmt: skip
     raise ValueError(f"unknown policy {name!r}{hint(name, NAMES)}; known: {', '.join(NAMES)}")
 
 

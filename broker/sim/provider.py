@@ -68,6 +68,7 @@ class _Run:
     progress_at_end: float = 0.0
     saved_at_end: float = 0.0
     last_checkpoint: float | None = None
+    view: Instance | None = None  # the last Instance made of it (SimulatedProvider._instance)
 
     def progress(self, t: float) -> float:
         run = max(0.0, t - self.launched - self.overhead)
@@ -120,6 +121,8 @@ class SimulatedProvider(Capacity, Billing, CheckpointStores, SpotMarket):
         self._ticks = sorted({t for a in spot.places.values() for t in a.changes()})
         self._tick_at = 0
         self.preemptions = 0
+        self._moves = 0  # instances launched or ended so far
+        self._sold: tuple[tuple[float, int], OfferTable] | None = None  # offers() last made
         self.lost_gpu_hours = 0.0
         self._text = {n: self._table.text(n).tolist() for n in
                       ("cloud", "region", "zone", "instance_type", "accelerator")}  # fmt: skip
@@ -145,6 +148,10 @@ class SimulatedProvider(Capacity, Billing, CheckpointStores, SpotMarket):
         candidates = [t for t in (*ends, tick) if t is not None]
         return min(candidates) if candidates else None
 
+    def alive(self) -> bool:
+        """Whether some instance is running (a trace step may then end it)."""
+        return any(r.ended is None for r in self._runs.values())
+
     def sync(self) -> None:
         """Play every trace step and instance end up to the clock's now, in time order."""
         now = self.hours()
@@ -160,6 +167,7 @@ class SimulatedProvider(Capacity, Billing, CheckpointStores, SpotMarket):
         for run in sorted(self._runs.values(), key=lambda r: (r.finish, r.request.attempt_id)):
             if run.ended is None and run.finish <= t + _EPS:
                 run.ended, run.state = run.finish, "succeeded"
+                self._moves += 1
                 run.progress_at_end = run.work.hours
                 run.saved_at_end = run.work.hours
                 run.last_checkpoint = run.finish
@@ -187,6 +195,7 @@ class SimulatedProvider(Capacity, Billing, CheckpointStores, SpotMarket):
         if state == "terminated":  # a graceful stop: the job checkpoints on SIGTERM
             saved, when = progress, t
         run.ended, run.state = t, state
+        self._moves += 1
         run.progress_at_end, run.saved_at_end, run.last_checkpoint = progress, saved, when
         job = run.request.job_id
         if when is not None:
@@ -204,12 +213,21 @@ class SimulatedProvider(Capacity, Billing, CheckpointStores, SpotMarket):
     # --- the Provider contract ------------------------------------------------------------
 
     def offers(self) -> OfferTable:
+
+        self.sync()
+        now = self.hours()
+        key = (now, self._moves)  # the same moment and the same instances: the same table
+        if self._sold is not None and self._sold[0] == key:
+            return self._sold[1]
+        table = self._offers_now(now)
+        self._sold = (key, table)
+        return table
+
+    def _offers_now(self, now: float) -> OfferTable:
         import numpy as np
 
         from pricing.table import OfferTable
 
-        self.sync()
-        now = self.hours()
         numbers = dict(self._table.numbers)
         spot = numbers["price_spot"].copy()
         capacity = numbers["capacity"].copy()
@@ -268,6 +286,7 @@ class SimulatedProvider(Capacity, Billing, CheckpointStores, SpotMarket):
             finish=now + overhead + max(0.0, work.hours - start) / rate,
         )
         self._runs[request.attempt_id] = run
+        self._moves += 1
         return self._instance(run)
 
     def describe(self, instance_id: str) -> Instance:
@@ -394,6 +413,12 @@ class SimulatedProvider(Capacity, Billing, CheckpointStores, SpotMarket):
         return run
 
     def _instance(self, run: _Run) -> Instance:
+        """The run as an Instance; made once per state (a pass lists every run)."""
+        if run.view is None or run.view.state != run.state:
+            run.view = self._make_instance(run)
+        return run.view
+
+    def _make_instance(self, run: _Run) -> Instance:
         r = run.request
         return Instance(
             id=ID_PREFIX + r.attempt_id,

@@ -48,7 +48,7 @@ from broker.sim.scale_figures import Totals, scale_result
 from broker.sim.scale_order import TeamUsage, queue_order
 from broker.sim.scale_pool import PoolSide
 from broker.sim.scale_rates import LearnedRates
-from broker.sim.scale_spot import BACK, END, RETRY, SUBMIT, TICK, SpotSide
+from broker.sim.scale_spot import BACK, END, MOVE, RETRY, SUBMIT, TICK, SpotSide
 from broker.sim.shapes import Option, ShapePlans, changes
 
 if TYPE_CHECKING:
@@ -82,6 +82,7 @@ class _JobState:
     queued_at: float | None = None  # when it last entered the queue (None: its submission)
     back: int = 0  # the sequence number of its pending back-to-spot check (0: none)
     asked_open: bool = False  # what its policy was last told of spot
+    moved: bool = False  # its last run stopped to move to cheaper spot (no stay-home)
 
 
 def simulate_at_scale(
@@ -177,14 +178,17 @@ class _Fleet(SpotSide, PoolSide):
                 self.state[item].waiting = 0  # type: ignore[index]
                 deciding[item] = None  # type: ignore[index]
                 passed = True
+            elif kind == MOVE:
+                passed = True
         if not passed:
             return  # stale events only: no pass
         soon_wait, soon_back = self._due()
         moved = self._moved_openness()
         # observe: steered on-demand runs that go back to spot
         check = set(backs) | set(soon_back) | {i for i in moved if self.state[i].run}
+        check |= set(self.spot_movers)  # steered spot runs: the move rule is asked too
         for i in sorted(check):
-            if self._back_to_spot(i):
+            if self._back_to_spot(i) or self._to_cheaper_spot(i):
                 deciding[i] = None
         # launch: every job that may act now, in the queue's order
         deciding.update(dict.fromkeys(soon_wait))
@@ -347,6 +351,11 @@ class _Fleet(SpotSide, PoolSide):
     def _choice(self, i: int, at: float, spot_open: bool, current: str | None = None) -> str:
         """The spot policy's answer for job `i` at hour `at` (`current`: what runs, whose
         progress then counts)."""
+        ask = self._ask(i, at, current)
+        return choose_market(ask, self.settings, current=current, spot_available=spot_open)
+
+    def _ask(self, i: int, at: float, current: str | None = None) -> MarketAsk:
+        """Job `i`'s situation at hour `at`, as the controller's `market_ask` has it."""
         job, st = self.jobs[i], self.state[i]
         done = st.saved
         if current is not None and st.run is not None:
@@ -359,7 +368,7 @@ class _Fleet(SpotSide, PoolSide):
             restart_hours=self.restart,
             checkpoint_hours=job.checkpoint_minutes / 60 if job.checkpoint_minutes else None,
         )
-        return choose_market(ask, self.settings, current=current, spot_available=spot_open)
+        return ask
 
     def _next_change(self, i: int) -> float:
         """The first pass at which idle job `i`'s spot policy would answer otherwise, as
@@ -388,9 +397,10 @@ class _Fleet(SpotSide, PoolSide):
         """The checkpoint's region, when the job's spot is kept there now
         (broker.dispatch.home)."""
         home = self.state[i].where
+        reclaimed = not self.state[i].moved  # a job that moved by choice is not kept home
         kept = stays_home(
             self.settings,
-            has_home=home is not None and self.jobs[i].checkpoint_minutes is not None,
+            has_home=home is not None and self.jobs[i].checkpoint_minutes is not None and reclaimed,
             choice=choice,
             choice_without_spot=lambda: self._choice(i, self.now, False),
         )
@@ -440,7 +450,7 @@ class _Fleet(SpotSide, PoolSide):
         st, job = self.state[i], self.jobs[i]
         self._unqueue(i)
         run = _Run(i, option, self.now, 0, steered=steered and option.kind != "spot")
-        st.run, st.waiting = run, 0
+        st.run, st.waiting, st.moved = run, 0, False
         if st.first_start is None:
             st.first_start = self.now
         self._move_checkpoint(i, option.region)
@@ -450,6 +460,8 @@ class _Fleet(SpotSide, PoolSide):
         elif option.kind == "spot" and option.key is not None:
             self.spot_runs[option.key].append(run)  # type: ignore[index]
             self._spot_started(option.key)
+        if self._may_move(i):
+            self.spot_movers[i] = None
         run.finish = self.now + self.restart + job.hours - st.saved
         run.seq = self._push(run.finish, END, run)
         if option.kind == "spot":
@@ -506,6 +518,7 @@ class _Fleet(SpotSide, PoolSide):
         self._bill(cost)
         st = self.state[run.job]
         st.run, st.back = None, 0
+        self.spot_movers.pop(run.job, None)
         self._unwatch(run.job)
         self.usage.end(self.jobs[run.job].team, run.seq, self.now)
         if option.kind == "pool":

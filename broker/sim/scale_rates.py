@@ -122,7 +122,9 @@ class LearnedRates:
             rate = posterior_rate(option.rate, seen)
             load = rate * option.per_interruption
             risky = rate * DEADLINE_RISK_FACTOR * option.per_interruption
-            if load >= 1.0 or risky >= 1.0 or option.work / (1.0 - risky) > option.hours_left:
+            owned = math.isinf(option.hours_left)  # no deadline, or a spot policy owns it
+            late = not owned and (risky >= 1.0 or option.work / (1.0 - risky) > option.hours_left)
+            if load >= 1.0 or late:
                 continue  # the planner would reject it: never finishes, or misses the deadline
             hours = option.work / (1.0 - load)
             costed.append((option.price * hours + option.egress, hours, position, option))

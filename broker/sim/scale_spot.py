@@ -13,6 +13,11 @@ spot room.
 - **Back to spot** (`Controller._back_to_spot`): a run the spot policy sent to on-demand
   stops gracefully (nothing lost) at the first pass at which the policy, asked with the
   run counted, says "spot"; the job then decides again in that pass.
+- **To cheaper spot** (`Controller._cheaper_spot`, `broker.dispatch.move`): at every pass
+  a steered spot run is compared with the first spot option open elsewhere (learned
+  rates, cool-downs), and stops gracefully to move there when the rule says so; the job
+  then decides in that pass, without stay-home. A cool-down's end is a pass for it, as
+  the detailed engine's cadence has it.
 - **One pass's view**: the controller plans every queued job over the offers as they
   were when the pass began, so two jobs may pick the last instance of a place; the
   second launch fails for capacity and that job is planned again on the next pass.
@@ -30,7 +35,7 @@ from broker.recovery import HISTORY
 if TYPE_CHECKING:
     from broker.sim.scale import _Run
 
-END, TICK, BACK, SUBMIT, RETRY = 0, 1, 2, 3, 4  # the loop's events, in order at one instant
+END, TICK, BACK, SUBMIT, RETRY, MOVE = 0, 1, 2, 3, 4, 5  # the loop's events, in that order
 _EPS = 1e-9
 _HISTORY = HISTORY / timedelta(hours=1)  # hours a reclaim counts towards the doubling
 
@@ -47,6 +52,8 @@ class SpotSide:
         self.spot_waiters: list[dict[int, None]] = [{} for _ in self.spot]
         # steered jobs (waiting, or on a steered on-demand run) per place they watch
         self.watchers: list[dict[int, None]] = [{} for _ in self.spot]
+        self.spot_movers: dict[int, None] = {}  # jobs on a steered spot run (may move)
+        self._cheapest: dict[int, tuple[list, float]] = {}  # id(options) -> (them, price)
         self.reclaimed_at: list[list[float]] = [[] for _ in self.spot]
         # place -> (hour asked, reclaims then, its answer): _cooling_until, once per pass
         self._cooled_at: dict[object, tuple[float, int, float | None]] = {}
@@ -160,6 +167,7 @@ class SpotSide:
         self.totals.preemptions += 1
         if run.option.key is not None:
             self.reclaimed_at[run.option.key].append(self.now)  # type: ignore[index]
+            self._cooling_pass(run.option.key)
         self._close(run, reclaimed=True)
         st.saved = min(job.hours, st.saved + kept)
         if kept > 0:
@@ -203,14 +211,80 @@ class SpotSide:
         if self._choice(i, self.now, self._spot_open(i), current="on-demand") != "spot":
             self._back_wake(i)
             return False
-        job = self.jobs[i]
+        self._stop_gracefully(i)
+        return True
+
+    def _stop_gracefully(self, i: int) -> None:
+        """Job `i`'s run stops on the broker's say (SIGTERM, checkpoint): its progress is
+        kept, its checkpoint is where it ran, and it is back in the queue."""
+        st, job = self.state[i], self.jobs[i]
+        run = st.run
         ran = max(0.0, self.now - run.start - self.restart)
         self._close(run)
         st.saved = min(job.hours, st.saved + ran)
         if job.checkpoint_minutes:
             st.written.add(run.option.region)
         st.queued_at = self.now
+
+    # --- to cheaper spot -----------------------------------------------------------------
+
+    def _may_move(self, i: int) -> bool:
+        """Whether job `i` runs steered spot that the move rule is asked about."""
+        run = self.state[i].run
+        return (
+            run is not None
+            and run.option.kind == "spot"
+            and self.settings.move_below > 0
+            and self.policy.spot == "prefer"
+            and self.deadline[i] is not None
+        )
+
+    def _to_cheaper_spot(self, i: int) -> bool:
+        """At a pass: job `i`'s steered spot run stops to move to cheaper spot on sale
+        elsewhere when `broker.dispatch.move` says so; True when it stopped."""
+        from broker.dispatch.move import SpotMove, moves_spot
+        from broker.learned_rates import posterior_rate
+
+        if not self._may_move(i):
+            return False
+        st = self.state[i]
+        run = st.run
+        options = self.plans.options(i, run.option.region)
+        if self._cheapest_spot(options) > self.settings.move_below * run.option.price:
+            return False  # no spot anywhere is cheap enough (most runs, most passes)
+        there = None
+        for option in self.rates.ranked(options, self.now):
+            if option.kind != "spot" or option.key == run.option.key:
+                continue
+            if self._seen_left(option.key) <= 0 or self._cooling_until(option.key) is not None:
+                continue
+            there = option
+            break
+        if there is None:
+            return False
+        seen = self.rates.evidence(there.rate_key, self.now) if there.rate_key else None
+        rate = there.rate if seen is None else posterior_rate(there.rate, seen)
+        move = SpotMove(run.option.price, there.price, there.egress, rate)
+        if not moves_spot(self._ask(i, self.now, "spot"), move, self.settings):
+            return False
+        self._stop_gracefully(i)
+        st.moved = True
         return True
+
+    def _cheapest_spot(self, options: list) -> float:
+        """The lowest spot price among `options` (a shape's list, kept by ShapePlans)."""
+        known = self._cheapest.get(id(options))
+        if known is None or known[0] is not options:
+            prices = [o.price for o in options if o.kind == "spot"]
+            known = self._cheapest[id(options)] = (options, min(prices, default=math.inf))
+        return known[1]
+
+    def _cooling_pass(self, place: object) -> None:
+        """A reclaim at `place`: its cool-down's end is a pass for the steered spot runs
+        (the detailed engine passes there while one runs)."""
+        until = self._cooling_until(place)
+        if until is not None and self.settings.move_below > 0:
+            self._push(grid_from(until, self.step), MOVE, None)
 
     def _watch(self, i: int) -> None:
         """Job `i` is steered and idle or on a steered run: what spot is on sale at its

@@ -124,6 +124,7 @@ class ShapePlans:
         }
 
     def _options(self, rep: SimJob, spec, decision) -> list[Option]:
+        from broker.dispatch.market import steered
         from broker.planner.cost import copy_hours
         from broker.sim.engine import ORIGIN
         from broker.sim.places import governing
@@ -133,6 +134,8 @@ class ShapePlans:
         restore = copy_hours(ckpt.size_gb, "same_region") if moves else 0.0  # a store per place
         deadline = spec.runtime.deadline_at(ORIGIN)
         left = math.inf if deadline is None else (deadline - ORIGIN).total_seconds() / 3600.0
+        if steered(spec.requirements.spot, deadline is not None):
+            left = math.inf  # its spot policy owns the deadline (the planner's rule)
         options = []
         for p in decision.placements:
             gpus = float(p.accelerator_count) * p.nodes

@@ -8,13 +8,13 @@ transaction and the row helpers; the rules are in docs/state.md.
 from __future__ import annotations
 
 import json
-import sqlite3
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict
 from datetime import datetime
 from decimal import Decimal
 from typing import TYPE_CHECKING, Any
 
+from broker.state.backend import Connection, retried
 from broker.state.model import (
     LIVE_INSTANCE,
     OPEN_ATTEMPT,
@@ -45,16 +45,17 @@ if TYPE_CHECKING:
 class AttemptWrites:
     """Writes of attempts and instances (a part of `StateStore`)."""
 
-    _conn: sqlite3.Connection
+    _conn: Connection
     _write: Callable[[], AbstractContextManager[str]]
     _insert: Callable[..., None]
     _update: Callable[..., None]
     _event: Callable[..., None]
     _fresh_id: Callable[[str, str], str]
-    _job_row: Callable[[str], sqlite3.Row]
+    _job_row: Callable[[str], Any]
+    _locked: Callable[[], str]
     _job_state: Callable[[str], JobState]
-    _attempt_row: Callable[[str], sqlite3.Row]
-    _is_latest: Callable[[sqlite3.Row], bool]
+    _attempt_row: Callable[[str], Any]
+    _is_latest: Callable[[Any], bool]
     _move: Callable[..., None]
     _settle: Callable[[str, str], None]
     _claim: Callable[[str, str, str], None]
@@ -64,6 +65,7 @@ class AttemptWrites:
 
     # --- attempts -------------------------------------------------------------------
 
+    @retried
     def start_attempt(self, job_id: str, placed: PlacedOn, limits: TeamLimits | None = None) -> str:
         """A new attempt on `placed` for a PLANNED (or MIGRATING) job, which moves to
         LAUNCHING; its id. The price, market and price source in force are the record's.
@@ -101,6 +103,7 @@ class AttemptWrites:
             self._move(job_id, state, JobState.LAUNCHING, now, reason, data, attempt_id)
             return attempt_id
 
+    @retried
     def attempt_running(self, attempt_id: str, instance: Mapping[str, Any]) -> bool:
         """The attempt's instance is up: record it, and move its job LAUNCHING -> RUNNING.
 
@@ -132,6 +135,7 @@ class AttemptWrites:
             self._rest_lease(job_id)
             return True
 
+    @retried
     def finish_attempt(
         self,
         attempt_id: str,
@@ -191,6 +195,7 @@ class AttemptWrites:
             self._rest_lease(job_id)
             return True
 
+    @retried
     def record_checkpoint(self, attempt_id: str, at: datetime | None = None, uri: str = "") -> None:
         """Note that an attempt's work up to `at` (default now) is safe in a checkpoint.
 
@@ -203,6 +208,7 @@ class AttemptWrites:
             message = f"attempt {att['number']} checkpointed"
             self._event(att["job_id"], attempt_id, now, "checkpoint", message, data)
 
+    @retried
     def record_error(self, job_id: str, reason: str, attempt_id: str | None = None) -> bool:
         """Note that the broker's own code failed on a job (`reason`: the stage and the
         error, one line): an event of kind "error", written once while the reason stays
@@ -220,6 +226,7 @@ class AttemptWrites:
             self._event(job_id, attempt_id, now, "error", reason, {"reason": reason})
             return True
 
+    @retried
     def record_notice(
         self, attempt_id: str, notice: InterruptionNotice, action: str, meaning: str
     ) -> bool:
@@ -242,6 +249,7 @@ class AttemptWrites:
             self._event(att["job_id"], attempt_id, now, "interruption_notice", message, data)
             return True
 
+    @retried
     def record_migration(self, attempt_id: str, source: str, target: str, size: int) -> None:
         """Note that the checkpoint an attempt resumes from was copied from `source` to
         `target` (`size` bytes): once per attempt, so a restarted controller does not
@@ -260,6 +268,7 @@ class AttemptWrites:
 
     # --- instances ------------------------------------------------------------------
 
+    @retried
     def close_stale_instances(self) -> int:
         """Close the instance rows still live whose attempt has ended (left by a broker
         from before attempts closed their instances); how many. A controller runs it on
@@ -294,6 +303,7 @@ class AttemptWrites:
         self._conn.execute(update, (ended, now, now, attempt_id, *LIVE_INSTANCE))
         return ids
 
+    @retried
     def record_instance(
         self,
         cloud: str,
@@ -327,7 +337,7 @@ class AttemptWrites:
     def _upsert_instance(self, now: str, found: Mapping[str, Any]) -> None:
         """Insert or update one instance from the reported fields (absent ones are kept)."""
         key = {"cloud": found["cloud"], "provider_id": str(found["provider_id"])}
-        sql = "SELECT * FROM instances WHERE cloud = ? AND provider_id = ?"
+        sql = f"SELECT * FROM instances WHERE cloud = ? AND provider_id = ?{self._locked()}"
         old = self._conn.execute(sql, tuple(key.values())).fetchone()
         fields = ("region", "zone", "instance_type")
         row = dict(old) if old else {**dict.fromkeys(fields, ""), "tags_json": "{}"}

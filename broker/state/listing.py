@@ -5,12 +5,15 @@ view). Rows come back as frozen values; money is exact (summed here, not in SQL)
 
 from __future__ import annotations
 
-import sqlite3
 from dataclasses import dataclass
 from datetime import datetime
 from decimal import Decimal
+from typing import TYPE_CHECKING, Any
 
 from broker.state.model import AttemptState, JobState, parse_ts, total
+
+if TYPE_CHECKING:
+    from broker.state.backend import Backend
 
 
 @dataclass(frozen=True, slots=True)
@@ -79,75 +82,82 @@ class Listing:
 # `broker jobs`: the runs that match, newest first, limited; then one row per run (or per
 # attempt) with the sums of its attempts and ledger. The placement is the attempt's
 # `PlacedOn` row (its keys are the same in every format); money is summed in Python.
-# `picked p CROSS JOIN attempts` (and ledger): SQLite keeps the page as the outer loop and
-# looks each run's rows up by index, rather than scanning every attempt and ledger line
-# of the file for a page of 50 (40 ms of 100,000 jobs' default page; 2 ms so).
+# `picked p CROSS JOIN attempts` (and ledger) on SQLite: it keeps the page as the outer
+# loop and looks each run's rows up by index, rather than scanning every attempt and
+# ledger line of the file for a page of 50 (40 ms of 100,000 jobs' default page; 2 ms so).
+# The JSON and aggregate functions are the backend's (`Backend.json_number`, ...).
 _PICKED = """WITH picked AS (
     SELECT j.*, (SELECT COUNT(*) FROM jobs j{where}) AS matched,
         CASE WHEN j.state IN ({terminal}) THEN j.updated_at END AS finished_at
     FROM jobs j{where}
     ORDER BY j.created_at DESC, j.run DESC, j.id DESC{limit}
 )"""
-_PLACE = (
-    "json_extract({a}.placement_json, '$.cloud') AS cloud,"
-    " json_extract({a}.placement_json, '$.region') AS region,"
-    " json_extract({a}.placement_json, '$.instance_type') AS instance_type"
-)
-_GPU_HOURS = (
-    "CAST(COALESCE({a}.billed_hours, '0') AS REAL)"
-    " * COALESCE(json_extract({a}.placement_json, '$.accelerator_count'), 0)"
-    " * COALESCE(json_extract({a}.placement_json, '$.nodes'), 1)"
-)
-JOB_LISTING = (
-    _PICKED
-    + """,
+
+
+def _place(db: Backend, a: str) -> str:
+    return ", ".join(
+        f"{db.json_text(f'{a}.placement_json', key)} AS {key}"
+        for key in ("cloud", "region", "instance_type")
+    )
+
+
+def _gpu_hours(db: Backend, a: str) -> str:
+    return (
+        f"CAST(COALESCE({a}.billed_hours, '0') AS DOUBLE PRECISION)"
+        f" * COALESCE({db.json_number(f'{a}.placement_json', 'accelerator_count')}, 0)"
+        f" * COALESCE({db.json_number(f'{a}.placement_json', 'nodes')}, 1)"
+    )
+
+
+def job_listing_sql(db: Backend) -> str:
+    """The query of `StateReads.listing`, one row per run (a template: {where}, ...)."""
+    join = db.index_join
+    return (
+        _PICKED
+        + f""",
 tries AS (
     SELECT a.job_id, COUNT(*) AS attempts, MAX(a.number) AS last, MAX(a.ended_at) AS ended,
-        SUM("""
-    + _GPU_HOURS.format(a="a")
-    + """) AS gpu_hours
-    FROM picked p CROSS JOIN attempts a ON a.job_id = p.id GROUP BY a.job_id
+        SUM({_gpu_hours(db, "a")}) AS gpu_hours
+    FROM picked p {join} attempts a ON a.job_id = p.id GROUP BY a.job_id
 ),
 money AS (
-    SELECT l.job_id, GROUP_CONCAT(l.amount_usd, ' ') AS amounts
-    FROM picked p CROSS JOIN ledger l ON l.job_id = p.id GROUP BY l.job_id
+    SELECT l.job_id, {db.joined_text("l.amount_usd")} AS amounts
+    FROM picked p {join} ledger l ON l.job_id = p.id GROUP BY l.job_id
 )
 SELECT p.*, COALESCE(t.attempts, 0) AS attempts, COALESCE(t.gpu_hours, 0) AS gpu_hours,
     CASE WHEN p.finished_at IS NOT NULL THEN COALESCE(t.ended, p.finished_at) END AS ended_at,
-    la.market, """
-    + _PLACE.format(a="la")
-    + """, m.amounts
+    la.market, {_place(db, "la")}, m.amounts
 FROM picked p
 LEFT JOIN tries t ON t.job_id = p.id
 LEFT JOIN attempts la ON la.job_id = p.id AND la.number = t.last
 LEFT JOIN money m ON m.job_id = p.id
 ORDER BY p.created_at DESC, p.run DESC, p.id DESC"""
-)
-ATTEMPT_LISTING = (
-    _PICKED
-    + """,
+    )
+
+
+def attempt_listing_sql(db: Backend) -> str:
+    """The query of `StateReads.listing(attempts=True)`, one row per attempt."""
+    return (
+        _PICKED
+        + f""",
 money AS (
-    SELECT l.attempt_id, GROUP_CONCAT(l.amount_usd, ' ') AS amounts
-    FROM picked p CROSS JOIN ledger l ON l.job_id = p.id GROUP BY l.attempt_id
+    SELECT l.attempt_id, {db.joined_text("l.amount_usd")} AS amounts
+    FROM picked p {db.index_join} ledger l ON l.job_id = p.id GROUP BY l.attempt_id
 )
-SELECT a.*, p.team, p.name, p.run, p.matched, """
-    + _PLACE.format(a="a")
-    + ", "
-    + _GPU_HOURS.format(a="a")
-    + """ AS gpu_hours,
-    json_extract(a.placement_json, '$.time_scale') AS time_scale, m.amounts
+SELECT a.*, p.team, p.name, p.run, p.matched, {_place(db, "a")}, {_gpu_hours(db, "a")}
+    AS gpu_hours, {db.json_number("a.placement_json", "time_scale")} AS time_scale, m.amounts
 FROM picked p
 JOIN attempts a ON a.job_id = p.id
 LEFT JOIN money m ON m.attempt_id = a.id
 ORDER BY p.created_at DESC, p.run DESC, p.id DESC, a.number"""
-)
+    )
 
 
 def money(amounts: str | None) -> Decimal:
     return total(Decimal(text) for text in (amounts or "").split())
 
 
-def job_listing(row: sqlite3.Row) -> JobListing:
+def job_listing(row: Any) -> JobListing:
     return JobListing(
         id=row["id"], team=row["team"], name=row["name"], run=row["run"],
         state=JobState(row["state"]), version=row["version"], queue=row["queue"],
@@ -160,7 +170,7 @@ def job_listing(row: sqlite3.Row) -> JobListing:
     )  # fmt: skip
 
 
-def attempt_listing(row: sqlite3.Row) -> AttemptListing:
+def attempt_listing(row: Any) -> AttemptListing:
     hours = row["billed_hours"]
     return AttemptListing(
         id=row["id"], job_id=row["job_id"], team=row["team"], name=row["name"],

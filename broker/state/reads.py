@@ -1,24 +1,25 @@
 """The state store's reads: jobs, versions, attempts, instances, events, the ledger.
 
-Part of `StateStore` (broker.state.store). Reads take no write lock: in WAL mode they
-see the last committed state and never block a writer.
+Part of `StateStore` (broker.state.store). Reads take no write lock: in WAL mode (and
+on PostgreSQL) they see the last committed state and never block a writer.
 """
 
 from __future__ import annotations
 
 import json
-import sqlite3
 from collections.abc import Callable, Iterable
+from dataclasses import dataclass
 from datetime import datetime
 from decimal import Decimal
 from typing import Any
 
+from broker.state.backend import Backend, Connection
 from broker.state.listing import (
-    ATTEMPT_LISTING,
-    JOB_LISTING,
     Listing,
     attempt_listing,
+    attempt_listing_sql,
     job_listing,
+    job_listing_sql,
 )
 from broker.state.model import (
     TERMINAL,
@@ -48,12 +49,27 @@ JOB_SELECT = (
 LEDGER_SELECT = "SELECT l.*, j.team FROM ledger l JOIN jobs j ON j.id = l.job_id"
 
 
+@dataclass(frozen=True, slots=True)
+class FinishedRun:
+    """A succeeded run with its attempts and, per interrupted attempt, the share of its
+    billed time its interruption lost (as `lost_shares` gives it)."""
+
+    job: Job
+    attempts: list[Attempt]
+    lost_shares: dict[str, Decimal]
+
+
 class StateReads(StateTallies):
     """Reads of the state (a part of `StateStore`); the metrics' own: `StateTallies`."""
 
-    _conn: sqlite3.Connection
-    _job_row: Callable[[str], sqlite3.Row]
-    _attempt_row: Callable[[str], sqlite3.Row]
+    _conn: Connection
+    _backend: Backend
+    _job_row: Callable[[str], Any]
+    _attempt_row: Callable[[str], Any]
+
+    # rows to values (the simulator's store remembers them: broker.sim.store)
+    _attempt_of = staticmethod(attempt_of)
+    _event_of = staticmethod(event_of)
 
     # --- reads ----------------------------------------------------------------------
 
@@ -139,7 +155,53 @@ class StateReads(StateTallies):
         """A job's attempts in order; or, with `states` (e.g. OPEN_ATTEMPT), any job's."""
         where, params = _filters(("job_id", job_id), ("state", states))
         sql = f"SELECT * FROM attempts{where} ORDER BY started_at, job_id, number"
-        return [attempt_of(r) for r in self._conn.execute(sql, params)]
+        return [self._attempt_of(r) for r in self._conn.execute(sql, params)]
+
+    def finished_runs(
+        self,
+        team: str,
+        name: str | None = None,
+        *,
+        before: datetime | None = None,
+        limit: int = 2,
+        within: int | None = None,
+    ) -> list[FinishedRun]:
+        """The team's newest succeeded runs (of job `name` only, when given; that ended
+        before `before`, when given; among the newest `within` runs of the store, when
+        given), newest first, at most `limit`, each with its attempts in order and the
+        lost shares of its interrupted ones: the history that runtimes are learned from
+        (`broker.learned_runtime`). `within` bounds a search across a team's names by
+        the `created_at` index, whatever the team's size."""
+        where, params = _filters(
+            ("j.team", team), ("j.name", name), ("j.state", [JobState.SUCCEEDED])
+        )
+        if before is not None:
+            where += " AND j.updated_at < ?"
+            params.append(ts_text(before))
+        if within is not None:
+            where += (
+                " AND j.id IN (SELECT r.id FROM jobs r"
+                " ORDER BY r.created_at DESC, r.run DESC, r.id DESC LIMIT ?)"
+            )
+            params.append(within)
+        # One run of a job at a time: its newest runs are its highest numbers (the
+        # (team, name, run) index); across names, the newest to have ended.
+        order = "j.run DESC" if name is not None else "j.updated_at DESC, j.run DESC, j.id DESC"
+        sql = f"{JOB_SELECT}{where} ORDER BY {order} LIMIT ?"
+        jobs = [job_of(r) for r in self._conn.execute(sql, [*params, limit])]
+        if not jobs:
+            return []
+        marks = ",".join("?" * len(jobs))
+        tried: dict[str, list[Attempt]] = {job.id: [] for job in jobs}
+        sql = f"SELECT * FROM attempts WHERE job_id IN ({marks}) ORDER BY job_id, number"
+        for row in self._conn.execute(sql, [job.id for job in jobs]):
+            tried[row["job_id"]].append(attempt_of(row))
+        runs = []
+        for job in jobs:
+            attempts = tried[job.id]
+            interrupted = any(a.state == AttemptState.INTERRUPTED for a in attempts)
+            runs.append(FinishedRun(job, attempts, self.lost_shares(job.id) if interrupted else {}))
+        return runs
 
     def instances(
         self,
@@ -164,7 +226,7 @@ class StateReads(StateTallies):
     def events(self, job_id: str, after: int = 0) -> list[Event]:
         """A job's events in order; `after` an event id, to follow new ones."""
         sql = "SELECT * FROM events WHERE job_id = ? AND id > ? ORDER BY id"
-        return [event_of(r) for r in self._conn.execute(sql, (job_id, after))]
+        return [self._event_of(r) for r in self._conn.execute(sql, (job_id, after))]
 
     def events_of_kind(self, kind: str) -> list[Event]:
         """Every job's events of one kind, oldest first: what the metrics count across
@@ -213,7 +275,7 @@ class StateReads(StateTallies):
             params += [*map(str, TERMINAL), ts_text(since)]
         page = [] if limit is None else [limit]
         marks = ",".join("?" * len(TERMINAL))
-        template = ATTEMPT_LISTING if attempts else JOB_LISTING
+        template = (attempt_listing_sql if attempts else job_listing_sql)(self._backend)
         sql = template.format(terminal=marks, where=where, limit=" LIMIT ?" if page else "")
         values = [*params, *map(str, TERMINAL), *params, *page]  # the count, then the page
         rows = self._conn.execute(sql, values).fetchall()
@@ -236,7 +298,7 @@ class StateReads(StateTallies):
         params: list[Any] = []
         where = _period_ended("", params, since, until)
         sql = (
-            "SELECT json_extract(a.placement_json, '$.time_scale') AS scale,"
+            f"SELECT {self._backend.json_number('a.placement_json', 'time_scale')} AS scale,"
             " COUNT(DISTINCT a.id) AS n FROM attempts a JOIN ledger l ON l.attempt_id = a.id"
             f"{where} GROUP BY scale"
         )

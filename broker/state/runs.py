@@ -11,10 +11,10 @@ transaction and the row helpers.
 
 from __future__ import annotations
 
-import sqlite3
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
+from broker.state.backend import Connection, retried
 from broker.state.model import (
     TERMINAL,
     JobState,
@@ -39,17 +39,19 @@ class RunInFlight(StateError):
 class RunWrites:
     """Submissions and re-runs (a part of `StateStore`)."""
 
-    _conn: sqlite3.Connection
+    _conn: Connection
     _write: Callable[[], AbstractContextManager[str]]
     _insert: Callable[..., None]
     _event: Callable[..., None]
     _fresh_id: Callable[[str, str], str]
-    _job_row: Callable[[str], sqlite3.Row]
+    _job_row: Callable[[str], Any]
+    _locked: Callable[[], str]
     _set: Callable[..., None]
     _in_flight: Callable[[str, JobState], bool]
     _digest: Callable[[str, int], str]
     version: Callable[..., JobVersion]
 
+    @retried
     def submit(
         self, spec: JobSpec, manifest_text: str, digest: str, submitter: str | None = None
     ) -> SubmitResult:
@@ -101,6 +103,7 @@ class RunWrites:
             self._put_in_force(job_id, state, current, number, now, by)
             return SubmitResult(job_id, number, False, True, run, False, JobState.QUEUED)
 
+    @retried
     def rerun(self, job_id: str, submitter: str | None = None) -> SubmitResult:
         """Queue a new run of a finished job from the same manifest version (the one in
         force in `job_id`): a new job id, the next run number of its (team, name).
@@ -135,8 +138,9 @@ class RunWrites:
 
     # --- helpers (inside a write transaction) -------------------------------------------
 
-    def _newest_run(self, team: str, name: str) -> sqlite3.Row | None:
+    def _newest_run(self, team: str, name: str) -> Any:
         sql = "SELECT * FROM jobs WHERE team = ? AND name = ? ORDER BY run DESC LIMIT 1"
+        sql += self._locked()
         return self._conn.execute(sql, (team, name)).fetchone()
 
     def _next_version(self, team: str, name: str) -> int:

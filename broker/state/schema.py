@@ -4,22 +4,30 @@ The SQL is portable (SQLite and PostgreSQL accept it as written): TEXT, INTEGER,
 foreign keys, plain indexes and `INSERT ... ON CONFLICT`. Timestamps are ISO-8601
 UTC text of fixed width, so text order is time order; money and hourly prices are
 TEXT decimal strings, so nothing rounds on the way in or out. The one dialect
-difference, an auto-numbered key, is the `{serial}` placeholder below.
+difference in the tables, an auto-numbered key, is the `{serial}` placeholder below;
+on PostgreSQL every TEXT column is `COLLATE "C"`, so text sorts by code point there
+as it does in SQLite (ids, names and times list in the same order on both).
 
 The schema version is the highest row of `schema_migrations` (a table rather than
 SQLite's `PRAGMA user_version`, so PostgreSQL needs nothing else). Migrations are
 append-only: never edit one that has shipped; add the next. A migration that must
 rebuild a table (SQLite drops no constraint in place: migration 3 rebuilds `jobs`)
-says so (`rebuilds`); PostgreSQL would drop the constraint instead.
+says so (`rebuilds`) and gives what PostgreSQL runs instead (`postgresql`: it drops
+the constraint in place). The dialect's locking and checks are its backend's
+(`broker.state.backend`).
 """
 
 from __future__ import annotations
 
-import sqlite3
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from broker.state.model import StateError
+
+if TYPE_CHECKING:
+    from broker.state.backend import Backend, Connection
 
 SERIAL = {
     "sqlite": "INTEGER PRIMARY KEY AUTOINCREMENT",  # ids never reused: event order is id order
@@ -39,6 +47,9 @@ class Migration:
     # A table rebuilt (SQLite cannot drop a constraint in place): foreign keys are off
     # while it runs, and checked whole before it commits.
     rebuilds: bool = False
+    # What PostgreSQL runs instead of `statements` (a rebuild it does not need); empty:
+    # the same statements.
+    postgresql: tuple[str, ...] = ()
 
 
 INITIAL = Migration(
@@ -183,6 +194,12 @@ RUNS = Migration(
         "CREATE INDEX jobs_by_created ON jobs (created_at, run, id)",  # `broker jobs`
     ),
     rebuilds=True,
+    postgresql=(
+        "ALTER TABLE jobs DROP CONSTRAINT jobs_team_name_key",  # UNIQUE (team, name)
+        "ALTER TABLE jobs ADD COLUMN run INTEGER NOT NULL DEFAULT 1",
+        "CREATE UNIQUE INDEX jobs_by_name ON jobs (team, name, run)",
+        "CREATE INDEX jobs_by_created ON jobs (created_at, run, id)",
+    ),
 )
 
 GANG_MEMBERS = Migration(
@@ -225,61 +242,83 @@ _BOOKKEEPING = """CREATE TABLE IF NOT EXISTS schema_migrations (
 
 def statements(migration: Migration, dialect: str = "sqlite") -> list[str]:
     """The migration's SQL for one dialect."""
+    if dialect == "postgresql":
+        chosen = migration.postgresql or migration.statements
+        return [_c_collation(sql).replace("{serial}", SERIAL[dialect]) for sql in chosen]
     return [sql.replace("{serial}", SERIAL[dialect]) for sql in migration.statements]
 
 
-def schema_version(conn: sqlite3.Connection) -> int:
-    """The highest migration applied to this file; 0 for a fresh one."""
-    exists = conn.execute(
-        "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'schema_migrations'"
-    ).fetchone()
-    if not exists:
+def _c_collation(sql: str) -> str:
+    """A table's TEXT columns in the "C" collation (byte order, as SQLite sorts)."""
+    if not re.match(r"\s*(CREATE TABLE|ALTER TABLE \w+ ADD COLUMN)", sql):
+        return sql
+    return re.sub(r"\bTEXT\b", 'TEXT COLLATE "C"', sql)
+
+
+def schema_version(conn: Connection, backend: Backend | None = None) -> int:
+    """The highest migration applied to this database; 0 for a fresh one."""
+    if not _backend(backend).table_exists(conn, "schema_migrations"):
         return 0
     (version,) = conn.execute("SELECT COALESCE(MAX(version), 0) FROM schema_migrations").fetchone()
     return int(version)
 
 
 def migrate(
-    conn: sqlite3.Connection, applied_at: str, migrations: Sequence[Migration] | None = None
+    conn: Connection,
+    applied_at: str,
+    migrations: Sequence[Migration] | None = None,
+    *,
+    backend: Backend | None = None,
 ) -> int:
-    """Bring the file up to the newest migration, each in its own transaction; the version.
+    """Bring the database up to the newest migration, each in its own transaction; the
+    version.
 
     Safe against another process migrating at the same time: the version is read
-    again under the write lock before each step. `conn` must be in autocommit mode.
+    again under the backend's migration lock before each step. `conn` must be in
+    autocommit mode. `backend`: SQLite's unless given.
     """
+    backend = _backend(backend)
     migrations = MIGRATIONS if migrations is None else migrations
     _check_order(migrations)
     newest = migrations[-1].version if migrations else 0
-    found = schema_version(conn)
+    found = schema_version(conn, backend)
     if found > newest:
         raise too_new(found, newest)
     for migration in migrations:
         if migration.version <= found:
             continue
-        keys = conn.execute("PRAGMA foreign_keys").fetchone()[0]
-        if migration.rebuilds:  # a no-op inside a transaction: switched before it
-            conn.execute("PRAGMA foreign_keys = OFF")
-        try:
-            found = _apply(conn, migration, applied_at, newest)
-        finally:
-            conn.execute(f"PRAGMA foreign_keys = {'ON' if keys else 'OFF'}")
+        if migration.rebuilds:
+            with backend.rebuilding(conn):
+                found = _apply(conn, backend, migration, applied_at, newest)
+        else:
+            found = _apply(conn, backend, migration, applied_at, newest)
     return found
 
 
-def _apply(conn: sqlite3.Connection, migration: Migration, applied_at: str, newest: int) -> int:
+def _backend(backend: Backend | None) -> Backend:
+    if backend is not None:
+        return backend
+    from pathlib import Path
+
+    from broker.state.sqlite_backend import SqliteBackend
+
+    return SqliteBackend(Path())
+
+
+def _apply(
+    conn: Connection, backend: Backend, migration: Migration, applied_at: str, newest: int
+) -> int:
     """One migration in its own transaction (unless another process applied it first)."""
-    conn.execute("BEGIN IMMEDIATE")
+    backend.begin_migration(conn)
     try:
         conn.execute(_BOOKKEEPING)
-        found = schema_version(conn)
+        found = schema_version(conn, backend)
         if found > newest:
             raise too_new(found, newest)
         if migration.version > found:
-            for sql in statements(migration):
+            for sql in statements(migration, backend.dialect):
                 conn.execute(sql)
-            broken = conn.execute("PRAGMA foreign_key_check").fetchall()
-            if broken:
-                raise StateError(f"migration {migration.version} broke {len(broken)} reference(s)")
+            backend.check_references(conn, migration.version)
             conn.execute(
                 "INSERT INTO schema_migrations (version, name, applied_at) VALUES (?, ?, ?)",
                 (migration.version, migration.name, applied_at),

@@ -1,12 +1,16 @@
 """The state store: the only writer of jobs, versions, attempts, instances, events
-and ledger entries, on one SQLite file in WAL mode.
+and ledger entries, on one SQLite file in WAL mode or on a PostgreSQL database.
 
-Every write method is one `BEGIN IMMEDIATE` transaction that also writes its
-events, so a killed process leaves either all of a change or none of it, and two
-processes on one file take turns (the busy timeout makes the second wait). Checks
-that guard a write (state, expected state, attempt still open) are read inside
-that transaction, which is what makes compare-and-set and "bill once" hold across
-controllers. "Now" comes from the injected Clock, read once per transaction.
+Every write method is one transaction that also writes its events, so a killed
+process leaves either all of a change or none of it, and writers take turns: on
+SQLite `BEGIN IMMEDIATE` locks the file (the busy timeout makes the second wait), on
+PostgreSQL the job and attempt rows a write reads are locked `FOR UPDATE`
+(`broker.state.backend`: what differs between the two lives in one backend module
+each). Checks that guard a write (state, expected state, attempt still open) are
+read inside that transaction, which is what makes compare-and-set and "bill once"
+hold across controllers. A write that loses a race on PostgreSQL (a deadlock, a key
+two writers inserted) runs again whole (`retried`). "Now" comes from the injected
+Clock, read once per transaction.
 
 One StateStore per thread: it holds one connection, which is not shared.
 """
@@ -15,7 +19,6 @@ from __future__ import annotations
 
 import os
 import secrets
-import sqlite3
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from pathlib import Path
@@ -23,23 +26,15 @@ from types import TracebackType
 from typing import Any
 
 from broker.clock import Clock
-from broker.state import schema
 from broker.state.attempts import AttemptWrites
-from broker.state.files import (
-    APPLICATION_ID,
-    DamagedState,
-    ReadOnlyState,
-    StateFileError,
-    examine,
-    read_only_uri,
-)
+from broker.state.backend import Backend, CommitUnknown, Connection, StateUnavailable, retried
 from broker.state.leases import LeaseWrites
+from broker.state.location import DatabaseUrl, StateLocation, parse_location
 from broker.state.model import (
     IN_FLIGHT,
     OPEN_ATTEMPT,
     IllegalTransition,
     JobState,
-    StateError,
     UnknownAttempt,
     UnknownJob,
     can_transition,
@@ -51,38 +46,6 @@ from broker.state.runs import RunWrites
 from pricing.userio.redact import redact, redact_data
 
 
-def _connect_read_only(file: Path, busy_timeout: float) -> sqlite3.Connection:
-    """A read-only connection that creates nothing beside the file: `mode=ro` when a live
-    writer's `-wal` and `-shm` are there (it reads through them), else `immutable` (a
-    read-only connection would leave a `-wal` and `-shm` of its own behind)."""
-    live = Path(f"{file}-wal").exists() and Path(f"{file}-shm").exists()
-    uri = read_only_uri(file, immutable=not live)
-    conn = sqlite3.connect(uri, uri=True, timeout=busy_timeout, isolation_level=None)
-    try:
-        conn.execute("SELECT 1 FROM sqlite_master LIMIT 1").fetchall()
-    except sqlite3.OperationalError:
-        conn.close()
-        raise
-    except sqlite3.DatabaseError as exc:  # "malformed": the schema page is damaged
-        conn.close()
-        raise DamagedState(file, f"the state file {file} is damaged ({exc})") from None
-    return conn
-
-
-def _check_version(file: Path, conn: sqlite3.Connection, *, exact: bool) -> None:
-    """SchemaTooNew for a file a newer broker wrote; with `exact` (read-only: nothing can
-    be migrated), a StateFileError for an older one too."""
-    found, newest = schema.schema_version(conn), schema.MIGRATIONS[-1].version
-    if found > newest:
-        raise schema.too_new(found, newest, file)
-    if exact and found < newest:
-        raise StateFileError(
-            file,
-            f"the state file {file} has schema version {found} and this broker needs {newest}: "
-            "run a command that writes it (e.g. broker submit) where it can be written",
-        )
-
-
 def default_state_path() -> Path:
     """`$XDG_STATE_HOME/broker/state.db`, else `~/.local/state/broker/state.db`."""
     from pricing.userio.dirs import user_state_dir
@@ -91,7 +54,7 @@ def default_state_path() -> Path:
 
 
 def _insert_event(
-    conn: sqlite3.Connection,
+    conn: Connection,
     job_id: str,
     attempt_id: str | None,
     now: str,
@@ -113,69 +76,62 @@ class StateStore(RunWrites, AttemptWrites, LeaseWrites, StateReads):
     """Durable broker state. Open with `StateStore.open(path, clock)`; a controller then
     writes as a lease holder (`hold_as`: broker.state.leases)."""
 
-    dialect = "sqlite"  # which claim query (broker.state.leases.claim_sql) runs
 
     def __init__(
-        self, conn: sqlite3.Connection, clock: Clock, path: Path, new_id: Callable[[], str]
+        self,
+        conn: Connection,
+        clock: Clock,
+        path: StateLocation,
+        new_id: Callable[[], str],
+        backend: Backend,
     ) -> None:
         self._conn, self._clock, self.path, self._new_id = conn, clock, path, new_id
         self._holder = None  # no leases until a controller says who it is
+        self._backend = backend
+
+    @property
+    def dialect(self) -> str:
+        """"sqlite" or "postgresql": which claim and lock queries run (broker.state.leases,
+        broker.state.limits)."""
+        return self._backend.dialect
 
     @classmethod
     def open(
         cls,
-        path: str | os.PathLike[str],
+        path: str | os.PathLike[str] | DatabaseUrl,
         clock: Clock,
         *,
         busy_timeout: float = 30.0,
         new_id: Callable[[], str] | None = None,
         read_only: bool = False,
     ) -> StateStore:
-        """Open (creating it and its directory if needed) and migrate the state file.
+        """Open (creating it and its directory if needed) and migrate the state: a
+        SQLite file at a path, or the PostgreSQL database of a `postgresql://` URL.
 
-        The file is examined first (`broker.state.files`): one that is not a broker
+        A file is examined first (`broker.state.files`): one that is not a broker
         state file is refused with `NotAStateFile` before SQLite touches it, one of a
         newer schema with `SchemaTooNew` before anything is written, one in a read-only
-        location with `ReadOnlyState`. `read_only` opens an existing file for reading
+        location with `ReadOnlyState`. `read_only` opens existing state for reading
         only (no WAL switch, no migration, nothing created). `busy_timeout` is how long
         a write waits for another writer, in seconds; `new_id` makes the 12 hex digits
-        of job and attempt ids (tests, simulator).
+        of job and attempt ids (tests, simulator). A database that cannot be reached
+        raises `StateUnavailable` (one line, no password).
         """
-        file = Path(path)
-        found = examine(file)
-        if read_only:
-            if found.kind in ("missing", "empty"):
-                raise StateFileError(file, f"no state file at {file}")
-            conn = _connect_read_only(file, busy_timeout)
+        location = parse_location(path)
+        backend: Backend
+        if isinstance(location, DatabaseUrl):
+            from broker.state.pg_backend import open_postgres
+
+            backend, conn = open_postgres(
+                location, clock, busy_timeout=busy_timeout, read_only=read_only
+            )
         else:
-            if not found.writable:
-                where = f"the state file {file} is in a read-only location"
-                raise ReadOnlyState(file, f"{where}: this command writes it")
-            file.parent.mkdir(parents=True, exist_ok=True)
-            conn = sqlite3.connect(file, timeout=busy_timeout, isolation_level=None)
-        try:
-            conn.row_factory = sqlite3.Row
-            _check_version(file, conn, exact=read_only)  # before anything is written
-            if not read_only:
-                conn.execute("PRAGMA foreign_keys = ON")
-                (mode,) = conn.execute("PRAGMA journal_mode = WAL").fetchone()
-                if str(mode).lower() != "wal":
-                    raise StateError(f"{file}: cannot use WAL mode here (got {mode})")
-                conn.execute("PRAGMA synchronous = FULL")  # a commit survives power loss too
-                schema.migrate(conn, ts_text(clock.now()))
-                (known,) = conn.execute("PRAGMA application_id").fetchone()
-                if known != APPLICATION_ID:  # new, or made before the id existed
-                    conn.execute(f"PRAGMA application_id = {APPLICATION_ID}")
-        except sqlite3.OperationalError:  # locked, a failing migration: not the file's fault
-            conn.close()
-            raise
-        except sqlite3.DatabaseError as exc:  # "malformed", "file is not a database"
-            conn.close()
-            raise DamagedState(file, f"the state file {file} is damaged ({exc})") from None
-        except BaseException:
-            conn.close()
-            raise
-        return cls(conn, clock, file, new_id or (lambda: secrets.token_hex(6)))
+            from broker.state.sqlite_backend import open_sqlite
+
+            backend, conn = open_sqlite(
+                location, clock, busy_timeout=busy_timeout, read_only=read_only
+            )
+        return cls(conn, clock, location, new_id or (lambda: secrets.token_hex(6)), backend)
 
     def close(self) -> None:
         self._conn.close()
@@ -191,10 +147,18 @@ class StateStore(RunWrites, AttemptWrites, LeaseWrites, StateReads):
     @contextmanager
     def _write(self) -> Iterator[str]:
         """One write transaction; yields "now" read under the lock, so times follow commits."""
-        self._conn.execute("BEGIN IMMEDIATE")
+        self._backend.begin(self._conn)
         try:
             yield ts_text(self._clock.now())
+        except BaseException:
+            if self._conn.in_transaction:
+                self._conn.execute("ROLLBACK")
+            raise
+        try:
             self._conn.execute("COMMIT")
+        except StateUnavailable as exc:  # it may have committed: never run it again blindly
+            why = f"{exc} (while committing: the change may have been made)"
+            raise CommitUnknown(why) from None
         except BaseException:
             if self._conn.in_transaction:
                 self._conn.execute("ROLLBACK")
@@ -202,6 +166,7 @@ class StateStore(RunWrites, AttemptWrites, LeaseWrites, StateReads):
 
     # --- jobs (submissions and runs: broker.state.runs) ------------------------------
 
+    @retried
     def transition(
         self,
         job_id: str,
@@ -261,8 +226,13 @@ class StateStore(RunWrites, AttemptWrites, LeaseWrites, StateReads):
             if self._conn.execute(sql, (candidate,)).fetchone() is None:
                 return candidate
 
-    def _job_row(self, job_id: str) -> sqlite3.Row:
-        row = self._conn.execute("SELECT * FROM jobs WHERE id = ?", (job_id,)).fetchone()
+    def _locked(self) -> str:
+        """` FOR UPDATE` on PostgreSQL inside a write (the row guards it), else ""."""
+        return self._backend.for_update if self._conn.in_transaction else ""
+
+    def _job_row(self, job_id: str) -> Any:
+        sql = f"SELECT * FROM jobs WHERE id = ?{self._locked()}"
+        row = self._conn.execute(sql, (job_id,)).fetchone()
         if row is None:
             raise UnknownJob(f"no job {job_id!r}")
         return row
@@ -270,13 +240,14 @@ class StateStore(RunWrites, AttemptWrites, LeaseWrites, StateReads):
     def _job_state(self, job_id: str) -> JobState:
         return JobState(self._job_row(job_id)["state"])
 
-    def _attempt_row(self, attempt_id: str) -> sqlite3.Row:
-        row = self._conn.execute("SELECT * FROM attempts WHERE id = ?", (attempt_id,)).fetchone()
+    def _attempt_row(self, attempt_id: str) -> Any:
+        sql = f"SELECT * FROM attempts WHERE id = ?{self._locked()}"
+        row = self._conn.execute(sql, (attempt_id,)).fetchone()
         if row is None:
             raise UnknownAttempt(f"no attempt {attempt_id!r}")
         return row
 
-    def _is_latest(self, att: sqlite3.Row) -> bool:
+    def _is_latest(self, att: Any) -> bool:
         (latest,) = self._conn.execute(
             "SELECT MAX(number) FROM attempts WHERE job_id = ?", (att["job_id"],)
         ).fetchone()

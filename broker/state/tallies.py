@@ -2,36 +2,42 @@
 light queries, so a scrape of 10,000 jobs costs a fraction of decoding every job and
 attempt as full records (`StateReads.jobs`, `attempts`).
 
-Part of `StateReads` (broker.state.reads). Reads take no write lock: in WAL mode they
-see the last committed state and never block a writer. Money comes back as exact
+Part of `StateReads` (broker.state.reads). Reads take no write lock: in WAL mode (and
+on PostgreSQL, in a REPEATABLE READ snapshot) they see the last committed state and
+never block a writer. Money comes back as exact
 Decimal, summed by the caller (as `broker.state.listing` does), never in SQL.
 """
 
 from __future__ import annotations
 
-import sqlite3
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import datetime
 from decimal import Decimal
+from typing import Any
 
+from broker.state.backend import Backend, Connection
 from broker.state.model import AttemptState, parse_ts
 from broker.state.placed import ONPREM
 
 
-def _json(key: str) -> str:
-    """An attempt's placement field, in SQLite's JSON function (the one place a backend's
-    dialect shows in these reads)."""
-    return f"json_extract(a.placement_json, '$.{key}')"
+def _attempt_facts(db: Backend) -> str:
+    """One row per attempt with its job's team, queue and queueing time, where it ran and
+    whether its instance was taken back by the provider (an instance row "interrupted");
+    the placement's fields in the backend's JSON functions (the one place its dialect
+    shows in these reads)."""
 
+    def text(key: str) -> str:
+        return db.json_text("a.placement_json", key)
 
-# One row per attempt with its job's team, queue and queueing time, where it ran and
-# whether its instance was taken back by the provider (an instance row "interrupted").
-_ATTEMPT_FACTS = f"""SELECT a.job_id, a.number, a.state, a.market, a.started_at, a.running_at,
+    def number(key: str) -> str:
+        return db.json_number("a.placement_json", key)
+
+    return f"""SELECT a.job_id, a.number, a.state, a.market, a.started_at, a.running_at,
     a.ended_at, a.billed_hours, a.reason, j.team, j.queue, j.queued_at,
-    {_json("cloud")} AS cloud, {_json("region")} AS region, {_json("zone")} AS zone,
-    COALESCE({_json("accelerator_count")}, 0) * COALESCE({_json("nodes")}, 1) AS gpus,
+    {text("cloud")} AS cloud, {text("region")} AS region, {text("zone")} AS zone,
+    COALESCE({number("accelerator_count")}, 0) * COALESCE({number("nodes")}, 1) AS gpus,
     EXISTS (SELECT 1 FROM instances i WHERE i.attempt_id = a.id AND i.state = 'interrupted')
         AS reclaimed
 FROM attempts a JOIN jobs j ON j.id = a.job_id
@@ -74,14 +80,15 @@ class Charge:
 class StateTallies:
     """The metrics' reads (a part of `StateReads`)."""
 
-    _conn: sqlite3.Connection
+    _conn: Connection
+    _backend: Backend
 
     @contextmanager
     def snapshot(self) -> Iterator[None]:
         """The reads inside see one committed state, not a commit between two of them: a
         read transaction, which in WAL mode never blocks a writer (on a store with no
         transaction of its own open, e.g. one opened read-only for a scrape)."""
-        self._conn.execute("BEGIN")
+        self._backend.begin_snapshot(self._conn)
         try:
             yield
         finally:
@@ -94,7 +101,7 @@ class StateTallies:
 
     def attempt_facts(self) -> list[AttemptFact]:
         """Every attempt, by job then number."""
-        return [_fact(row) for row in self._conn.execute(_ATTEMPT_FACTS)]
+        return [_fact(row) for row in self._conn.execute(_attempt_facts(self._backend))]
 
     def charges(self) -> list[Charge]:
         """Every ledger line with its job's team."""
@@ -108,7 +115,7 @@ class StateTallies:
         ]
 
 
-def _fact(row: sqlite3.Row) -> AttemptFact:
+def _fact(row: Any) -> AttemptFact:
     cloud, hours = row["cloud"] or "", row["billed_hours"]
     return AttemptFact(
         job_id=row["job_id"], number=row["number"], team=row["team"], queue=row["queue"],

@@ -7,7 +7,8 @@ report) passes through `redact` first, and a URI is stored without its user part
 - credentials after a name that says so (`password=`, `"client_secret": "..."`,
   `SessionToken: ...`, `X-Amz-Signature=`, `sig=` of an Azure SAS, `AccountKey=`);
 - `Authorization:` and `Cookie:` header values, `Bearer` tokens;
-- the user part of a URI (`s3://user:PASS@host/` -> `s3://***@host/`);
+- the user part of a URI (`s3://user:PASS@host/` -> `s3://***@host/`); of a
+  `postgresql://` URL up to its last `@`, whatever the password holds;
 - keys known by their shape: AWS access key ids (`AKIA...`, `ASIA...`) and session
   tokens, secret access keys, Google API keys and OAuth tokens, Azure AD client
   secrets, GitHub and GitLab tokens, JWTs, PEM private key blocks, and any long token
@@ -22,6 +23,7 @@ from __future__ import annotations
 
 import functools
 import re
+from collections.abc import Callable
 
 MASK = "***"
 
@@ -63,6 +65,8 @@ def _patterns() -> tuple[tuple[re.Pattern[str], str], ...]:
         """
     )
     return (
+        # a database URL's user part, up to its last `@` (a password may hold `/`, `?`, `#`)
+        (re.compile(r"(?i)\b(postgres(?:ql)?://)[^\s@]*@"), rf"\1{MASK}@"),
         (re.compile(r"(?i)\b([a-z][a-z0-9+.-]*://)[^/\s@?#]+@"), rf"\1{MASK}@"),  # userinfo
         (
             re.compile(r"(?i)\b(authorization\s*[:=]\s*)(?:(?:bearer|basic|token)\s+)?[^\s,;]+"),
@@ -87,23 +91,24 @@ def redact(text: str) -> str:
     return text
 
 
-def redact_data(value: object) -> object:
+def redact_data(value: object, text: Callable[[str], str] = redact) -> object:
     """`redact` applied to every string in nested lists, tuples and dicts (keys too), and
     a text value under a key that names a secret (`{"token": "..."}`) masked whole: an
-    event's or a status file's data before it is stored."""
+    event's or a status file's data before it is stored. `text`: `redact`, or one that
+    remembers its answers (the simulator's store)."""
     if isinstance(value, str):
-        return redact(value)
+        return text(value)
     if isinstance(value, dict):
         return {
-            redact_data(key): MASK
+            redact_data(key, text): MASK
             if isinstance(key, str) and isinstance(item, str) and _secret_name().search(key)
-            else redact_data(item)
+            else redact_data(item, text)
             for key, item in value.items()
         }
     if isinstance(value, list):
-        return [redact_data(item) for item in value]
+        return [redact_data(item, text) for item in value]
     if isinstance(value, tuple):
-        return tuple(redact_data(item) for item in value)
+        return tuple(redact_data(item, text) for item in value)
     return value
 
 

@@ -43,7 +43,7 @@ _TABLE: tuple[tuple[str, Any, str], ...] = (  # key, default, what it is for
     ("pools", None, "on-prem pool inventory YAML (default: config dir pools.yaml)"),
     ("overlays", None, "price overlays YAML (default: config dir overlays.yaml)"),
     ("policy", None, "queue policy YAML (default: config dir policy.yaml)"),
-    ("state", None, "state file (default: state.db in the state dir)"),
+    ("state", None, "state file, or a postgresql:// URL (default: state.db in the state dir)"),
     ("freshness_days", 30, "catalog age in days after which prices are old"),
     ("auto_refresh_days", None, "refresh the user catalog when this old (off)"),
     ("clouds", (), "clouds launched for real (aws,gcp,azure); others: sandbox"),

@@ -17,12 +17,18 @@ REPO = Path(__file__).resolve().parents[2]
 
 
 @contextmanager
-def sandbox(folder: Path, pools: bool = False) -> Iterator[BrokerSession]:
-    """A runtime on `folder/state.db` (the demo's local pools too, with `pools`: no Slurm
-    or SSH needed), with the example trainer where jobs find it as `../train.py`."""
+def sandbox(
+    folder: Path, pools: bool = False, state: Path | str | None = None
+) -> Iterator[BrokerSession]:
+    """A runtime on `folder/state.db`, or on `state` (a file or a database URL: see
+    tests/state_backends.py), the demo's local pools too with `pools` (no Slurm or SSH
+    needed), with the example trainer where jobs find it as `../train.py`."""
+    from broker.state.location import parse_location
+
     demo_pools = REPO / "examples" / "demo" / "pools.yaml"
     view = load_offers(pools_path=demo_pools) if pools else load_offers()
-    runtime = open_runtime(folder / "state.db", view, clock=SystemClock())
+    where = parse_location(state) if state is not None else folder / "state.db"
+    runtime = open_runtime(where, view, clock=SystemClock())
     (runtime.workdir / "train.py").write_text((REPO / "examples" / "train.py").read_text())
     try:
         yield runtime

@@ -41,7 +41,11 @@ def broker(*args: str) -> list[str]:
     return [sys.executable, "-m", "broker", *args]
 
 
-def test_sigkill_at_random_points_loses_and_doubles_nothing(tmp_path):
+def test_sigkill_at_random_points_loses_and_doubles_nothing(tmp_path, state_location, monkeypatch):
+    """On a state file and on a PostgreSQL database (`state_location`)."""
+    from broker.state.location import parse_location
+
+    monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path / "xdg-state"))  # a database's sandbox
     jobs = tmp_path / "jobs"
     jobs.mkdir()
     for i in range(20):
@@ -49,8 +53,8 @@ def test_sigkill_at_random_points_loses_and_doubles_nothing(tmp_path):
         (jobs / f"job-{i}.yaml").write_text(
             TEMPLATE.format(i=i, team=i % 2, gpu=gpu, examples=REPO / "examples")
         )
-    state = tmp_path / "state.db"
-    env = dict(os.environ, BROKER_STATE=str(state))
+    state = parse_location(state_location)
+    env = dict(os.environ, BROKER_STATE=str(state_location))
     subprocess.run(broker("submit", str(jobs)), env=env, check=True, capture_output=True)
     rng = random.Random(7)
     finished, kills = False, 0

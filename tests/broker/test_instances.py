@@ -13,6 +13,7 @@ from broker.manifest.load import load_manifests
 from broker.offers import load_offers
 from broker.runtime import open_runtime
 from broker.state import OPEN_ATTEMPT, JobState
+from broker.state.location import parse_location
 from broker.submit import submit_manifests
 from tests.broker.sandbox import sandbox
 from tests.cli.runner import run_cli
@@ -40,8 +41,10 @@ checkpoint:
 
 
 @pytest.fixture
-def rt(tmp_path):
-    with sandbox(tmp_path, pools=True) as runtime:
+def rt(tmp_path, state_location, monkeypatch):
+    """A sandbox runtime on a state file, then on a PostgreSQL database."""
+    monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path / "xdg-state"))  # a database's sandbox
+    with sandbox(tmp_path, pools=True, state=state_location) as runtime:
         yield runtime
 
 
@@ -71,11 +74,11 @@ def test_every_instance_row_ends_with_its_attempt(rt):
         assert attempt.ended_at is not None and row.terminated_at == attempt.ended_at
 
 
-def test_interrupt_after_a_reclaim_picks_the_live_instance(rt, tmp_path, capsys):
+def test_interrupt_after_a_reclaim_picks_the_live_instance(rt, tmp_path, capsys, state_location):
     (tmp_path / "long.yaml").write_text(LONG_SPOT)
     (result,) = submit_manifests(rt.store, load_manifests([tmp_path / "long.yaml"]).manifests)
     job_id = result.job_id
-    state = str(tmp_path / "state.db")
+    state = str(state_location)
 
     def running() -> bool:
         rt.controller.run_pass()
@@ -108,7 +111,7 @@ def test_interrupt_after_a_reclaim_picks_the_live_instance(rt, tmp_path, capsys)
     assert rt.store.instances(state="running") == []
 
 
-def test_a_controller_sweeps_rows_an_older_broker_left_live_on_start_up(rt, tmp_path):
+def test_a_controller_sweeps_rows_an_older_broker_left_live_on_start_up(rt, state_location):
     (result,) = submit_manifests(rt.store, load_manifests([DEMO / "eval-eu.yaml"]).manifests)
     drain(rt)
     (attempt,) = rt.store.attempts(result.job_id)
@@ -116,7 +119,7 @@ def test_a_controller_sweeps_rows_an_older_broker_left_live_on_start_up(rt, tmp_
     rt.store.record_instance("gcp", "zone-a/left-live", "running", attempt_id=attempt.id)
     assert [row.provider_id for row in rt.store.instances(state="running")] == ["zone-a/left-live"]
     view = load_offers(pools_path=REPO / "examples" / "demo" / "pools.yaml")
-    restarted = open_runtime(tmp_path / "state.db", view, clock=SystemClock())
+    restarted = open_runtime(parse_location(state_location), view, clock=SystemClock())
     try:
         restarted.controller.run_pass()
         assert restarted.store.instances(state="running") == []

@@ -12,15 +12,15 @@ import yaml
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from broker.manifest.digest import manifest_digest, manifest_json_schema
 from broker.manifest.load import (
     Manifest,
     find_manifest_files,
     load_manifests,
-    manifest_digest,
-    manifest_json_schema,
     parse_manifest_text,
 )
 from broker.spec import (
+    NO_HISTORY,
     Amount,
     Budget,
     Checkpoint,
@@ -147,13 +147,18 @@ def test_every_field_of_the_full_manifest():
 
 def test_defaults():
     (manifest,) = parse(MINIMAL)
+    learned = RuntimeEstimate(auto=True, source=NO_HISTORY)  # no estimate: learned from history
     assert manifest.spec == JobSpec(
-        name="tiny", team="nlp", requirements=Requirements(), run=RunSpec(command="echo hi")
+        name="tiny",
+        team="nlp",
+        requirements=Requirements(),
+        run=RunSpec(command="echo hi"),
+        runtime=learned,
     )
     spec = manifest.spec
     assert (spec.queue, spec.priority, spec.requirements.spot) == ("default", 0, "never")
     assert spec.requirements.accelerators == ()  # a CPU-only job
-    assert spec.runtime == RuntimeEstimate(estimate_hours=1.0, deadline=None)
+    assert spec.runtime == RuntimeEstimate(1.0, None, auto=True, source=NO_HISTORY)
     assert spec.checkpoint is None and spec.data == () and spec.budget.max_cost is None
     assert (spec.max_restarts_on_error, spec.recover_on_exit_codes) == (0, ())
 
@@ -790,10 +795,13 @@ def manifests(draw) -> tuple[dict, JobSpec]:
     )
 
     runtime: dict = {}
-    if draw(st.booleans()):
+    given = draw(st.sampled_from(["number", "auto", "omitted"]))
+    if given == "number":
         runtime["estimate_hours"] = hours = draw(POSITIVE)
         spec_hours = float(hours)
-    else:
+    else:  # auto, written or not: learned from history, 1 h until then
+        if given == "auto":
+            runtime["estimate_hours"] = draw(st.sampled_from(["auto", "AUTO", " auto"]))
         spec_hours = 1.0
     deadline = None
     kind = draw(st.sampled_from(["", "duration", "time"]))
@@ -810,7 +818,10 @@ def manifests(draw) -> tuple[dict, JobSpec]:
         deadline = moment.astimezone(UTC)
     if runtime:
         doc["runtime"] = runtime
-    spec["runtime"] = RuntimeEstimate(spec_hours, deadline)
+    if given == "number":
+        spec["runtime"] = RuntimeEstimate(spec_hours, deadline)
+    else:
+        spec["runtime"] = RuntimeEstimate(spec_hours, deadline, auto=True, source=NO_HISTORY)
 
     if draw(st.booleans()):
         checkpoint = {"uri": draw(URIS)}

@@ -6,8 +6,6 @@ from __future__ import annotations
 
 import json
 import re
-import sqlite3
-import tempfile
 from datetime import UTC, datetime, timedelta
 from decimal import ROUND_HALF_EVEN, Decimal
 from pathlib import Path
@@ -23,6 +21,7 @@ from broker.state.charges import attempt_charges
 from pricing.regions import Place
 from tests.cli.runner import run_cli
 from tests.fakes.specs import placed
+from tests.state_backends import is_postgres, query
 
 T0 = datetime(2026, 11, 1, tzinfo=UTC)
 SIX_PLACES = re.compile(r"^-?\d+\.\d{6}$")
@@ -74,24 +73,30 @@ def run_ledger(store: StateStore, clock: FixedClock, drawn: list) -> None:
             store.finish_attempt(attempt_id, outcome, 0, "", spent, entries, job_to=to)
 
 
-def rows(path: Path) -> list[tuple[str, str, str, str]]:
-    with sqlite3.connect(path) as conn:
-        sql = "SELECT kind, amount_usd, quantity, unit_price_usd FROM ledger"
-        return conn.execute(sql).fetchall()
+def rows(path: Path | str) -> list[tuple[str, str, str, str]]:
+    return query(path, "SELECT kind, amount_usd, quantity, unit_price_usd FROM ledger")
 
 
-@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(st.lists(attempt_draws, min_size=1, max_size=6))
-def test_the_ledger_rows_add_up_to_the_report_to_the_cent(drawn):
-    with tempfile.TemporaryDirectory() as tmp:
-        path = Path(tmp) / "state.db"
-        clock = FixedClock(T0)
-        with StateStore.open(path, clock) as store:
-            run_ledger(store, clock, drawn)
-            report = build_report(store, ["job"])
-            by_team = build_report(store, ["team", "kind"])
-            attempts = store.attempts()
-        written = rows(path)
+SLOW_OK = [HealthCheck.too_slow, HealthCheck.function_scoped_fixture]
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=SLOW_OK)
+@given(drawn=st.lists(attempt_draws, min_size=1, max_size=6))
+def test_the_ledger_rows_add_up_to_the_report_to_the_cent(new_state_location, drawn):
+    """On SQLite and on PostgreSQL: the ledger's decimal text comes back digit for digit,
+    and sums exactly (in Python, and on PostgreSQL in SQL as NUMERIC too)."""
+    path = new_state_location()
+    clock = FixedClock(T0)
+    with StateStore.open(path, clock) as store:
+        run_ledger(store, clock, drawn)
+        report = build_report(store, ["job"])
+        by_team = build_report(store, ["team", "kind"])
+        attempts = store.attempts()
+    written = rows(path)
+    if is_postgres(path):
+        sql = "SELECT COALESCE(SUM(CAST(amount_usd AS NUMERIC)), 0) FROM ledger"
+        ((in_sql,),) = query(path, sql)
+        assert in_sql == sum((Decimal(amount) for _, amount, _, _ in written), Decimal(0))
     for kind, amount, quantity, unit_price in written:
         assert SIX_PLACES.match(amount), amount  # rounded once, written with its 6 places
         exact = Decimal(quantity) * Decimal(unit_price)
@@ -126,8 +131,8 @@ def test_billed_hours_are_whole_seconds_and_money_rounds_once_half_to_even():
     assert money(Decimal("0.0000005")) == 0 and money(Decimal("0.0000015")) == MICRO * 2
 
 
-def test_status_the_ledger_and_cost_report_json_carry_six_places(tmp_path, capsys):
-    path = tmp_path / "state.db"
+def test_status_the_ledger_and_cost_report_json_carry_six_places(state_location, capsys):
+    path = state_location
     clock = FixedClock(T0)
     with StateStore.open(path, clock) as store:
         job_id = store.submit(spec("noisy", 0, 0), "noisy", "d").job_id

@@ -133,8 +133,11 @@ def brute_force(job: JobSpec, index: OfferIndex) -> list[tuple[float, float, int
                 if ck and ck.location:
                     usd += total_h * 60 / ck.interval_minutes * write_usd
                 deadline = job.runtime.deadline_at(NOW)
+                # a spot policy owns a steered job's deadline (docs/planner.md)
+                steered = job.requirements.spot == "prefer" and deadline is not None
                 if (
                     deadline
+                    and not (spot and steered)
                     and hours(rate * cost.DEADLINE_RISK_FACTOR)
                     > (deadline - NOW).total_seconds() / 3600
                 ):

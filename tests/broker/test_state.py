@@ -41,6 +41,7 @@ from broker.state import (
 from broker.state import store as store_module
 from broker.state.placed import PlacedOn
 from tests.fakes.specs import job_spec, placed
+from tests.state_backends import execute, lock_timeout, query, sql_error, tables
 
 REPO = Path(__file__).resolve().parents[2]
 T0 = datetime(2026, 11, 1, tzinfo=UTC)
@@ -55,7 +56,14 @@ def clock() -> FixedClock:
 
 
 @pytest.fixture
-def path(tmp_path: Path) -> Path:
+def path(state_location: Path | str) -> Path | str:
+    """The store's location: a SQLite file, then a PostgreSQL database (state_backends)."""
+    return state_location
+
+
+@pytest.fixture
+def sqlite_path(tmp_path: Path) -> Path:
+    """A state file, for what only SQLite has (WAL, PRAGMAs, files of older brokers)."""
     return tmp_path / "state" / "state.db"
 
 
@@ -90,9 +98,8 @@ def running(store: StateStore, name: str = "llama", price: Any = 32.7726) -> tup
     return job, attempt
 
 
-def counts(path: Path) -> dict[str, int]:
-    with sqlite3.connect(path) as conn:
-        return {t: conn.execute(f"SELECT COUNT(*) FROM {t}").fetchone()[0] for t in TABLES}
+def counts(path: Path | str) -> dict[str, int]:
+    return {t: query(path, f"SELECT COUNT(*) FROM {t}")[0][0] for t in TABLES}
 
 
 def path_to(target: JobState) -> list[JobState]:
@@ -128,17 +135,17 @@ def test_default_path_follows_xdg_state_home(monkeypatch, tmp_path):
 def test_fresh_file_is_migrated_and_reopening_changes_nothing(path, clock):
     with StateStore.open(path, clock) as store:
         job = submit(store)
-    with sqlite3.connect(path) as conn:
-        applied = conn.execute("SELECT version FROM schema_migrations").fetchall()
-        assert applied == [(m.version,) for m in schema.MIGRATIONS]
+    applied = query(path, "SELECT version FROM schema_migrations ORDER BY version")
+    assert applied == [(m.version,) for m in schema.MIGRATIONS]
     for _ in range(2):
         with StateStore.open(path, clock) as store:
             assert store.job(job).state is Q.QUEUED
-    with sqlite3.connect(path) as conn:
-        assert conn.execute("SELECT COUNT(*) FROM schema_migrations").fetchone()[0] == len(applied)
+    assert query(path, "SELECT COUNT(*) FROM schema_migrations")[0][0] == len(applied)
 
 
-def test_wal_foreign_keys_and_busy_timeout(store, path):
+def test_wal_foreign_keys_and_busy_timeout(sqlite_path, clock):
+    store = StateStore.open(sqlite_path, clock)
+    path = sqlite_path
     with sqlite3.connect(path) as other:
         assert other.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
     assert store._conn.execute("PRAGMA foreign_keys").fetchone()[0] == 1
@@ -148,19 +155,37 @@ def test_wal_foreign_keys_and_busy_timeout(store, path):
             "INSERT INTO events (job_id, time, kind, message, data_json)"
             " VALUES ('j-x', '', '', '', '{}')"
         )
+    store.close()
+
+
+def test_postgres_enforces_foreign_keys_and_waits_for_row_locks(postgres_cluster, clock):
+    import psycopg
+
+    state_location = postgres_cluster.fresh_database()
+    with StateStore.open(state_location, clock, busy_timeout=7) as store:
+        with pytest.raises(psycopg.errors.ForeignKeyViolation):
+            store._conn.execute(
+                "INSERT INTO events (job_id, time, kind, message, data_json)"
+                " VALUES ('j-x', '', '', '', '{}')"
+            )
+        assert store._conn.execute("SHOW lock_timeout").fetchone()[0] == "7s"
+        collations = query(
+            state_location,
+            "SELECT DISTINCT collation_name FROM information_schema.columns"
+            " WHERE table_name = 'jobs' AND data_type = 'text'",
+        )
+        assert collations == [("C",)]  # text sorts by code point, as in SQLite
 
 
 def test_a_file_from_a_newer_broker_is_refused_unchanged(path, clock):
     StateStore.open(path, clock).close()
-    with sqlite3.connect(path) as conn:
-        conn.execute("INSERT INTO schema_migrations VALUES (99, 'future', '2030-01-01')")
+    execute(path, "INSERT INTO schema_migrations VALUES (99, 'future', '2030-01-01')")
     with pytest.raises(SchemaTooNew, match="schema version 99.*knows schema version 99"):
         StateStore.open(path, clock)
-    with sqlite3.connect(path) as conn:
-        assert conn.execute("SELECT MAX(version), COUNT(*) FROM schema_migrations").fetchone() == (
-            99,
-            len(schema.MIGRATIONS) + 1,
-        )
+    assert query(path, "SELECT MAX(version), COUNT(*) FROM schema_migrations")[0] == (
+        99,
+        len(schema.MIGRATIONS) + 1,
+    )
 
 
 def test_later_migrations_apply_in_order_each_in_its_own_transaction(path, clock, monkeypatch):
@@ -170,11 +195,10 @@ def test_later_migrations_apply_in_order_each_in_its_own_transaction(path, clock
     good = schema.Migration(n + 1, "add a table", ("CREATE TABLE extra (x TEXT)",))
     bad = schema.Migration(n + 2, "half broken", ("CREATE TABLE half (x TEXT)", "NOT SQL"))
     monkeypatch.setattr(schema, "MIGRATIONS", [*schema.MIGRATIONS, good, bad])
-    with pytest.raises(sqlite3.OperationalError):
+    with pytest.raises(sql_error(path)):
         StateStore.open(path, clock)
-    with sqlite3.connect(path) as conn:
-        assert schema.schema_version(conn) == n + 1  # the good one stayed
-        names = {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type='table'")}
+    assert query(path, "SELECT MAX(version) FROM schema_migrations") == [(n + 1,)]  # it stayed
+    names = tables(path)
     assert "extra" in names and "half" not in names  # the bad one left nothing behind
     monkeypatch.setattr(schema, "MIGRATIONS", [*schema.MIGRATIONS[:n], good])
     with StateStore.open(path, clock) as store:
@@ -472,7 +496,8 @@ def test_version_numbers_count_across_runs(store):
     assert (run.run, run.version) == (2, 3)
 
 
-def test_a_version_2_file_migrates_to_runs_keeping_every_row(path, clock):
+def test_a_version_2_file_migrates_to_runs_keeping_every_row(sqlite_path, clock):
+    path = sqlite_path
     with StateStore.open(path, clock) as store:
         job, attempt = running(store)
         store.finish_attempt(attempt, "succeeded", 0, billed_hours=1)
@@ -615,8 +640,7 @@ def test_money_is_exact(store):
     store.finish_attempt(attempt, "succeeded", 0, "", 3, [{"kind": "compute"}])
     (entry,) = store.ledger(job_id=job)
     assert entry.amount_usd == Decimal("98.3178") and str(entry.amount_usd) == "98.317800"
-    with sqlite3.connect(store.path) as conn:
-        assert conn.execute("SELECT amount_usd FROM ledger").fetchone()[0] == "98.317800"
+    assert query(store.path, "SELECT amount_usd FROM ledger") == [("98.317800",)]
     assert 32.7726 * 3 != 98.3178  # what a REAL column would have stored
 
 
@@ -714,8 +738,9 @@ def test_a_process_killed_mid_transaction_leaves_nothing_and_no_lock(store, path
     try:
         assert child.stdout is not None and child.stdout.readline() == "inside\n"
         assert store.job(job).state is Q.RUNNING  # readers see the last commit meanwhile
+        error, says = lock_timeout(path)
         with StateStore.open(path, clock, busy_timeout=0) as impatient:
-            with pytest.raises(sqlite3.OperationalError, match="locked"):
+            with pytest.raises(error, match=says):
                 impatient.transition(job, Q.CANCELLED)  # the killed writer holds the lock
     finally:
         child.kill()

@@ -29,3 +29,22 @@ def run_cli(capsys: pytest.CaptureFixture, *args: str) -> Result:
         sys.argv = old_argv
     out, err = capsys.readouterr()
     return Result(code, out, err)
+
+
+def state_cli(capsys: pytest.CaptureFixture, tmp_path, catalog_commands: tuple[str, ...]):
+    """`broker ARGS` on one state file in `tmp_path` (`--state-file` for `jobs`, whose
+    `--state` is a filter; none for `validate`) and a small catalog for the commands
+    in `catalog_commands`."""
+    from tests.fakes.offers import write_catalog
+
+    catalog = str(write_catalog(tmp_path / "offers.csv"))
+    state = str(tmp_path / "state.db")
+
+    def call(*args: str) -> Result:
+        command, rest = args[0], args[1:]
+        where = ("--state-file", state) if command == "jobs" else ("--state", state)
+        where = () if command == "validate" else where
+        extra = ("--catalog", catalog) if command in catalog_commands else ()
+        return run_cli(capsys, command, *rest, *where, *extra)
+
+    return call

@@ -71,6 +71,8 @@ def walk(tmp_path: Path, job: str) -> dict[str, tuple[tuple[str, ...], int]]:
         "pools": (("pools", "import", "--help"), OK),  # Slurm's, not a cloud's
         "metrics": (("metrics", "serve", "--help"), OK),  # the state only (test_metrics_cli.py)
         "simulate": (("simulate", "--help"), OK),
+        # the store only; a target that is no postgresql:// URL is refused
+        "state": (("state", "migrate", "--from", state[1], "--to", state[1]), BAD_INPUT),
     }
 
 

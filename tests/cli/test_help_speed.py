@@ -20,6 +20,7 @@ HEAVY = (
     "azure",
     "libcloud",
     "prometheus_client",
+    "psycopg",  # the PostgreSQL state backend: only when a URL is opened
 )
 PROBE = (
     "import sys\n"

@@ -12,8 +12,7 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from tests.cli.runner import run_cli
-from tests.fakes.offers import write_catalog
+from tests.cli.runner import state_cli
 
 JOB = """\
 apiVersion: broker/v1
@@ -31,16 +30,7 @@ runtime:
 @pytest.fixture
 def broker(capsys, tmp_path):
     """`broker ARGS` on one state file and a small catalog."""
-    catalog = str(write_catalog(tmp_path / "offers.csv"))
-    state = str(tmp_path / "state.db")
-
-    def call(*args: str):
-        command, rest = args[0], args[1:]
-        where = ("--state-file", state) if command == "jobs" else ("--state", state)
-        extra = ("--catalog", catalog) if command in ("run", "queue", "cancel", "logs") else ()
-        return run_cli(capsys, command, *rest, *where, *extra)
-
-    return call
+    return state_cli(capsys, tmp_path, ("run", "queue", "cancel", "logs"))
 
 
 def manifest(tmp_path, name: str, team: str = "nlp", command: str = "echo hello") -> str:

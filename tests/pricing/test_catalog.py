@@ -121,3 +121,30 @@ def test_table_round_trips_through_concat_and_npz(tmp_path):
     both.save(tmp_path / "t.npz")
     loaded = OfferTable.load(tmp_path / "t.npz")
     pd.testing.assert_frame_equal(loaded.to_frame(), both.to_frame())
+
+
+BLAS_PROBE = """
+import os
+from pricing.catalog import load_catalog
+load_catalog()
+import numpy  # loaded by the catalog already
+print(len(os.listdir("/proc/self/task")), os.environ.get("OPENBLAS_NUM_THREADS", "-"))
+"""
+
+
+@pytest.mark.skipif(not os.path.isdir("/proc/self/task"), reason="counts threads in /proc")
+@pytest.mark.skipif((os.cpu_count() or 1) < 2, reason="OpenBLAS runs one thread on one core")
+@pytest.mark.parametrize("chosen, threads", [(None, "1"), ("2", "2")])
+def test_the_catalog_loads_numpy_with_one_blas_thread_unless_told(tmp_path, chosen, threads):
+    """Loading a catalog imports numpy with OpenBLAS on one thread (its pool costs CPU
+    and the tables multiply no matrices), and leaves the environment as it found it (the
+    jobs the broker starts inherit it); a count the user set is theirs."""
+    import subprocess
+    import sys
+
+    env = {k: v for k, v in os.environ.items() if k != "OPENBLAS_NUM_THREADS"}
+    env |= {"XDG_CACHE_HOME": str(tmp_path)} | ({"OPENBLAS_NUM_THREADS": chosen} if chosen else {})
+    out = subprocess.run(
+        [sys.executable, "-c", BLAS_PROBE], env=env, capture_output=True, text=True, check=True
+    ).stdout.split()
+    assert out == [threads, chosen or "-"]

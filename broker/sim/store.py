@@ -1,0 +1,145 @@
+"""The simulator's state store: the real `StateStore`, its reads remembered between writes.
+
+A controller pass asks the store the same questions many times (every job's attempts,
+its manifest version, the recent reclaims, ...) and most simulated passes write
+nothing at all; each answer is decoded from SQLite rows and JSON anew. Here every
+public read is remembered until the next write transaction, so a question asked again
+before anything changed is answered from memory. Nothing else differs: the writes,
+the schema, the SQL and the decoding are the production store's, and every answer is
+what the production store would give (its values are frozen dataclasses; lists and
+dicts are handed out as copies). Likewise a row is decoded once per content and a text
+redacted once per run. A simulator's store need not survive a power cut, so commits do
+not wait for the disk (`synchronous = OFF`).
+"""
+
+from __future__ import annotations
+
+import functools
+import sqlite3
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from datetime import datetime
+from enum import Enum
+from typing import Any
+
+from broker.state import StateStore
+from broker.state.model import Attempt, Event, attempt_of, event_of
+
+
+def _settled(value: Any) -> Any:
+    """An argument as the read gets it and as a key: a collection (of states, read as an
+    SQL `IN`, where order does not matter) as a tuple, keyed by its sorted texts."""
+    if value is None or isinstance(value, (str, int, float, datetime, Enum)):
+        return value, value
+    items = tuple(value)
+    return items, ("in", tuple(sorted(str(v) for v in items)))
+
+
+def _copy(value: Any) -> Any:
+    if isinstance(value, list):
+        return list(value)
+    if isinstance(value, dict):
+        return dict(value)
+    return value
+
+
+def _remembered(read: Callable[..., Any]) -> Callable[..., Any]:
+    """`read`, answered from memory when asked again before the next write."""
+
+    @functools.wraps(read)
+    def remembered(self: SimStateStore, *args: Any, **kwargs: Any) -> Any:
+        if self._conn.in_transaction:  # inside a write: its own reads must see it
+            return read(self, *args, **kwargs)
+        settled = [_settled(a) for a in args]
+        named = {k: _settled(v) for k, v in sorted(kwargs.items())}
+        key = (
+            read.__name__,
+            tuple(k for _, k in settled),
+            tuple((n, k) for n, (_, k) in named.items()),
+        )
+        if key not in self._memo:
+            self._memo[key] = read(
+                self, *(a for a, _ in settled), **{n: a for n, (a, _) in named.items()}
+            )
+        return _copy(self._memo[key])
+
+    return remembered
+
+
+class SimStateStore(StateStore):
+    """`StateStore` whose reads are remembered until the next write (see the module)."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._memo: dict[tuple, Any] = {}  # read and arguments -> answer, until a write
+        self._rows: dict[tuple, Any] = {}  # (decoder, row values) -> value
+        self._texts: dict[str, str] = {}  # text -> redacted
+
+    # the reads the controller, recovery, steering and the cadence ask (each only reads)
+    job = _remembered(StateStore.job)
+    jobs = _remembered(StateStore.jobs)
+    queued = _remembered(StateStore.queued)
+    version = _remembered(StateStore.version)
+    versions = _remembered(StateStore.versions)
+    attempt = _remembered(StateStore.attempt)
+    attempts = _remembered(StateStore.attempts)
+    events = _remembered(StateStore.events)
+    ledger = _remembered(StateStore.ledger)
+    checkpoints = _remembered(StateStore.checkpoints)
+    lost_shares = _remembered(StateStore.lost_shares)
+    migration = _remembered(StateStore.migration)
+
+    @classmethod
+    def open_fast(cls, path, clock, *, new_id: Callable[[], str]) -> SimStateStore:
+        """Open like `StateStore.open`, then let commits skip the disk flush."""
+        store = cls.open(path, clock, new_id=new_id)
+        store._conn.execute("PRAGMA synchronous = OFF")
+        return store
+
+    @contextmanager
+    def _write(self) -> Iterator[str]:
+        self._memo_clear()
+        try:
+            with super()._write() as now:
+                yield now
+        finally:
+            self._memo_clear()
+
+    def _event(
+        self, job_id: str, attempt_id: str | None, now: str, kind: str, message: str, data: Any
+    ) -> None:
+        """`StateStore._event`'s row (`broker.state.store._insert_event`), each text's
+        redaction remembered: a simulation writes the same few texts thousands of times."""
+        from broker.state.model import json_text
+        from pricing.userio.redact import redact_data
+
+        row = (job_id, attempt_id, now, kind, self._redacted(message),
+               json_text(redact_data(dict(data), self._redacted)))  # fmt: skip
+        self._conn.execute(
+            "INSERT INTO events (job_id, attempt_id, time, kind, message, data_json)"
+            " VALUES (?, ?, ?, ?, ?, ?)",
+            row,
+        )
+
+    def _redacted(self, text: str) -> str:
+        from pricing.userio.redact import redact
+
+        if text not in self._texts:
+            self._texts[text] = redact(text)
+        return self._texts[text]
+
+    def _attempt_of(self, row: sqlite3.Row) -> Attempt:
+        """An attempt row decoded once per content (a pass re-reads every attempt)."""
+        return self._decoded(row, attempt_of)
+
+    def _event_of(self, row: sqlite3.Row) -> Event:
+        return self._decoded(row, event_of)
+
+    def _decoded(self, row: sqlite3.Row, decode: Callable[[sqlite3.Row], Any]) -> Any:
+        key = (decode, tuple(row))
+        if key not in self._rows:
+            self._rows[key] = decode(row)
+        return self._rows[key]
+
+    def _memo_clear(self) -> None:
+        self._memo = {}

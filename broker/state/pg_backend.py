@@ -1,0 +1,284 @@
+"""The state store on a PostgreSQL database (a team's shared queue), through psycopg 3.
+
+A write is one READ COMMITTED transaction in which the job and attempt rows that
+guard it are read `SELECT ... FOR UPDATE` (`PostgresBackend.for_update`): a second
+writer of the same job waits for the first to commit and then reads what it wrote,
+which is what `BEGIN IMMEDIATE`'s file lock gives on SQLite. What row locks cannot
+guard (two writers inserting the same new key: a first submission of one name, an
+instance reported twice) fails with a unique violation, and a lock cycle with a
+deadlock; both are "run the write again" (`retryable`, `broker.state.backend.retried`).
+Migrations take a transaction-level advisory lock, so two brokers opening a fresh
+database migrate it once.
+
+The connection is psycopg's, in autocommit mode (the store says BEGIN and COMMIT,
+as with SQLite), wrapped so that the store's SQL (`?` placeholders) runs unchanged
+and rows read by index and by name. A dropped connection is opened again on the
+next statement, with backoff; a database that stays away raises StateUnavailable,
+one line with the password masked. Credentials come from the URL, PGPASSFILE or
+~/.pgpass, or the PG* environment (libpq's own rules): nothing else is read.
+"""
+
+from __future__ import annotations
+
+import functools
+import time
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager, nullcontext
+from typing import Any
+from urllib.parse import unquote, urlsplit
+
+from broker.clock import Clock
+from broker.state import schema
+from broker.state.backend import StateUnavailable, backoff_delays
+from broker.state.location import DatabaseUrl
+from broker.state.model import StateError, ts_text
+
+MIGRATION_LOCK = 0x62726F6B6572  # "broker": the advisory lock migrations take
+CONNECT_TIMEOUT_S = 10
+STATEMENT_TIMEOUT_S = 300  # no statement of the broker's runs this long: a stuck one fails
+
+
+class DriverMissing(StateError):
+    """A PostgreSQL URL without psycopg installed."""
+
+
+class PostgresBackend:
+    """PostgreSQL's dialect, locking and connections (see `broker.state.backend.Backend`)."""
+
+    dialect = "postgresql"
+    for_update = " FOR UPDATE"
+    index_join = "JOIN"
+
+    def __init__(
+        self, location: DatabaseUrl, *, busy_timeout: float = 30.0, reconnect_s: float = 5.0
+    ) -> None:
+        self.location = location
+        self.busy_timeout = busy_timeout  # how long a write waits for a row lock
+        self.reconnect_s = reconnect_s  # how long a lost connection is tried again
+
+    def connect(self) -> PgConnection:
+        return PgConnection(self)
+
+    def begin(self, conn: PgConnection) -> None:
+        conn.execute("BEGIN ISOLATION LEVEL READ COMMITTED")
+
+    def begin_snapshot(self, conn: Any) -> None:
+        """Reads that see one committed state: one snapshot for every read inside (MVCC:
+        no writer waits)."""
+        conn.execute("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY")
+
+    def begin_migration(self, conn: PgConnection) -> None:
+        conn.execute("BEGIN")
+        conn.execute("SELECT pg_advisory_xact_lock(?)", (MIGRATION_LOCK,))
+
+    def table_exists(self, conn: PgConnection, name: str) -> bool:
+        (found,) = conn.execute("SELECT to_regclass(?)", (name,)).fetchone()
+        return found is not None
+
+    def rebuilding(self, conn: PgConnection) -> nullcontext[None]:
+        return nullcontext()  # constraints are dropped in place (`Migration.postgresql`)
+
+    def check_references(self, conn: PgConnection, version: int) -> None:
+        pass  # PostgreSQL checks every foreign key as the statements run
+
+    def retryable(self, exc: BaseException) -> bool:
+        from psycopg import errors
+
+        transient = (errors.SerializationFailure, errors.DeadlockDetected, errors.UniqueViolation)
+        return isinstance(exc, transient) or type(exc) is StateUnavailable
+
+    def reset_serials(self, conn: PgConnection, table: str) -> None:
+        conn.execute(
+            f"SELECT setval(pg_get_serial_sequence(?, 'id'), COALESCE(MAX(id), 0) + 1, false)"
+            f" FROM {table}",
+            (table,),
+        )
+
+    def json_number(self, column: str, key: str) -> str:
+        return f"CAST(CAST({column} AS jsonb) ->> '{key}' AS DOUBLE PRECISION)"
+
+    def json_text(self, column: str, key: str) -> str:
+        return f"(CAST({column} AS jsonb) ->> '{key}')"
+
+    def joined_text(self, column: str) -> str:
+        return f"string_agg({column}, ' ')"
+
+    # --- connections --------------------------------------------------------------------
+
+    def raw_connection(self) -> Any:
+        """A new psycopg connection (autocommit, rows by name and index, timeouts set);
+        tried again with backoff for `reconnect_s`; StateUnavailable when it stays away."""
+        psycopg = _driver()
+        options = (
+            f"-c statement_timeout={STATEMENT_TIMEOUT_S * 1000}"
+            f" -c lock_timeout={max(1, int(self.busy_timeout * 1000))}"  # 0 would be "never"
+            " -c idle_in_transaction_session_timeout=600000"
+        )
+        delays = backoff_delays(self.reconnect_s)
+        while True:
+            try:
+                return psycopg.connect(
+                    self.location.url,
+                    autocommit=True,
+                    connect_timeout=CONNECT_TIMEOUT_S,
+                    options=options,
+                    application_name="broker",
+                    row_factory=_rows,
+                )
+            except psycopg.OperationalError as exc:
+                pause = next(delays, None)
+                if pause is None:
+                    raise self.unavailable(exc) from None
+                time.sleep(pause)
+
+    def unavailable(self, exc: BaseException) -> StateUnavailable:
+        """The one line for a database that cannot be reached (password masked)."""
+        return StateUnavailable(f"the state database {self.location.shown} is unavailable: "
+                                f"{self.masked(exc)}")  # fmt: skip
+
+    def masked(self, exc: BaseException) -> str:
+        from pricing.userio.redact import redact
+
+        text = " ".join(str(exc).split()) or type(exc).__name__
+        password = unquote(urlsplit(self.location.url).password or "")
+        if password:
+            text = text.replace(password, "***")
+        return redact(text)
+
+
+class PgConnection:
+    """psycopg's connection as the store uses sqlite3's: `execute(sql, params)` with `?`
+    placeholders, `in_transaction`, rows by index and name; opened again when lost."""
+
+    def __init__(self, backend: PostgresBackend) -> None:
+        self._backend = backend
+        self._raw = backend.raw_connection()
+
+    @property
+    def in_transaction(self) -> bool:
+        from psycopg.pq import TransactionStatus
+
+        raw = self._raw
+        if raw is None or raw.closed or raw.broken:
+            return False
+        return raw.info.transaction_status != TransactionStatus.IDLE
+
+    def execute(self, sql: str, parameters: Sequence[Any] = ()) -> Any:
+        import psycopg
+
+        raw = self._raw
+        if raw is None or raw.closed or raw.broken:
+            self._raw = raw = None
+            raw = self._raw = self._backend.raw_connection()
+        try:
+            return raw.execute(_pg_sql(sql), tuple(parameters))
+        except psycopg.OperationalError as exc:
+            if raw.broken or raw.closed:  # the server went away: not this statement's fault
+                raise self._backend.unavailable(exc) from None
+            raise  # a lock or statement timeout: the statement's
+
+    def executemany(self, sql: str, rows: Sequence[Sequence[Any]]) -> None:
+        """One statement for many rows (`broker state migrate`), in the open transaction."""
+        assert self._raw is not None
+        with self._raw.cursor() as cursor:
+            cursor.executemany(_pg_sql(sql), rows)
+
+    def close(self) -> None:
+        if self._raw is not None:
+            self._raw.close()
+            self._raw = None
+
+
+class PgRow(tuple):
+    """A row readable as a tuple and by column name (as `sqlite3.Row` is)."""
+
+    _index: dict[str, int]
+
+    def __new__(cls, values: Sequence[Any], index: dict[str, int]) -> PgRow:
+        row = super().__new__(cls, values)
+        row._index = index
+        return row
+
+    def __getitem__(self, key: Any) -> Any:  # type: ignore[override]
+        if isinstance(key, str):
+            return tuple.__getitem__(self, self._index[key])
+        return tuple.__getitem__(self, key)
+
+    def keys(self) -> list[str]:
+        return list(self._index)
+
+
+def _rows(cursor: Any) -> Any:
+    """psycopg row factory: PgRow, the first of two columns of one name winning."""
+    index: dict[str, int] = {}
+    for number, column in enumerate(cursor.description or ()):
+        index.setdefault(column.name, number)
+    return lambda values: PgRow(values, index)
+
+
+@functools.lru_cache(maxsize=512)
+def _pg_sql(sql: str) -> str:
+    """The store's SQL with psycopg's placeholders: `?` -> `%s`, `%` -> `%%`, outside
+    quoted literals and identifiers."""
+    out: list[str] = []
+    quote = ""
+    for char in sql:
+        if quote:
+            out.append("%%" if char == "%" else char)
+            if char == quote:
+                quote = ""
+        elif char in "'\"":
+            quote = char
+            out.append(char)
+        elif char == "?":
+            out.append("%s")
+        elif char == "%":
+            out.append("%%")
+        else:
+            out.append(char)
+    return "".join(out)
+
+
+def _driver() -> Any:
+    try:
+        import psycopg
+    except ImportError:
+        raise DriverMissing(
+            "a PostgreSQL state needs psycopg: pip install 'broker[postgres]'"
+        ) from None
+    return psycopg
+
+
+def open_postgres(
+    location: DatabaseUrl, clock: Clock, *, busy_timeout: float, read_only: bool
+) -> tuple[PostgresBackend, PgConnection]:
+    """Connect and migrate (read-only: check the schema is current, change nothing)."""
+    backend = PostgresBackend(location, busy_timeout=busy_timeout)
+    conn = backend.connect()
+    try:
+        found, newest = schema.schema_version(conn, backend), schema.MIGRATIONS[-1].version
+        if found > newest:
+            raise schema.too_new(found, newest, location.shown)
+        if read_only:
+            if found < newest:
+                raise StateError(
+                    f"the state database {location.shown} has schema version {found} and this "
+                    f"broker needs {newest}: run a command that writes it (e.g. broker submit)"
+                )
+            conn.execute("SET SESSION CHARACTERISTICS AS TRANSACTION READ ONLY")
+        else:
+            schema.migrate(conn, ts_text(clock.now()), backend=backend)
+    except BaseException:
+        conn.close()
+        raise
+    return backend, conn
+
+
+@contextmanager
+def connected(location: DatabaseUrl) -> Iterator[PgConnection]:
+    """A bare connection (no migration), closed after: for tools (`broker state migrate`)."""
+    conn = PostgresBackend(location).connect()
+    try:
+        yield conn
+    finally:
+        conn.close()

@@ -1,0 +1,117 @@
+"""The detailed engine's shortcuts change no figure and no stored row.
+
+`simulate(reference=True)` runs the production `StateStore` as it is and passes at every
+trace step; the default runs `broker.sim.store.SimStateStore` (reads remembered until the
+next write, redactions remembered) and skips the passes of trace steps at which every job
+provably idles (`Cadence.idle_at`). Both must leave the same result and the same rows.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+from pathlib import Path
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from broker.clock import FixedClock
+from broker.controller import Controller
+from broker.sim import policies
+from broker.sim.engine import ORIGIN, Scenario, simulate
+from broker.sim.model import Availability, SimJob, SpotTrace, TracePlace
+from broker.sim.store import SimStateStore
+from broker.sim.synthetic import ZONES, synthetic_availability, synthetic_jobs, synthetic_offers
+from broker.state import JobState
+
+HOME = ZONES[0]
+POLICIES = ("broker", "spot-failover", "uniform-progress", "on-demand")
+TABLES = {
+    "jobs": "id", "job_versions": "job_id, version", "attempts": "id", "events": "id",
+    "ledger": "id", "instances": "cloud, provider_id",
+}  # fmt: skip
+
+
+def _flapping(flips: int, deadline: float = 30.0) -> Scenario:
+    """Spot for 3.5 h, then on and off at every 0.1 h step for `flips` steps, then on for
+    good: a reclaim closes the zone for its cool-down while the trace keeps stepping."""
+    counts = (1,) * 35 + tuple(i % 2 for i in range(flips)) + (1,)
+    trace = SpotTrace({TracePlace("aws", HOME[2], "V100"): Availability(0.1, counts)})
+    job = SimJob("flap", "nlp", 0.0, "V100", 1, 12.0, deadline, checkpoint_minutes=10.0)
+    return Scenario(synthetic_offers((HOME,)), trace, [job], restart_hours=0.2,
+                    reconcile_hours=0.1, horizon_hours=3 * deadline)  # fmt: skip
+
+
+def _rows(workdir: Path) -> dict[str, list[tuple]]:
+    conn = sqlite3.connect(workdir / "state.db")
+    try:
+        return {t: conn.execute(f"SELECT * FROM {t} ORDER BY {o}").fetchall()
+                for t, o in TABLES.items()}  # fmt: skip
+    finally:
+        conn.close()
+
+
+def _both(scenario: Scenario, name: str, tmp: Path, monkeypatch) -> tuple[dict, dict, list]:
+    """(reference result and rows, fast result and rows, passes of each)."""
+    passes = [0, 0]
+    run_pass = Controller.run_pass
+    out = []
+    for i, reference in enumerate((True, False)):
+
+        def counted(self, i=i):
+            passes[i] += 1
+            return run_pass(self)
+
+        monkeypatch.setattr(Controller, "run_pass", counted)
+        workdir = tmp / ("reference" if reference else "fast")
+        workdir.mkdir()
+        policy = policies.make(name)
+        result = simulate(scenario, policy, workdir=workdir, reference=reference)
+        out.append((result.as_dict(), _rows(workdir)))
+    monkeypatch.setattr(Controller, "run_pass", run_pass)
+    return out[0], out[1], passes
+
+
+@pytest.mark.parametrize("name", POLICIES)
+def test_skipped_trace_steps_leave_the_same_figures_and_rows(name, tmp_path, monkeypatch):
+    reference, fast, passes = _both(_flapping(120), name, tmp_path, monkeypatch)
+    assert fast[0] == reference[0]
+    assert fast[1] == reference[1]
+    assert passes[1] <= passes[0]
+    if name == "spot-failover":  # queued through the cool-down while the trace flaps
+        assert passes[1] < passes[0]
+
+
+@settings(max_examples=6, deadline=None)
+@given(seed=st.integers(0, 10_000), name=st.sampled_from(POLICIES))
+def test_the_fast_path_equals_the_reference_on_synthetic_scenarios(seed, name, tmp_path_factory):
+    scenario = Scenario(synthetic_offers(), synthetic_availability(seed),
+                        synthetic_jobs(seed, 4), restart_hours=0.1)  # fmt: skip
+    policy = policies.make(name)
+    tmp = tmp_path_factory.mktemp("sim")
+    (tmp / "r").mkdir()
+    (tmp / "f").mkdir()
+    reference = simulate(scenario, policy, workdir=tmp / "r", reference=True).as_dict()
+    assert simulate(scenario, policy, workdir=tmp / "f").as_dict() == reference
+    assert _rows(tmp / "f") == _rows(tmp / "r")
+
+
+def test_a_remembered_read_is_forgotten_at_the_next_write(tmp_path):
+    from broker.manifest.load import parse_manifest_text
+    from broker.sim.manifests import manifest_text
+
+    store = SimStateStore.open_fast(tmp_path / "state.db", FixedClock(ORIGIN), new_id=lambda: "a")
+    try:
+        text = manifest_text(SimJob("one", "nlp", 0.0, "V100", 1, 1.0, None), "prefer")
+        (manifest,) = parse_manifest_text(text)
+        assert store.jobs() == []
+        job_id = store.submit(manifest.spec, text, manifest.digest).job_id
+        listed = store.jobs()
+        assert [j.id for j in listed] == [job_id]
+        listed.clear()  # a caller's list is its own
+        assert [j.state for j in store.jobs()] == [JobState.QUEUED]
+        store.transition(job_id, JobState.CANCELLED, "test")
+        assert [j.state for j in store.jobs()] == [JobState.CANCELLED]
+        assert store.job(job_id).state is JobState.CANCELLED
+    finally:
+        store.close()

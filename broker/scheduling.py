@@ -66,7 +66,7 @@ def verdicts(
             )
         )
     running = running_jobs(store, active, spec_of)
-    teams = {job.id: job.team for job in store.jobs()}
+    teams = store.job_teams()
     usage_records = []
     for attempt in store.attempts():
         usage_records.append(

@@ -28,7 +28,7 @@ if TYPE_CHECKING:
 
 class Launching(Planning):
     """The controller's launching: a part of `Controller`, which provides the attributes
-    of `Planning` and `preempt`, `_instance_of` and `_fail_attempt`."""
+    of `Planning` and `preempt`, `_start` and `_fail_attempt`."""
 
     # --- (3) plan and launch --------------------------------------------------------
 
@@ -134,7 +134,8 @@ class Launching(Planning):
             report.waiting[job.name] = str(exc)
             report.waiting_for[job.name] = exc.category
             return
-        self._instance_of(job, self.store.attempt(attempt_id), report)
+        # launched at once: start_attempt took the job's lease for it (no claim again)
+        self._start(job, self.store.attempt(attempt_id), report)
         report.launched.append((job.name, f"{placed.where} {placement.market}"))
 
     def _limits(self, team: str) -> TeamLimits:

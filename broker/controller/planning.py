@@ -16,6 +16,11 @@ from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
 from broker.controller.isolation import ERROR, not_one_jobs
+from broker.controller.steering import steer
+from broker.dispatch.home import stays_home
+from broker.dispatch.market import spot_only
+from broker.recovery import checkpoint_place, with_checkpoint_at
+from broker.state import JobState
 from broker.state.placed import PlacedOn
 
 if TYPE_CHECKING:
@@ -23,6 +28,7 @@ if TYPE_CHECKING:
 
     from broker.clock import Clock
     from broker.controller.checkpoints import Checkpoints
+    from broker.controller.specs import Specs
     from broker.dispatch.settings import DispatchSettings
     from broker.planner.decision import Decision, Placement
     from broker.queue import Policy, Verdict
@@ -93,6 +99,7 @@ class Planning:
     _billing: Billing | None
     _spot_market: SpotMarket | None
     _committed: dict[str, float]  # job id -> USD its running attempt counts for (budgets)
+    _specs: Specs
     _spec: Callable[[Job], JobSpec]
     _projection: Callable[[], tuple[dict[str, float], list]]
     active: Callable[[], list[Job]]
@@ -143,6 +150,7 @@ class Planning:
         (broker.controller.isolation)."""
         from broker.queue import Verdict
 
+        self._specs.load(self.store, queued, (JobState.QUEUED,))  # one query, not one a job
         plans = self._decisions(queued)
         items, unordered = self._ordered(plans.jobs, plans.decisions)
         broken = plans.broken | unordered
@@ -238,13 +246,11 @@ class Planning:
         policy says (broker.dispatch.market), its spot kept home while it would wait
         there (broker.dispatch.home)."""
         from broker.controller.moving import moved_by_choice
-        from broker.controller.steering import steer
-        from broker.dispatch.home import stays_home
-        from broker.dispatch.market import spot_only
-        from broker.recovery import checkpoint_place, with_checkpoint_at
 
-        home = checkpoint_place(self.store, job)
-        spec = with_checkpoint_at(self._spec(job), home, self.checkpoints.stores is not None)
+        spec = self._spec(job)
+        # where its checkpoint lives; a job without one has no home (read only with one)
+        home = checkpoint_place(self.store, job) if spec.checkpoint is not None else None
+        spec = with_checkpoint_at(spec, home, self.checkpoints.stores is not None)
         spec, choice = steer(
             spec, job, self.store, now, self.settings, spot_available=self._spot_open(spec)
         )

@@ -32,6 +32,7 @@ from broker.controller.checkpoints import Checkpoints
 from broker.controller.closing import Closing
 from broker.controller.isolation import not_one_jobs
 from broker.controller.launching import Launching
+from broker.controller.specs import Specs
 from broker.controller.steering import steer
 from broker.dispatch.settings import DispatchSettings
 from broker.state import JobState
@@ -96,7 +97,8 @@ class Controller(Launching, Closing, Budgets):
     pool_gpus: dict[tuple[str, str], float] = field(default_factory=dict)  # on-prem pools
     settings: DispatchSettings = field(default_factory=DispatchSettings)
     holder: Holder = field(default_factory=Holder.new)  # whose leases this controller takes
-    _specs: dict[tuple[str, int], JobSpec] = field(default_factory=dict, init=False)
+    _specs: Specs = field(default_factory=Specs, init=False)  # decoded once, kept
+    _learned: dict[tuple[str, int], JobSpec] = field(default_factory=dict, init=False)
     _steered: dict[str, str] = field(default_factory=dict, init=False)  # job id -> say
     _started: bool = field(default=False, init=False)
     _held: set[str] = field(default_factory=set, init=False)  # job ids held by an error
@@ -404,17 +406,18 @@ class Controller(Launching, Closing, Budgets):
         with its runtime estimate: an `auto` one learned from history once, and raised
         when the job has run up to it (broker.learned_runtime), so the planner's cost,
         the deadline policy and the budget check read the same figure."""
+        spec = self._specs.get(self.store, job)
+        if not spec.runtime.auto:
+            return spec
         key = (job.id, job.version)
-        if key not in self._specs:
-            spec = self.store.version(job.id, job.version).spec
-            if spec.runtime.auto:
-                from broker.learned_runtime import History, history_estimate
+        if key not in self._learned:
+            from broker.learned_runtime import History, history_estimate
 
-                if self._history is None:  # one per pass: runs that end are history next
-                    self._history = History(self.store)
-                spec = replace(spec, runtime=history_estimate(self._history, spec, None))
-            self._specs[key] = spec
-        spec = self._specs[key]
+            if self._history is None:  # one per pass: runs that end are history next
+                self._history = History(self.store)
+            runtime = history_estimate(self._history, spec, None)
+            self._learned[key] = replace(spec, runtime=runtime)
+        spec = self._learned[key]
         if not spec.runtime.auto:
             return spec
         from broker.learned_runtime import raised_by_work

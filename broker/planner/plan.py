@@ -24,6 +24,7 @@ from broker.planner.candidates import Candidates
 from broker.planner.decision import Decision, Rejection, Rejections
 from broker.planner.filters import Slices
 from broker.planner.partitions import Partitions
+from broker.planner.sharing import named, shared_plans
 from broker.spec import JobSpec, Requirements
 from pricing.regions import Place
 
@@ -48,7 +49,10 @@ def plan_many(
     top: int = DEFAULT_TOP,
     chunk_pairs: int = 2_000_000,
 ) -> list[Decision]:
-    """Plan a batch; jobs that ask the same of an offer share one candidate search.
+    """Plan a batch; jobs that ask the same of an offer share one candidate search, and
+    jobs whose specs differ only in name and team (a queue of jobs from one template)
+    share one plan: the planner reads neither, so each gets the same ranked placements,
+    under its own name.
 
     Jobs go through in chunks whose candidate searches hold about `chunk_pairs`
     offers, so that memory stays bounded when some jobs (CPU-only ones, say) match
@@ -56,6 +60,20 @@ def plan_many(
     """
     if not jobs:
         return []
+    which = shared_plans(jobs)
+    if len(set(which)) == len(jobs):
+        return _plan_batch(jobs, index, now, top, chunk_pairs)
+    firsts: dict[int, JobSpec] = {}
+    for job, at in zip(jobs, which, strict=True):
+        firsts.setdefault(at, job)
+    shared = _plan_batch([firsts[at] for at in range(len(firsts))], index, now, top, chunk_pairs)
+    return [named(shared[at], job.name) for job, at in zip(jobs, which, strict=True)]
+
+
+def _plan_batch(
+    jobs: Sequence[JobSpec], index: OfferIndex, now: datetime, top: int, chunk_pairs: int
+) -> list[Decision]:
+    """`plan_many` of distinct jobs."""
     with collector_paused():
         partitions = Partitions(index)
         places = _Places(index, partitions)

@@ -103,6 +103,9 @@ class TeamPolicy:
         return None
 
 
+_DEFAULT_TEAM = TeamPolicy()  # a team not listed (frozen: one value serves every call)
+
+
 @dataclass(frozen=True, slots=True)
 class Policy:
     """Queues, team rules and the switches of the scheduler (policy.yaml, broker.queue.config)."""
@@ -126,7 +129,7 @@ class Policy:
 
     def team(self, name: str) -> TeamPolicy:
         """The team's rules; a team not listed gets the defaults (share 1, no limits)."""
-        return self.teams.get(name) or TeamPolicy()
+        return self.teams.get(name) or _DEFAULT_TEAM
 
     def queue_weight(self, name: str) -> float:
         """The queue's weight; a queue not listed weighs 1."""

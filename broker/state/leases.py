@@ -148,8 +148,12 @@ class LeaseWrites:
         return True
 
     def release(self, job_id: str) -> None:
-        """Give the job's lease back, if this store holds it."""
+        """Give the job's lease back, if this store holds it (no write when it does not:
+        only its holder writes a lease under its id, so one not seen now is not there)."""
         if self._holder is None:
+            return
+        sql = "SELECT 1 FROM leases WHERE job_id = ? AND holder = ?"
+        if self._conn.execute(sql, (job_id, self._holder.id)).fetchone() is None:
             return
         with self._write():
             self._drop_lease(job_id)

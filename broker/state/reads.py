@@ -126,6 +126,22 @@ class StateReads(StateTallies):
             raise UnknownJob(f"job {job_id} has no version {number}")
         return version_of(row)
 
+    def encoded_specs(self, states: Iterable[JobState]) -> list[tuple[str, int, dict[str, Any]]]:
+        """(job id, version, its spec as broker.spec_codec encodes it) of every job in
+        `states`, in the version in force: one query for what a controller pass plans
+        (it decodes them, sharing equal parts, and keeps them)."""
+        where, params = _filters(("j.state", states))
+        sql = (
+            "SELECT v.job_id, v.version, v.spec_json FROM jobs j"
+            f" JOIN job_versions v ON v.job_id = j.id AND v.version = j.version{where}"
+        )
+        rows = self._conn.execute(sql, params)
+        return [(r["job_id"], r["version"], json.loads(r["spec_json"])) for r in rows]
+
+    def job_teams(self) -> dict[str, str]:
+        """Job id -> its team, for every job (what fair share needs to know of attempts)."""
+        return {r["id"]: r["team"] for r in self._conn.execute("SELECT id, team FROM jobs")}
+
     def versions(self, job_id: str) -> list[JobVersion]:
         sql = "SELECT * FROM job_versions WHERE job_id = ? ORDER BY version"
         return [version_of(r) for r in self._conn.execute(sql, (job_id,))]

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from fnmatch import fnmatchcase
 
@@ -297,6 +298,25 @@ def test_batch_equals_one_by_one_and_is_deterministic(batch, seed) -> None:
     alone = [plan(job, index, NOW) for job in batch]
     assert together == alone
     assert plan_many(batch, index, NOW) == together
+
+
+@settings(max_examples=30, deadline=None)
+@given(
+    st.lists(jobs, min_size=1, max_size=4),
+    st.lists(st.tuples(st.integers(0, 3), st.sampled_from(["a", "b", "c"])), max_size=12),
+    st.sampled_from(sorted(CATALOGS)),
+)
+def test_copies_of_a_job_under_other_names_get_its_plan_under_theirs(batch, copies, seed):
+    """Jobs that differ only in name and team share one plan: each copy's decision is
+    the one it gets planned alone, under its own name."""
+    index = CATALOGS[seed]
+    named = [
+        replace(batch[at % len(batch)], name=f"copy-{n}", team=team)
+        for n, (at, team) in enumerate(copies)
+    ]
+    together = plan_many([*batch, *named], index, NOW)
+    assert together == [plan(job, index, NOW) for job in [*batch, *named]]
+    assert [d.job for d in together] == [job.name for job in [*batch, *named]]
 
 
 @settings(max_examples=30, deadline=None)

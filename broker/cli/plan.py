@@ -68,7 +68,7 @@ def plan_command(
     input_format: InputFormat = FormatOption,
     team: str = TeamOption,
     wide: bool = WideOption,
-    state: Path = StateOption,
+    state: str = StateOption,
 ) -> None:
     """Plan jobs: the cheapest compliant placements, with their cost breakdown.
 
@@ -105,7 +105,7 @@ def plan_manifests(
     overlays: Path | None,
     wide: bool = False,
     *,
-    state: Path | None = None,
+    state: str | None = None,
 ) -> None:
     """`broker plan` of manifests already loaded (`submit --dry-run` plans what it read);
     `state`: the `--state` flag, whose history `auto` runtimes are learned from."""
@@ -192,21 +192,18 @@ def _job_rows(decisions, jobs) -> list[dict]:
     ]
 
 
-def learned_runtimes(jobs: list[JobSpec], state: Path | None) -> list[JobSpec]:
-    """`jobs`, each `auto` runtime learned from the history in the state file in force
+def learned_runtimes(jobs: list[JobSpec], state: str | None) -> list[JobSpec]:
+    """`jobs`, each `auto` runtime learned from the history in the state in force
     (broker.learned_runtime); the state is read only for such jobs, and a missing file
     is no history (nothing is created, nothing said)."""
     if not any(job.runtime.auto for job in jobs):
         return jobs
     from dataclasses import replace
 
-    from broker.cli.statefile import check_state, opened_store, state_path
+    from broker.cli.session import reading_store
     from broker.learned_runtime import History, history_estimate
 
-    path = state_path(state)
-    if check_state(path, "read").kind in ("missing", "empty"):
-        return jobs
-    with opened_store(path, "read") as store:
+    with reading_store(state) as store:
         if store is None:
             return jobs
         history = History(store)

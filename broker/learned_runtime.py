@@ -219,7 +219,11 @@ def actual_hours(store: StateStore, job: Job, spec: JobSpec) -> float | None:
 
 
 def as_listed(
-    history: History, job: Job, spec: JobSpec, now: datetime
+    history: History,
+    job: Job,
+    spec: JobSpec,
+    now: datetime,
+    attempts: Sequence[Attempt] | None = None,
 ) -> tuple[RuntimeEstimate | None, float | None]:
     """A run's estimate and, once it succeeded, its work in hours on the first-choice
     GPU, as `broker jobs` shows them: a finished run's estimate is the one its first
@@ -227,7 +231,8 @@ def as_listed(
     launched or the record has no plan); a queued or active run's is `runtime_of` now."""
     from broker.state import TERMINAL, AttemptState, JobState
 
-    attempts = history.store.attempts(job.id)
+    if attempts is None:  # `attempts`: the job's, in order, when read already
+        attempts = history.store.attempts(job.id)
     first = attempts[0].placed_on if attempts else None
     runtime: RuntimeEstimate | None = None
     if job.state not in TERMINAL:

@@ -220,13 +220,14 @@ def _runtimes(store, jobs: list[JobListing]) -> dict[str, dict[str, Any]]:
     attempt was planned, none when it never launched; else as it would be planned now)
     and, once it succeeded, the hours it took (broker.learned_runtime.as_listed)."""
     from broker.clock import SystemClock
+    from broker.controller.specs import Specs
     from broker.learned_runtime import History, as_listed
 
-    history, now, out = History(store), SystemClock().now(), {}
+    history, now, out, specs = History(store), SystemClock().now(), {}, Specs()
+    runs = store.runs_of([job.id for job in jobs])
     for job in jobs:
-        run = store.job(job.id)
-        spec = store.version(run.id, run.version).spec
-        estimate, took = as_listed(history, run, spec, now)
+        run, encoded, attempts = runs[job.id]
+        estimate, took = as_listed(history, run, specs.decode(encoded), now, attempts)
         out[job.id] = {
             "estimate_hours": None if estimate is None else round(estimate.estimate_hours, 6),
             "estimate_source": "" if estimate is None else estimate.source,

@@ -47,10 +47,10 @@ class Specs:
             return
         for job_id, version, data in store.encoded_specs(states):
             if (job_id, version) not in self._specs:
-                self._specs[job_id, version] = self._decode(data)
+                self._specs[job_id, version] = self.decode(data)
 
-    def _decode(self, data: dict[str, Any]) -> JobSpec:
-        """broker.spec_codec.decode, each distinct part decoded once."""
+    def decode(self, data: dict[str, Any]) -> JobSpec:
+        """broker.spec_codec.decode, each distinct part decoded once (across calls)."""
         parts = {}
         for name in PARTS:
             text = json.dumps(data[name])

@@ -31,7 +31,7 @@ def moved_by_choice(store: StateStore, job: Job) -> bool:
 
 def wants_a_look(spec: JobSpec, attempt: Attempt, settings: DispatchSettings) -> bool:
     """Whether `attempt` is a steered job's spot run that the move rule is asked about."""
-    from broker.dispatch.market import steered
+    from broker.dispatch.steered import steered
 
     if settings.move_below <= 0 or attempt.market != "spot":
         return False

@@ -14,7 +14,8 @@ from dataclasses import replace
 from datetime import datetime
 from typing import TYPE_CHECKING
 
-from broker.dispatch.market import MarketAsk, choose_market, steered
+from broker.dispatch.market import MarketAsk, choose_market
+from broker.dispatch.steered import steered
 
 if TYPE_CHECKING:
     from broker.dispatch.settings import DispatchSettings

@@ -35,11 +35,6 @@ class MarketAsk:
     checkpoint_hours: float | None
 
 
-def steered(spot: str, has_deadline: bool) -> bool:
-    """Whether the spot policy is asked for this job at all."""
-    return spot == "prefer" and has_deadline
-
-
 def spot_state(
     ask: MarketAsk,
     settings: DispatchSettings,

@@ -363,7 +363,7 @@ class _JobParams:
     def of(cls, jobs: Sequence[JobSpec], places: _Places, now: datetime) -> _JobParams:
         import numpy as np
 
-        from broker.dispatch.market import steered
+        from broker.dispatch.steered import steered
         from pricing.gpus import find_gpu
 
         speed: dict[str, float] = {}  # relative throughput per GPU model

@@ -124,7 +124,7 @@ class ShapePlans:
         }
 
     def _options(self, rep: SimJob, spec, decision) -> list[Option]:
-        from broker.dispatch.market import steered
+        from broker.dispatch.steered import steered
         from broker.planner.cost import copy_hours
         from broker.sim.engine import ORIGIN
         from broker.sim.places import governing

@@ -62,7 +62,11 @@ def _stay(e: Ending) -> JobState | None:
 
 # (when, outcome, next state): in order, the first match decides.
 RULES: tuple[tuple[Callable[[Ending], bool], str, Callable[[Ending], JobState | None]], ...] = (
-    (lambda e: e.job_cancelled or e.instance_state == "terminated", "cancelled", _stay),
+    (lambda e: e.job_cancelled, "cancelled", _stay),
+    # terminated with no cancel recorded: the broker stopped it (a budget, a preemption,
+    # a move) and died before closing the attempt, or someone stopped it outside the
+    # broker. Neither is the user's cancel: the job is recovered as after a reclaim.
+    (lambda e: e.instance_state == "terminated", "interrupted", _stay),
     (_interrupted, "interrupted", _stay),
     (lambda e: e.exit_code == 0, "succeeded", _stay),
     (lambda e: e.exit_code is None, "failed", _retry_unexplained),  # not the job's fault

@@ -287,3 +287,18 @@ def test_a_pool_takes_as_many_one_gpu_jobs_as_it_has_gpus_in_one_pass(tmp_path):
         for job in rt.store.jobs():
             rt.controller.cancel(job.id)
         rt.close()
+
+
+def test_an_instance_the_broker_stopped_without_closing_its_attempt_is_recovered(rt):
+    """What a controller killed inside a stop leaves (a budget stop, a preemption, a
+    move: the instance terminated, its attempt still open): the next pass closes the
+    attempt as interrupted and the job runs again. Only a user's cancel cancels a job."""
+    job_id = submit(rt, "eval-eu.yaml")
+    rt.controller.run_pass()
+    (first,) = rt.store.attempts(job_id)
+    (known,) = rt.store.instances(attempt_id=first.id)
+    assert rt.provider.terminate(known.provider_id)
+    finish(rt, job_id)
+    attempts = rt.store.attempts(job_id)
+    assert [a.state for a in attempts] == [AttemptState.INTERRUPTED, AttemptState.SUCCEEDED]
+    assert rt.store.job(job_id).state == JobState.SUCCEEDED

@@ -77,20 +77,28 @@ class JobEstimate:
         return row
 
 
-def estimate(manifests: Sequence[Manifest], index: OfferIndex, now: datetime) -> list[JobEstimate]:
-    """Plan `manifests` in one batch (no state touched); one estimate per manifest, in order."""
+def estimate(
+    manifests: Sequence[Manifest],
+    index: OfferIndex,
+    now: datetime,
+    specs: Sequence[JobSpec] | None = None,
+) -> list[JobEstimate]:
+    """Plan `manifests` in one batch; one estimate per manifest, in order. `specs`: the
+    manifests' jobs as planned, when they differ from the files (an `auto` runtime
+    learned from history, as `broker plan` learns it); by default the files' own."""
     from broker.planner.plan import plan_many
 
-    decisions = plan_many([m.spec for m in manifests], index, now, top=1)
+    jobs = [m.spec for m in manifests] if specs is None else list(specs)
+    decisions = plan_many(jobs, index, now, top=1)
     return [
         JobEstimate(
-            spec=m.spec,
+            spec=spec,
             path=m.path,
             line=m.line,
             digest=m.digest,
             placement=d.placements[0] if d.placements else None,
         )
-        for m, d in zip(manifests, decisions, strict=True)
+        for m, spec, d in zip(manifests, jobs, decisions, strict=True)
     ]
 
 

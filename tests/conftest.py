@@ -31,12 +31,14 @@ def skypilot_catalogs() -> Path | None:
 
 @pytest.fixture(autouse=True)
 def isolated_user_dirs(tmp_path_factory, monkeypatch):
-    """Every test gets empty XDG config/data/cache dirs and no BROKER_* variables, so a
-    developer's own catalog, pools or config never leak into a result."""
+    """Every test gets empty XDG config/data/cache/state dirs and no BROKER_* variables, so
+    a developer's own catalog, pools, config or state never leak into a result, and no
+    test leaves a state or a sandbox behind in the user's own directories."""
     home = tmp_path_factory.mktemp("home")
     monkeypatch.setenv("XDG_CONFIG_HOME", str(home / "config"))
     monkeypatch.setenv("XDG_DATA_HOME", str(home / "data"))
     monkeypatch.setenv("XDG_CACHE_HOME", str(home / "cache"))
+    monkeypatch.setenv("XDG_STATE_HOME", str(home / "state"))
     for name in list(os.environ):
         if name.startswith("BROKER_") and name != "BROKER_SHARED_DIR":
             monkeypatch.delenv(name)

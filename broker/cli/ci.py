@@ -25,7 +25,7 @@ from broker.cli.options import (
     split_list,
 )
 from broker.cli.render import Output, render
-from broker.cli.session import PolicyOption, load_policy_option
+from broker.cli.session import PolicyOption, StateOption, load_policy_option
 
 if TYPE_CHECKING:
     from broker.ci.changes import Changeset
@@ -81,6 +81,7 @@ def ci(
     catalog: Path = CatalogOption,
     pools: Path = PoolsOption,
     overlays: Path = OverlaysOption,
+    state: str = StateOption,
 ) -> None:
     """Cost a change to job manifests between --base and HEAD; fail on broken manifests or rules.
 
@@ -101,7 +102,7 @@ def ci(
         changeset = collect(path, revisions(path, base, head))
     except GitError as exc:
         fail(str(exc), BAD_INPUT)
-    summary = _summarise(changeset, rules, offers_in_force(catalog, pools, overlays))
+    summary = _summarise(changeset, rules, offers_in_force(catalog, pools, overlays), state)
     text = summary.markdown()
     _publish(text, comment_file)
     _show(summary, text, output)
@@ -151,16 +152,21 @@ def _rules(policy: Path | None, flags: dict) -> Rules:
     return rules.over(flags)
 
 
-def _summarise(changeset: Changeset, rules: Rules, view) -> Summary:
+def _summarise(changeset: Changeset, rules: Rules, view, state: str | None) -> Summary:
+    """The change costed: every job of both revisions in one batch plan, an `auto`
+    runtime learned from the history in `state` (none there: 1 h), as `broker plan` does."""
     from broker.ci.diff import cost_diff
     from broker.ci.policy import check
     from broker.ci.summary import Summary
     from broker.cli.estimate import prices
+    from broker.cli.plan import learned_runtimes
     from broker.clock import SystemClock
     from broker.estimate import estimate
 
     head, base = changeset.head, changeset.base
-    estimates = estimate([*head.manifests, *base.manifests], view.index, SystemClock().now())
+    manifests = [*head.manifests, *base.manifests]
+    specs = learned_runtimes([m.spec for m in manifests], state)
+    estimates = estimate(manifests, view.index, SystemClock().now(), specs)
     at_head, at_base = estimates[: len(head.manifests)], estimates[len(head.manifests) :]
     changed = changeset.changed_paths
     after = [e for e in at_head if e.path in changed]

@@ -1,4 +1,8 @@
-"""`broker estimate PATH...`: what each job is expected to cost, and the total; no state touched."""
+"""`broker estimate PATH...`: what each job is expected to cost, and the total.
+
+Nothing is written; the state in force is read only for the history of a job whose
+runtime is `auto`, as `broker plan` reads it, so the two commands never disagree.
+"""
 
 from __future__ import annotations
 
@@ -21,6 +25,7 @@ from broker.cli.options import (
 )
 from broker.cli.plan import PLACEMENT_COLUMNS
 from broker.cli.render import Column, Output, number, render
+from broker.cli.session import StateOption
 
 if TYPE_CHECKING:
     from broker.manifest.load import Manifest
@@ -56,17 +61,20 @@ def estimate_command(
     pools: Path = PoolsOption,
     overlays: Path = OverlaysOption,
     wide: bool = WideOption,
+    state: str = StateOption,
 ) -> None:
     """Expected cost of each job (its cheapest compliant placement), the assumptions, the total.
 
     Exit 2 for a bad manifest (nothing estimated), 3 when a job has no feasible placement.
     """
+    from broker.cli.plan import learned_runtimes
     from broker.clock import SystemClock
     from broker.estimate import estimate, total
 
     manifests = load_jobs(paths)
     view = offers_in_force(catalog, pools, overlays)
-    estimates = estimate(manifests, view.index, SystemClock().now())
+    specs = learned_runtimes([m.spec for m in manifests], state)
+    estimates = estimate(manifests, view.index, SystemClock().now(), specs)
     rows = [e.row() for e in estimates]
     infeasible = [f"{e.spec.team}/{e.spec.name}" for e in estimates if not e.feasible]
     grand = total(estimates)

@@ -25,7 +25,7 @@ run:
 @pytest.fixture
 def broker(capsys, tmp_path):
     """`broker ARGS` on one state file and a small catalog."""
-    return state_cli(capsys, tmp_path, ("run", "plan", "queue"))
+    return state_cli(capsys, tmp_path, ("run", "plan", "queue", "estimate"))
 
 
 def manifest(tmp_path, seconds: float = 0.4, runtime: str = "") -> str:
@@ -76,6 +76,51 @@ def test_plan_status_and_jobs_show_the_estimate_learned_from_earlier_runs(broker
 
     table = broker("jobs")
     assert "est. h" in table.stdout and "runtime h" in table.stdout
+
+
+def test_estimate_plans_an_auto_job_for_its_history_as_plan_does(broker, tmp_path):
+    path = manifest(tmp_path)
+    fresh = json.loads(broker("estimate", "-o", "json", path).stdout)["jobs"]
+    assert fresh[0]["runtime_hours"] == 1.0  # no history yet: the default
+    assert broker("submit", path).code == 0
+    ran(broker)
+    (job,) = json.loads(broker("jobs", "-o", "json").stdout)["jobs"]
+    learned = json.loads(broker("estimate", "-o", "json", path).stdout)["jobs"][0]
+    planned = json.loads(broker("plan", "-o", "json", path).stdout)["placements"][0]
+    assert learned["runtime_hours"] == pytest.approx(job["runtime_hours"])
+    assert learned["runtime_hours"] != 1.0
+    assert learned["expected_cost"] == planned["expected_cost"]  # the two never disagree
+
+
+def test_ci_costs_a_new_auto_job_for_its_history_as_plan_does(
+    broker, capsys, tmp_path, monkeypatch
+):
+    from tests.cli.runner import run_cli
+    from tests.fakes.gitrepo import GitRepo, isolate_git
+
+    path = manifest(tmp_path)
+    assert broker("submit", path).code == 0
+    ran(broker)
+    planned = json.loads(broker("plan", "-o", "json", path).stdout)["placements"][0]
+    isolate_git(monkeypatch)
+    monkeypatch.delenv("GITHUB_STEP_SUMMARY", raising=False)
+    repo = GitRepo(tmp_path / "repo")
+    repo.write("README", "jobs\n")
+    repo.commit("base")
+    repo.git("switch", "-q", "-c", "change")
+    repo.write("jobs/train.yaml", JOB.format(seconds=0.4, runtime=""))
+    repo.commit("add train")
+    monkeypatch.chdir(repo.root)
+    catalog = str(tmp_path / "offers.csv")
+    state = ("--state", str(tmp_path / "state.db"))
+    runs = [
+        run_cli(capsys, "ci", "--base", "main", "--catalog", catalog, "-o", "json", *where)
+        for where in (state, ())
+    ]
+    assert all(r.code == 0 for r in runs), [r.stderr for r in runs]
+    learned, fresh = (json.loads(r.stdout)["jobs"][0]["after"] for r in runs)
+    assert learned == pytest.approx(planned["expected_cost"])  # the history's estimate
+    assert fresh != pytest.approx(learned)  # no state: the default of 1 h
 
 
 def test_a_manifest_estimate_is_shown_as_the_manifests(broker, tmp_path):

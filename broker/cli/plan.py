@@ -203,7 +203,7 @@ def learned_runtimes(jobs: list[JobSpec], state: str | None) -> list[JobSpec]:
     from broker.cli.session import reading_store
     from broker.learned_runtime import History, history_estimate
 
-    with reading_store(state) as store:
+    with reading_store(state, note_missing=False) as store:
         if store is None:
             return jobs
         history = History(store)

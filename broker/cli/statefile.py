@@ -66,11 +66,14 @@ def check_state(path: StateLocation, mode: Mode) -> Examined | None:
 
 
 @contextmanager
-def opened_store(path: StateLocation, mode: Mode) -> Iterator[StateStore | None]:
+def opened_store(
+    path: StateLocation, mode: Mode, *, note_missing: bool = True
+) -> Iterator[StateStore | None]:
     """The store at `path`, opened for `mode`; None for a read of a missing (or empty)
-    file, after a one-line note. A refusal, SQLite finding the file damaged while the
-    command uses it, or a database that cannot be reached, stops the command with one
-    line (codes in the table above)."""
+    file, after a one-line note (none with `note_missing` off: a command to which the
+    state is only an optional input, such as history for `broker plan`). A refusal,
+    SQLite finding the file damaged while the command uses it, or a database that cannot
+    be reached, stops the command with one line (codes in the table above)."""
     import sqlite3
 
     from broker.clock import SystemClock
@@ -83,7 +86,9 @@ def opened_store(path: StateLocation, mode: Mode) -> Iterator[StateStore | None]
         if found is None:  # a database: created and migrated by any command, as a file is
             store = StateStore.open(path, SystemClock())
         elif mode == "read" and found.kind in ("missing", "empty"):
-            print(f"broker: no state file at {path} yet: nothing was submitted", file=sys.stderr)
+            if note_missing:
+                note = f"broker: no state file at {path} yet: nothing was submitted"
+                print(note, file=sys.stderr)
             store = None
         else:
             read_only = mode == "read" and not found.writable

@@ -45,6 +45,7 @@ def test_plan_status_and_jobs_show_the_estimate_learned_from_earlier_runs(broker
     before = broker("plan", "--explain", path)
     assert before.code == 0, before.stderr
     assert "runtime estimate 1 h on T4 (default 1 h: no finished run" in before.stdout
+    assert before.stderr == ""  # no state yet is no history, and nothing to say about it
     assert broker("submit", path).code == 0
     ran(broker)
     assert broker("submit", "--rerun", path).code == 0

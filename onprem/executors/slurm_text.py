@@ -276,6 +276,22 @@ def _refused(state: str, nodes: str) -> bool:
     return state == "failed" and not expand_hostlist(nodes)
 
 
+def parse_config(text: str) -> dict[str, str]:
+    """`scontrol show config` ("Name = value" lines) as name -> value."""
+    out = {}
+    for line in text.splitlines():
+        name, sep, value = line.partition("=")
+        if sep and name.strip() and " " not in name.strip():
+            out[name.strip()] = value.strip()
+    return out
+
+
+def config_seconds(value: str, default: float) -> float:
+    """Seconds of a config value such as "5 sec" (KillWait); `default` when not a number."""
+    first = value.split()[0] if value.split() else ""
+    return float(first) if first.isdigit() else default
+
+
 def expand_hostlist(text: str) -> list[str]:
     """Slurm's compressed host list ("n[1-3,5],gpu7") as names; "" and "(null)" give []."""
     text = text.strip()

@@ -34,6 +34,7 @@ from providers.errors import (
     RateLimited,
 )
 from providers.gang import TAG_RANK, GangMember, gang_state
+from tests.waiting import wait_ended, wait_until
 
 # The error classes a harness can make a launch fail with.
 ERRORS: dict[str, type[ProviderError]] = {
@@ -131,6 +132,7 @@ class ProviderContract:
         provider = harness.provider
         instance = provider.launch(harness.request("c-4"))
         assert provider.terminate(instance.id) is True
+        assert wait_ended(provider, instance.id, 120), provider.describe(instance.id)
         assert provider.terminate(instance.id) is False
         assert not provider.describe(instance.id).active
 
@@ -199,7 +201,7 @@ class CapacityContract:
         instance = provider.launch(request)
         assert provider.free_nodes()[place] == before - request.nodes
         provider.terminate(instance.id)
-        assert provider.free_nodes()[place] == before
+        assert wait_until(lambda: provider.free_nodes()[place] == before, 120)
         assert all(free >= 0 for free in provider.free_nodes().values())
 
 
@@ -220,7 +222,7 @@ class PoolSharesContract:
         else:
             assert pool not in taken
         provider.terminate(instance.id)
-        assert provider.free_gpus() == before
+        assert wait_until(lambda: provider.free_gpus() == before, 120), provider.free_gpus()
         assert all(free >= 0 for free in provider.free_gpus().values())
 
 
@@ -241,6 +243,7 @@ class BillingContract:
         instance = provider.launch(harness.request("bill-1"))
         assert provider.billed_hours(provider.describe(instance.id)) >= 0
         provider.terminate(instance.id)
+        assert wait_ended(provider, instance.id, 120), provider.describe(instance.id)
         ended = provider.describe(instance.id)
         hours = provider.billed_hours(ended)
         assert hours >= 0 and provider.billed_hours(provider.describe(instance.id)) == hours
@@ -336,6 +339,9 @@ class GangsContract:
         provider = harness.provider
         gang = provider.launch(harness.request("g-2", nodes=2))
         assert provider.terminate(gang.id) is True
+        # A cloud returns once it accepted the termination: wait for the state it reports
+        # (an engine that returns once the gang stopped passes at the first look).
+        assert wait_ended(provider, gang.id, 120), provider.describe(gang.id)
         assert provider.terminate(gang.id) is False
         ended = provider.describe(gang.id)
         assert not ended.active and ended.nodes == 2

@@ -8,7 +8,7 @@ do what only the cloud can (reclaim a spot instance, answer with an error).
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from contextlib import AbstractContextManager
 from typing import Protocol
 
@@ -75,6 +75,20 @@ class Harness(Protocol):
     def new_provider(self) -> Provider:
         """Another provider object on the same account (a restarted controller)."""
         ...
+
+
+# The place of most harnesses' requests: a T4 spot VM in AWS us-east-1 (or its stand-in).
+AWS_PLACE = {"cloud": "aws", "region": "us-east-1", "instance_type": "g4dn.xlarge"}
+
+
+def spot_request(
+    attempt: str, where: Mapping[str, object], changes: Mapping[str, object]
+) -> LaunchRequest:
+    """The contract's usual request: a spot attempt of job j-contract running `sleep 30`
+    `where` says (cloud, region, instance type...), with `changes` applied over both (a
+    harness's `request`)."""
+    fields = dict(attempt_id=attempt, job_id="j-contract", market="spot", command="sleep 30")
+    return LaunchRequest(**(fields | dict(where) | dict(changes)))
 
 
 def names_of(provider: Provider) -> set[str]:

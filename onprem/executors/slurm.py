@@ -50,9 +50,6 @@ from providers.polling import Ticker, wait_for
 
 MARKERS = ("cancelled", "interrupted")
 SACCT_LOOKBACK = "now-7days"  # how far back a restarted broker looks for ended jobs
-# Slurm's defaults for KillWait and UnkillableStepTimeout (seconds), where the config
-# cannot be read, and the time beyond them for slurmd's reports to reach slurmctld.
-KILL_WAIT_DEFAULT, UNKILLABLE_DEFAULT, REPORT_MARGIN_SECONDS = 30.0, 60.0, 30.0
 _ERRORS: tuple[tuple[str, type[ProviderError]], ...] = (  # sbatch's words -> our classes
     ("partition not available", InsufficientCapacity),
     ("temporarily unable", RateLimited),
@@ -165,7 +162,8 @@ class SlurmExecutor:
         self._run(["scancel", current.handle])  # TERM, KillWait, KILL; a pending job just goes
         # Until Slurm says it ended: a cancelled job stays COMPLETING (active) while its
         # steps are killed, for KillWait and up to UnkillableStepTimeout on a slow node.
-        wait_for(lambda: self._ended(attempt_id), self._stop_seconds(), ticker=self._ticker)
+        stopping = text.stop_seconds(self._slurm_config())
+        wait_for(lambda: self._ended(attempt_id), stopping, ticker=self._ticker)
         return True
 
     def log(self, attempt_id: str, max_bytes: int = 65536) -> str:
@@ -328,17 +326,6 @@ class SlurmExecutor:
             done = self._run(["scontrol", "show", "config"])
             self._config = text.parse_config(done.stdout) if done.returncode == 0 else {}
         return self._config
-
-    def _stop_seconds(self) -> float:
-        """How long a cancelled job may take to end, by the cluster's own limits: KillWait
-        (TERM to KILL), then UnkillableStepTimeout (KILL to giving up on the node),
-        and a margin for the nodes' reports to reach slurmctld."""
-        config = self._slurm_config()
-        kill_wait = text.config_seconds(config.get("KillWait", ""), KILL_WAIT_DEFAULT)
-        unkillable = text.config_seconds(
-            config.get("UnkillableStepTimeout", ""), UNKILLABLE_DEFAULT
-        )
-        return kill_wait + unkillable + REPORT_MARGIN_SECONDS
 
     def _ended(self, attempt_id: str) -> bool:
         """Whether Slurm (squeue, then sacct) reports the attempt ended (or forgot it)."""

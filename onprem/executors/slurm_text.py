@@ -75,6 +75,9 @@ STATES: dict[str, InstanceState] = {
     "NODE_FAIL": "interrupted",  # the node died under the job: not the job's fault
     "BOOT_FAIL": "interrupted",
 }
+# Slurm's defaults for KillWait and UnkillableStepTimeout (seconds), where the config
+# cannot be read, and the time beyond them for slurmd's reports to reach slurmctld.
+KILL_WAIT_DEFAULT, UNKILLABLE_DEFAULT, REPORT_MARGIN_SECONDS = 30.0, 60.0, 30.0
 # PENDING reasons that no wait will satisfy: reported in `reason` for the broker to act.
 HOPELESS_REASONS = frozenset(
     {
@@ -284,6 +287,15 @@ def parse_config(text: str) -> dict[str, str]:
         if sep and name.strip() and " " not in name.strip():
             out[name.strip()] = value.strip()
     return out
+
+
+def stop_seconds(config: Mapping[str, str]) -> float:
+    """How long a cancelled job may take to end, by the cluster's own limits: KillWait
+    (TERM to KILL), then UnkillableStepTimeout (KILL to giving up on the node), and a
+    margin for the nodes' reports to reach slurmctld; Slurm's defaults where unread."""
+    kill_wait = config_seconds(config.get("KillWait", ""), KILL_WAIT_DEFAULT)
+    unkillable = config_seconds(config.get("UnkillableStepTimeout", ""), UNKILLABLE_DEFAULT)
+    return kill_wait + unkillable + REPORT_MARGIN_SECONDS
 
 
 def config_seconds(value: str, default: float) -> float:

@@ -26,6 +26,7 @@ from onprem.executors.slurm_text import (
     parse_name,
     parse_sacct,
     parse_squeue,
+    stop_seconds,
 )
 
 
@@ -255,3 +256,5 @@ def test_the_clusters_time_limits_are_read_from_scontrol_show_config():
     assert config_seconds(config["UnkillableStepTimeout"], 60.0) == 60.0
     assert config_seconds(config["UnkillableStepProgram"], 7.0) == 7.0  # not a number
     assert config_seconds("", 30.0) == 30.0 and "Slurmctld(primary) at host is UP" not in config
+    assert stop_seconds(config) == 5 + 60 + 30  # KillWait, UnkillableStepTimeout, a margin
+    assert stop_seconds({}) == 30 + 60 + 30  # Slurm's defaults

@@ -29,37 +29,22 @@ import os
 import statistics
 import sys
 import tempfile
-import threading
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
+if TYPE_CHECKING:
+    from broker.state.model import Attempt, InstanceRow
+
 JOB = """\
 apiVersion: broker/v1
-name: survivor-{n}
-team: bench
-resources:
-  accelerators: T4:1
-placement:
-  clouds: [aws, gcp, azure]
-  spot: only
-run:
-  workdir: {workdir}
-  command: python3 train.py --steps 100000 --checkpoint-every 50 --step-seconds 0.002
-runtime:
-  estimate_hours: 1
-checkpoint:
-  uri: s3://bench/survivor-{n}/
-  interval_minutes: 30
-  size_gb: {size_gb}
-"""
-
-
-GANG_JOB = """\
-apiVersion: broker/v1
-name: gang-{n}
+name: {name}
 team: bench
 resources:
   accelerators: T4:1
@@ -69,13 +54,13 @@ placement:
   spot: only
 run:
   workdir: {workdir}
-  command: python3 allreduce.py --steps 100000 --checkpoint-every 50 --step-seconds 0.002
+  command: python3 {script} --steps 100000 --checkpoint-every 50 --step-seconds 0.002
 runtime:
   estimate_hours: 1
 checkpoint:
-  uri: s3://bench/gang-{n}/
+  uri: s3://bench/{name}/
   interval_minutes: 30
-  size_gb: 0.001
+  size_gb: {size_gb}
 """
 
 
@@ -94,57 +79,63 @@ class Timed:
 
 
 def wait_until(condition, timeout: float = 60.0) -> bool:
-    pause, deadline = threading.Event(), time.monotonic() + timeout
-    while not condition():
-        if time.monotonic() > deadline:
-            return False
-        pause.wait(0.005)
-    return True
+    """`condition` polled every 5 ms (the figures are in tens of milliseconds)."""
+    from providers.polling import wait_for
+
+    return wait_for(condition, timeout, first=0.005, most=0.005)
 
 
-def one_reclaim(rt, n: int, checkpoint_mb: int) -> dict:
+@dataclass(frozen=True)
+class Launched:
+    """A submitted job running its first attempt, with a checkpoint written."""
+
+    job_id: str
+    first: Attempt
+    store: Path  # the checkpoint store of its place
+    instance: InstanceRow  # as the store recorded it
+
+
+def launch_checkpointed(rt, name: str, nodes: int, script: str, size_gb: float) -> Launched:
+    """Submit the bench job `name` (`script` of the examples, on `nodes` nodes), start it
+    and wait for its first checkpoint."""
     from broker.manifest.load import load_manifests
     from broker.submit import submit_manifests
 
-    path = rt.workdir.parent / f"survivor-{n}.yaml"
-    size_gb = max(checkpoint_mb / 1024, 0.001)
-    path.write_text(JOB.format(n=n, size_gb=size_gb, workdir=REPO / "examples"))
+    examples = REPO / "examples"
+    workdir = examples / "distributed" if nodes > 1 else examples
+    path = rt.workdir.parent / f"{name}.yaml"
+    text = JOB.format(name=name, nodes=nodes, workdir=workdir, script=script, size_gb=size_gb)
+    path.write_text(text)
     (result,) = submit_manifests(rt.store, load_manifests([path]).manifests)
-    job_id = result.job_id
     rt.controller.run_pass()
-    (first,) = rt.store.attempts(job_id)
+    (first,) = rt.store.attempts(result.job_id)
     place = first.placed_on
-    store = Path(rt.provider.checkpoint_store(job_id, place.cloud, place.region))
+    store = Path(rt.provider.checkpoint_store(result.job_id, place.cloud, place.region))
     wait_until((store / "checkpoint.json").exists)
-    with open(store / "state.bin", "wb") as blob:  # the bulk of a real checkpoint
-        for _ in range(checkpoint_mb):
-            blob.write(os.urandom(1 << 20))
     (instance,) = rt.store.instances(attempt_id=first.id)
+    return Launched(result.job_id, first, store, instance)
 
-    launch = rt.provider.launch = Timed(rt.provider.launch)
+
+@contextmanager
+def timed_recovery(rt) -> Iterator[tuple[Timed, Timed]]:
+    """(launch, copy): the provider's launch calls and the checkpoint copies while inside."""
     from providers.storage import ObjectStore
 
+    launch = rt.provider.launch = Timed(rt.provider.launch)
     copy = Timed(ObjectStore.copy_tree)
     ObjectStore.copy_tree = lambda self, *a, **k: copy(self, *a, **k)
     try:
-        noticed = time.perf_counter()
-        rt.provider.interrupt(instance.provider_id)
-        while len(rt.store.attempts(job_id)) < 2 or not rt.store.instances(
-            attempt_id=rt.store.attempts(job_id)[-1].id
-        ):
-            rt.controller.run_pass()
-        running = time.perf_counter()
+        yield launch, copy
     finally:
         ObjectStore.copy_tree = copy.call
         del rt.provider.launch
-    second = rt.store.attempts(job_id)[-1]
-    interrupted = rt.store.attempt(first.id)
-    log = (rt.workdir / first.id / "log.txt").read_text()
-    saved = int(log.split("interrupted by SIGTERM at step ")[1].split(":")[0])
+
+
+def recovered(rt, second, recovery: float, launch: Timed, copy: Timed) -> dict:
+    """Stop the relaunched attempt; the figures every reclaim reports."""
     for known in rt.store.instances(attempt_id=second.id):
         rt.provider.terminate(known.provider_id)
     rt.controller.run_pass()
-    recovery = running - noticed - sum(launch.seconds)
     moved = rt.store.migration(second.id)
     return {
         "recovery_s": recovery,
@@ -153,6 +144,30 @@ def one_reclaim(rt, n: int, checkpoint_mb: int) -> dict:
         "launch_s": sum(launch.seconds),
         "moved": f"{moved['from']} -> {moved['to']}" if moved else "same region",
         "copied_mb": round(moved["bytes"] / 2**20, 1) if moved else 0,
+    }
+
+
+def one_reclaim(rt, n: int, checkpoint_mb: int) -> dict:
+    size_gb = max(checkpoint_mb / 1024, 0.001)
+    job = launch_checkpointed(rt, f"survivor-{n}", 1, "train.py", size_gb)
+    with open(job.store / "state.bin", "wb") as blob:  # the bulk of a real checkpoint
+        for _ in range(checkpoint_mb):
+            blob.write(os.urandom(1 << 20))
+    with timed_recovery(rt) as (launch, copy):
+        noticed = time.perf_counter()
+        rt.provider.interrupt(job.instance.provider_id)
+        while len(rt.store.attempts(job.job_id)) < 2 or not rt.store.instances(
+            attempt_id=rt.store.attempts(job.job_id)[-1].id
+        ):
+            rt.controller.run_pass()
+        running = time.perf_counter()
+    second = rt.store.attempts(job.job_id)[-1]
+    interrupted = rt.store.attempt(job.first.id)
+    log = (rt.workdir / job.first.id / "log.txt").read_text()
+    saved = int(log.split("interrupted by SIGTERM at step ")[1].split(":")[0])
+    figures = recovered(rt, second, running - noticed - sum(launch.seconds), launch, copy)
+    return {
+        **figures,
         "steps_saved_at_notice": saved,
         "lost_reason": interrupted.reason.split("; ", 1)[-1],
     }
@@ -160,63 +175,35 @@ def one_reclaim(rt, n: int, checkpoint_mb: int) -> dict:
 
 def one_gang_reclaim(rt, n: int, nodes: int) -> dict:
     """Reclaim rank 1 of a running gang; time until the new gang's ranks all run again."""
-    from broker.manifest.load import load_manifests
-    from broker.submit import submit_manifests
-    from providers.storage import ObjectStore
-
-    path = rt.workdir.parent / f"gang-{n}.yaml"
-    workdir = REPO / "examples" / "distributed"
-    path.write_text(GANG_JOB.format(n=n, nodes=nodes, workdir=workdir))
-    (result,) = submit_manifests(rt.store, load_manifests([path]).manifests)
-    job_id = result.job_id
-    rt.controller.run_pass()
-    (first,) = rt.store.attempts(job_id)
-    place = first.placed_on
-    store = Path(rt.provider.checkpoint_store(job_id, place.cloud, place.region))
-    wait_until((store / "checkpoint.json").exists)
-    (instance,) = rt.store.instances(attempt_id=first.id)
-
-    launch = rt.provider.launch = Timed(rt.provider.launch)
-    copy = Timed(ObjectStore.copy_tree)
-    ObjectStore.copy_tree = lambda self, *a, **k: copy(self, *a, **k)
+    job = launch_checkpointed(rt, f"gang-{n}", nodes, "allreduce.py", 0.001)
 
     def all_running() -> bool:
-        attempts = rt.store.attempts(job_id)
+        attempts = rt.store.attempts(job.job_id)
         known = rt.store.instances(attempt_id=attempts[-1].id) if len(attempts) > 1 else []
         if not known:
             return False
         gang = rt.provider.describe(known[0].provider_id)
         return bool(gang.members) and all(m.state == "running" for m in gang.members)
 
-    try:
+    with timed_recovery(rt) as (launch, copy):
         noticed = time.perf_counter()
-        rt.provider.interrupt(instance.members[1].node_id)  # one node of the gang
+        rt.provider.interrupt(job.instance.members[1].node_id)  # one node of the gang
         while not all_running():
             rt.controller.run_pass()
         running = time.perf_counter()
-    finally:
-        ObjectStore.copy_tree = copy.call
-        del rt.provider.launch
-    second = rt.store.attempts(job_id)[-1]
+    second = rt.store.attempts(job.job_id)[-1]
     head = rt.workdir / second.id / "rank-0" / "log.txt"
     wait_until(lambda: "ranks joined" in head.read_text())
     rejoined = time.perf_counter()
-    stopped = (rt.workdir / first.id / "rank-0" / "log.txt").read_text()
+    stopped = (rt.workdir / job.first.id / "rank-0" / "log.txt").read_text()
     saved = int(stopped.split("rank 0: stopped at step ")[1].split(",")[0])
-    for known in rt.store.instances(attempt_id=second.id):
-        rt.provider.terminate(known.provider_id)
-    rt.controller.run_pass()
     launched = sum(launch.seconds)
-    recovery = running - noticed - launched
-    moved = rt.store.migration(second.id)
+    figures = recovered(rt, second, running - noticed - launched, launch, copy)
+    figures.pop("copied_mb")
     return {
         "nodes": nodes,
-        "recovery_s": recovery,
+        **figures,
         "rejoined_s": rejoined - noticed - launched,
-        "copy_s": sum(copy.seconds),
-        "copy_share": sum(copy.seconds) / recovery if recovery > 0 else None,
-        "launch_s": launched,
-        "moved": f"{moved['from']} -> {moved['to']}" if moved else "same region",
         "steps_saved_at_notice": saved,
     }
 

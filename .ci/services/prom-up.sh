@@ -19,6 +19,6 @@ nohup prometheus --config.file=$D/prometheus.yml --storage.tsdb.path=$D/data \
   --web.listen-address=127.0.0.1:$PORT >$D/prometheus.log 2>&1 &
 echo $! > $D/prometheus.pid
 ready(){ python3 -c "import urllib.request,sys; urllib.request.urlopen('http://127.0.0.1:$PORT/-/ready', timeout=1)" 2>/dev/null; }
-for i in $(seq 100); do ready && break; sleep 0.1; done
+end=$((SECONDS + 60)); until ready || [ $SECONDS -ge $end ]; do sleep 0.1; done  # a deadline, not a count
 ready || { tail -5 $D/prometheus.log; exit 1; }
 echo "PROM_URL=http://127.0.0.1:$PORT"

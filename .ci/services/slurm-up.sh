@@ -66,6 +66,6 @@ runuser -u munge -- /usr/sbin/munged --socket=$D/munge/munge.socket --key-file=$
 /usr/sbin/slurmctld                              # daemonizes; reads $SLURM_CONF
 for n in n1 n2 n3; do /usr/sbin/slurmd -N $n; done
 idle(){ [ "$(sinfo -h -N -p low -o %T 2>/dev/null | grep -c '^idle$')" = 3 ]; }  # -N lists a node once per partition
-for i in $(seq 100); do idle && break; sleep 0.1; done
+end=$((SECONDS + 60)); until idle || [ $SECONDS -ge $end ]; do sleep 0.1; done  # a deadline, not a count: load slows each sinfo
 sinfo -N -p low -o '%N %T %G' | sed 's/^/  /'
 idle || { scontrol show node | grep -o 'Reason=.*' | sort -u; exit 1; }; echo "export SLURM_CONF=$SLURM_CONF"

@@ -34,6 +34,6 @@ EOF
   /usr/sbin/sshd -t -f $c
   # own UTS namespace -> `hostname` prints nodeN inside sessions; sshd daemonizes and writes PidFile
   unshare --uts sh -c "hostname $name && exec /usr/sbin/sshd -f $c -E $D/$name.log"
-  for t in $(seq 50); do [ -s $D/$name.pid ] && break; sleep 0.1; done
+  end=$((SECONDS + 30)); until [ -s $D/$name.pid ] || [ $SECONDS -ge $end ]; do sleep 0.1; done
 done
 echo "ssh -F /dev/null -i $D/id_ed25519 -o UserKnownHostsFile=$D/known_hosts -o IdentitiesOnly=yes -p $P $U@127.0.0.1"

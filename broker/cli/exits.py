@@ -94,6 +94,7 @@ def exit_code(exc: BaseException) -> int:
     if isinstance(exc, SystemExit):
         return exc.code if isinstance(exc.code, int) else (0 if exc.code is None else FAILED)
     if isinstance(exc, KeyboardInterrupt | typer.Abort):
+        _flush_stdout()  # what the command printed lands before it exits 130
         said = str(exc) if isinstance(exc, KeyboardInterrupt) else ""
         print("broker: interrupted" + (f": {said}" if said else ""), file=sys.stderr)
         return INTERRUPTED
@@ -123,6 +124,16 @@ def _click_exception() -> type[Exception]:
 def _one_line(exc: BaseException) -> str:
     text = " ".join(str(exc).split())
     return text or type(exc).__name__
+
+
+def _flush_stdout() -> None:
+    """Flush what a command printed; a reader that went away is no error here."""
+    try:
+        sys.stdout.flush()
+    except OSError:  # the reader went away (`| head`): exit quietly all the same
+        silence_stdout()
+    except ValueError:
+        pass  # stdout is closed: nothing can reach it
 
 
 def silence_stdout() -> None:

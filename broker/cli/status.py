@@ -299,21 +299,45 @@ def _say_where(job: Job, number: int, instance) -> None:
     )
 
 
+class LogTail:
+    """What a growing log file holds beyond what was read of it, as text: a character
+    split between two reads comes out whole with the second."""
+
+    def __init__(self, path: Path) -> None:
+        import codecs
+
+        self.path, self.offset = path, 0
+        self._decoder = codecs.getincrementaldecoder("utf-8")("replace")
+
+    def read(self) -> str:
+        if not self.path.exists():
+            return ""
+        with self.path.open("rb") as handle:
+            handle.seek(self.offset)
+            chunk = handle.read()
+        self.offset += len(chunk)
+        return self._decoder.decode(chunk)
+
+    def rest(self) -> str:
+        """The bytes of an unfinished character at the end, as a replacement character."""
+        return self._decoder.decode(b"", final=True)
+
+
 def _print_log(provider, instance, follow: bool) -> None:
-    """Print the log file of a local (sandbox) instance; with `follow`, until it ends."""
+    """Print the log file of a local (sandbox) instance; with `follow`, until it ends.
+    What was printed is flushed even when Ctrl-C ends the follow (exit 130)."""
     import time
 
-    path, offset, ended = Path(instance.log_path), 0, False
-    while True:
-        if path.exists():
-            with path.open("rb") as handle:
-                handle.seek(offset)
-                chunk = handle.read()
-                offset += len(chunk)
-                sys.stdout.write(chunk.decode("utf-8", "replace"))
-                sys.stdout.flush()
-        if not follow or ended:
-            break
-        ended = provider.describe(instance.id).ended_at is not None  # one last read
-        if not ended:
-            time.sleep(0.5)  # following a log is polling a file; nothing to wait on
+    tail, ended = LogTail(Path(instance.log_path)), False
+    try:
+        while True:
+            sys.stdout.write(tail.read())
+            sys.stdout.flush()
+            if not follow or ended:
+                break
+            ended = provider.describe(instance.id).ended_at is not None  # one last read
+            if not ended:
+                time.sleep(0.5)  # following a log is polling a file; nothing to wait on
+    finally:
+        sys.stdout.write(tail.rest())
+        sys.stdout.flush()

@@ -36,6 +36,7 @@ US = "\x1f"
 RECORD_FORMAT = 1
 GANG_MARKER = "gang"  # a rank stopped because another rank of its gang failed
 GANG_STOP_GRACE = 10.0  # seconds those ranks get between SIGTERM and SIGKILL
+KILL_WAIT = 20.0  # seconds a node waits for a SIGKILLed group to be gone
 
 
 @dataclass(frozen=True)
@@ -175,7 +176,8 @@ class NodeExecutor:
             tenths = str(max(0, round(grace * 10)))
             base = self.base_dirs[host]
             argv = ["sh", "-c", nodescripts.CANCEL, "cancel", base, attempt_id, tenths, marker]
-            done = self.shells[host].run(argv, timeout=grace + 30)
+            argv.append(str(round(KILL_WAIT * 10)))
+            done = self.shells[host].run(argv, timeout=grace + KILL_WAIT + 30)
             return done.stdout.strip() == "stopped"
 
         if not hosts:

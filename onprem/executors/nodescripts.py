@@ -22,8 +22,10 @@ separated by \\x1f:
     id, alive (1/0), exit code, started (epoch s), ended (epoch s), marker, record
 
 `CANCEL` writes the marker, sends SIGTERM to the wrapper's process group, waits up
-to the grace (in tenths of a second), then SIGKILL, and records 137 if the job could
-not record its own status.
+to the grace (in tenths of a second), then SIGKILL, waits up to the kill wait for the
+group to go, and records 137 if the job could not record its own status. Every wait
+is a deadline on the clock since boot (/proc/uptime), never a number of sleeps: on a
+loaded node each sleep and each liveness check takes longer than it says.
 """
 
 from __future__ import annotations
@@ -44,6 +46,10 @@ alive() {  # alive <dir>: the wrapper of that attempt still runs (same boot, sam
   shift 19
   [ "$1" = "$a_start" ]
 }
+centis() {  # hundredths of a second since boot: a deadline that a loaded machine keeps
+  read -r c_up c_rest < /proc/uptime
+  echo $(( ${c_up%.*} * 100 + 1${c_up#*.} - 100 ))
+}
 """
 
 START = (
@@ -59,8 +65,8 @@ mkdir -p "$d/work"
 cd "$d" || exit 3
 d=$(pwd)
 setsid sh ./run.sh </dev/null >/dev/null 2>&1 &
-i=0
-while [ ! -s "$d/pid" ] && [ "$i" -lt 200 ]; do sleep 0.02; i=$((i+1)); done
+end=$(( $(centis) + 1000 ))  # the wrapper records its pid within 10 s
+while [ ! -s "$d/pid" ] && [ "$(centis)" -lt "$end" ]; do sleep 0.02; done
 echo started
 """
 )
@@ -113,17 +119,17 @@ done
 CANCEL = (
     _ALIVE
     + r"""
-d="$1/$2"; tenths=$3; marker=$4
+d="$1/$2"; tenths=$3; marker=$4; kill_tenths=$5
 [ -f "$d/attempt.json" ] || { echo unknown; exit 0; }
 if [ -f "$d/exit_code" ] || ! alive "$d"; then echo ended; exit 0; fi
 : > "$d/$marker"
 read -r pid rest < "$d/pid"
 kill -TERM "-$pid" 2>/dev/null
-i=0
-while alive "$d" && [ "$i" -lt "$tenths" ]; do sleep 0.1; i=$((i+1)); done
+end=$(( $(centis) + tenths * 10 ))
+while alive "$d" && [ "$(centis)" -lt "$end" ]; do sleep 0.1; done
 kill -KILL "-$pid" 2>/dev/null
-i=0
-while alive "$d" && [ "$i" -lt 50 ]; do sleep 0.1; i=$((i+1)); done
+end=$(( $(centis) + kill_tenths * 10 ))
+while alive "$d" && [ "$(centis)" -lt "$end" ]; do sleep 0.1; done
 if [ ! -f "$d/exit_code" ]; then
   printf '137\n' > "$d/exit_code.tmp" && mv -f "$d/exit_code.tmp" "$d/exit_code"
 fi

@@ -6,7 +6,11 @@ slurmdbd) say how a job is, `scancel` stops it, `sinfo` says what is free. Each
 attempt has a directory `<base_dir>/<attempt id>/` on the cluster's shared storage:
 the job's working directory `work/` (the staged workdir), `log.txt`, and the markers
 `cancelled` / `interrupted` the executor leaves before it stops a job, so a job that
-exits 0 on SIGTERM is still reported as the broker stopped it.
+exits 0 on SIGTERM is still reported as the broker stopped it. A cancel returns once
+squeue or sacct says the job ended: a cancelled job stays COMPLETING while Slurm kills
+its steps, so the wait is bounded by the cluster's own KillWait and
+UnkillableStepTimeout (`scontrol show config`) plus a margin, in seconds
+(`providers.polling`), never by a number of polls.
 
 Idempotency without a lookup per submit: the executor lists the broker's jobs once
 (`squeue` and `sacct`, by job name) the first time it needs to, then remembers the
@@ -42,6 +46,7 @@ from providers.errors import (
     QuotaExceeded,
     RateLimited,
 )
+from providers.polling import Ticker, wait_for
 
 MARKERS = ("cancelled", "interrupted")
 SACCT_LOOKBACK = "now-7days"  # how far back a restarted broker looks for ended jobs
@@ -73,7 +78,10 @@ class SlurmExecutor:
         pool: str,
         workdir: Path | None = None,
         provider: str = "onprem",
+        ticker: Ticker | None = None,
     ) -> None:
+        """`ticker`: the time a cancel's wait for Slurm is bounded on (wall time; a
+        virtual one in tests, `providers.polling`)."""
         self.options = options
         self.pool = pool
         self.provider = provider
@@ -96,7 +104,8 @@ class SlurmExecutor:
         self._base = options.base_dir or local
         self._known: dict[str, AttemptStatus] | None = None  # attempt -> latest status
         self._lock = threading.Lock()
-        self._sacct_args: list[str] | None = None
+        self._config: dict[str, str] | None = None  # `scontrol show config`, read once
+        self._ticker = ticker
 
     # --- the Executor contract (docstrings in onprem.executors.base) --------------------
 
@@ -134,6 +143,8 @@ class SlurmExecutor:
                 return None
             if current.active:
                 fresh = self._ask([current.handle]).get(attempt_id)
+                if fresh is not None and not fresh.node_count:  # sacct of a job never placed
+                    fresh = replace(fresh, node_count=current.node_count)
                 current = fresh or current
                 known[attempt_id] = current
             return current
@@ -147,20 +158,12 @@ class SlurmExecutor:
         self._run(["sh", "-c", 'mkdir -p "$1" && : > "$1/$2"', "mark", directory, marker])
         if current.state == "running":  # SIGTERM to the batch shell and every step
             self._run(["scancel", "--full", "--signal=TERM", current.handle])
-            deadline = time.monotonic() + grace_seconds
-            pause = threading.Event()
-            while time.monotonic() < deadline:
-                now = self.status(attempt_id)
-                if now is None or not now.active:
-                    break
-                pause.wait(min(0.5, max(0.0, deadline - time.monotonic())))
+            wait_for(lambda: self._ended(attempt_id), grace_seconds, ticker=self._ticker)
         self._run(["scancel", current.handle])  # TERM, KillWait, KILL; a pending job just goes
-        pause = threading.Event()
-        for _ in range(200):  # until Slurm says it ended
-            now = self.status(attempt_id)
-            if now is None or not now.active:
-                break
-            pause.wait(0.1)
+        # Until Slurm says it ended: a cancelled job stays COMPLETING (active) while its
+        # steps are killed, for KillWait and up to UnkillableStepTimeout on a slow node.
+        stopping = text.stop_seconds(self._slurm_config())
+        wait_for(lambda: self._ended(attempt_id), stopping, ticker=self._ticker)
         return True
 
     def log(self, attempt_id: str, max_bytes: int = 65536) -> str:
@@ -314,11 +317,20 @@ class SlurmExecutor:
 
     def _accounting(self) -> list[str]:
         """["-c"] when the cluster has no accounting database (read the completion file)."""
-        if self._sacct_args is None:
+        none = self._slurm_config().get("AccountingStorageType") == "accounting_storage/none"
+        return ["-c"] if none else []
+
+    def _slurm_config(self) -> dict[str, str]:
+        """`scontrol show config` as name -> value, read once ({} when it cannot be read)."""
+        if self._config is None:
             done = self._run(["scontrol", "show", "config"])
-            none = "accounting_storage/none" in done.stdout
-            self._sacct_args = ["-c"] if none else []
-        return self._sacct_args
+            self._config = text.parse_config(done.stdout) if done.returncode == 0 else {}
+        return self._config
+
+    def _ended(self, attempt_id: str) -> bool:
+        """Whether Slurm (squeue, then sacct) reports the attempt ended (or forgot it)."""
+        now = self.status(attempt_id)
+        return now is None or not now.active
 
     def _with_markers(self, found: dict[str, AttemptStatus]) -> dict[str, AttemptStatus]:
         """Ended statuses say "terminated" / "interrupted" where the broker stopped them."""

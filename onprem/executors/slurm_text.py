@@ -75,6 +75,9 @@ STATES: dict[str, InstanceState] = {
     "NODE_FAIL": "interrupted",  # the node died under the job: not the job's fault
     "BOOT_FAIL": "interrupted",
 }
+# Slurm's defaults for KillWait and UnkillableStepTimeout (seconds), where the config
+# cannot be read, and the time beyond them for slurmd's reports to reach slurmctld.
+KILL_WAIT_DEFAULT, UNKILLABLE_DEFAULT, REPORT_MARGIN_SECONDS = 30.0, 60.0, 30.0
 # PENDING reasons that no wait will satisfy: reported in `reason` for the broker to act.
 HOPELESS_REASONS = frozenset(
     {
@@ -274,6 +277,31 @@ def _refused(state: str, nodes: str) -> bool:
     configuration is not available") and Slurm kept a record. It never ran, so the
     attempt may be submitted again."""
     return state == "failed" and not expand_hostlist(nodes)
+
+
+def parse_config(text: str) -> dict[str, str]:
+    """`scontrol show config` ("Name = value" lines) as name -> value."""
+    out = {}
+    for line in text.splitlines():
+        name, sep, value = line.partition("=")
+        if sep and name.strip() and " " not in name.strip():
+            out[name.strip()] = value.strip()
+    return out
+
+
+def stop_seconds(config: Mapping[str, str]) -> float:
+    """How long a cancelled job may take to end, by the cluster's own limits: KillWait
+    (TERM to KILL), then UnkillableStepTimeout (KILL to giving up on the node), and a
+    margin for the nodes' reports to reach slurmctld; Slurm's defaults where unread."""
+    kill_wait = config_seconds(config.get("KillWait", ""), KILL_WAIT_DEFAULT)
+    unkillable = config_seconds(config.get("UnkillableStepTimeout", ""), UNKILLABLE_DEFAULT)
+    return kill_wait + unkillable + REPORT_MARGIN_SECONDS
+
+
+def config_seconds(value: str, default: float) -> float:
+    """Seconds of a config value such as "5 sec" (KillWait); `default` when not a number."""
+    first = value.split()[0] if value.split() else ""
+    return float(first) if first.isdigit() else default
 
 
 def expand_hostlist(text: str) -> list[str]:

@@ -12,7 +12,6 @@ import os
 import random
 import signal
 import subprocess
-import sys
 from collections import Counter
 from pathlib import Path
 
@@ -20,6 +19,7 @@ from broker.clock import SystemClock
 from broker.offers import load_offers
 from broker.runtime import open_runtime
 from broker.state import TERMINAL, AttemptState, JobState, StateStore
+from tests.broker.killed_runs import broker
 from tests.state_backends import state_location  # noqa: F401 (the fixture)
 from tests.waiting import wait_until
 
@@ -37,10 +37,6 @@ run:
 runtime:
   estimate_hours: 1
 """
-
-
-def broker(*args: str) -> list[str]:
-    return [sys.executable, "-m", "broker", *args]
 
 
 def drained(location: Path) -> bool:

@@ -11,7 +11,6 @@ import os
 import random
 import signal
 import subprocess
-import sys
 from collections import Counter
 from pathlib import Path
 
@@ -19,6 +18,7 @@ from broker.clock import SystemClock
 from broker.offers import load_offers
 from broker.runtime import open_runtime
 from broker.state import AttemptState, JobState, StateStore
+from tests.broker.killed_runs import broker, run_killed_at_random
 
 REPO = Path(__file__).resolve().parents[2]
 TEMPLATE = """\
@@ -37,10 +37,6 @@ runtime:
 """
 
 
-def broker(*args: str) -> list[str]:
-    return [sys.executable, "-m", "broker", *args]
-
-
 def test_sigkill_at_random_points_loses_and_doubles_nothing(tmp_path, state_location, monkeypatch):
     """On a state file and on a PostgreSQL database (`state_location`)."""
     from broker.state.location import parse_location
@@ -56,28 +52,7 @@ def test_sigkill_at_random_points_loses_and_doubles_nothing(tmp_path, state_loca
     state = parse_location(state_location)
     env = dict(os.environ, BROKER_STATE=str(state_location))
     subprocess.run(broker("submit", str(jobs)), env=env, check=True, capture_output=True)
-    rng = random.Random(7)
-    finished, kills = False, 0
-    for _ in range(12):
-        proc = subprocess.Popen(
-            broker("run", "--poll", "0.05"),
-            env=env,
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.DEVNULL,
-        )
-        try:  # the kill point: a random moment of the run, or its natural end
-            finished = proc.wait(timeout=rng.uniform(0.1, 0.8)) == 0
-        except subprocess.TimeoutExpired:
-            proc.send_signal(signal.SIGKILL)
-            proc.wait()
-            kills += 1
-        if finished:
-            break
-    if not finished:
-        done = subprocess.run(
-            broker("run", "--poll", "0.05"), env=env, capture_output=True, text=True, timeout=120
-        )
-        assert done.returncode == 0, done.stderr
+    kills = run_killed_at_random(env, seed=7)
     assert kills >= 2, "the controller should have been killed mid-run at least twice"
     with StateStore.open(state, SystemClock()) as store:
         all_jobs = store.jobs()

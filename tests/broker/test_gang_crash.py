@@ -7,10 +7,7 @@ nothing catches, standing for SIGKILL at that exact point), and real SIGKILLs of
 from __future__ import annotations
 
 import os
-import random
-import signal
 import subprocess
-import sys
 from collections import Counter
 from pathlib import Path
 
@@ -23,6 +20,7 @@ from broker.runtime import open_runtime
 from broker.state import AttemptState, JobState, StateStore
 from broker.submit import submit_manifests
 from providers.sandbox import SandboxProvider
+from tests.broker.killed_runs import broker, run_killed_at_random
 
 REPO = Path(__file__).resolve().parents[2]
 EXAMPLE = REPO / "examples" / "distributed"
@@ -45,10 +43,6 @@ runtime:
 
 class ControllerDied(BaseException):
     """Stands for SIGKILL between two ranks' launches: nothing catches it."""
-
-
-def broker(*args: str) -> list[str]:
-    return [sys.executable, "-m", "broker", *args]
 
 
 def manifest(folder: Path, i: int, nodes: int, gpu: str = "T4:1") -> Path:
@@ -133,27 +127,6 @@ def test_sigkill_while_gangs_launch_and_run_orphans_and_doubles_nothing(tmp_path
     state = tmp_path / "state.db"
     env = dict(os.environ, BROKER_STATE=str(state))
     subprocess.run(broker("submit", str(jobs)), env=env, check=True, capture_output=True)
-    rng = random.Random(11)
-    finished, kills = False, 0
-    for _ in range(12):
-        proc = subprocess.Popen(
-            broker("run", "--poll", "0.05"),
-            env=env,
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.DEVNULL,
-        )
-        try:  # the kill point: a random moment of the run, or its natural end
-            finished = proc.wait(timeout=rng.uniform(0.1, 0.8)) == 0
-        except subprocess.TimeoutExpired:
-            proc.send_signal(signal.SIGKILL)
-            proc.wait()
-            kills += 1
-        if finished:
-            break
-    if not finished:
-        done = subprocess.run(
-            broker("run", "--poll", "0.05"), env=env, capture_output=True, text=True, timeout=180
-        )
-        assert done.returncode == 0, done.stderr
+    kills = run_killed_at_random(env, seed=11, finish_timeout=180)
     assert kills >= 2, "the controller should have been killed mid-run at least twice"
     assert_clean(state, 8)

@@ -8,16 +8,19 @@ import json
 import os
 import subprocess
 import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
 
 import pytest
 
-from broker.clock import SystemClock
-from broker.manifest.load import load_manifests
+from broker.clock import FixedClock, SystemClock
+from broker.manifest.load import Manifest, load_manifests
 from broker.offers import load_offers
 from broker.recovery import closed_places, recent_reclaims
-from broker.runtime import open_runtime
+from broker.runtime import BrokerSession, open_runtime
 from broker.state import AttemptState, JobState
 from broker.submit import submit_manifests
 from tests.waiting import running_program, wait_ended, wait_until
@@ -207,12 +210,21 @@ checkpoint:
 """
 
 
-def test_a_deadline_job_reclaimed_again_and_again_moves_to_on_demand_in_time(tmp_path):
-    from datetime import UTC, datetime, timedelta
+@dataclass(frozen=True)
+class DeadlineJob:
+    """DEADLINE_JOB submitted on a sandbox runtime whose clock stands still until moved."""
 
-    from broker.clock import FixedClock
-    from broker.controller.steering import steer
-    from broker.dispatch.settings import DispatchSettings
+    rt: BrokerSession
+    clock: FixedClock
+    manifest: Manifest
+    job_id: str
+
+
+@contextmanager
+def deadline_job(tmp_path: Path) -> Iterator[DeadlineJob]:
+    """DEADLINE_JOB (6 h of work, 10 h deadline, 30-min checkpoints) submitted at
+    2026-11-30 09:00 UTC; every instance it left is terminated afterwards."""
+    from datetime import UTC
 
     clock = FixedClock(datetime(2026, 11, 30, 9, tzinfo=UTC))
     rt = open_runtime(tmp_path / "state.db", load_offers(), clock=clock, time_scale=1.0)
@@ -221,7 +233,21 @@ def test_a_deadline_job_reclaimed_again_and_again_moves_to_on_demand_in_time(tmp
         path.write_text(DEADLINE_JOB)
         (manifest,) = load_manifests([path]).manifests
         (result,) = submit_manifests(rt.store, [manifest])
-        job_id = result.job_id
+        yield DeadlineJob(rt, clock, manifest, result.job_id)
+    finally:
+        for instance in rt.provider.list_instances():
+            rt.provider.terminate(instance.id)
+        rt.close()
+
+
+def test_a_deadline_job_reclaimed_again_and_again_moves_to_on_demand_in_time(tmp_path):
+    from datetime import timedelta
+
+    from broker.controller.steering import steer
+    from broker.dispatch.settings import DispatchSettings
+
+    with deadline_job(tmp_path) as due:
+        rt, clock, job_id = due.rt, due.clock, due.job_id
         markets = []
         for _ in range(12):  # the cloud takes every spot instance back after an hour
             rt.controller.run_pass()
@@ -243,50 +269,36 @@ def test_a_deadline_job_reclaimed_again_and_again_moves_to_on_demand_in_time(tmp
         elapsed = (clock.now() - submitted).total_seconds() / 3600
         assert elapsed + 6 <= 10
         # and it switched because the slack ran out, not before: one hour earlier it was spot
-        spec = manifest.spec
+        spec = due.manifest.spec
         defaults = DispatchSettings()
         _, earlier = steer(spec, job, rt.store, clock.now() - timedelta(hours=3), defaults)
         assert earlier == "spot"
         _, now = steer(spec, job, rt.store, clock.now(), defaults)
         assert now == "on-demand"
-    finally:
-        for instance in rt.provider.list_instances():
-            rt.provider.terminate(instance.id)
-        rt.close()
 
 
 def test_a_job_the_policy_sent_to_on_demand_goes_back_to_spot_when_it_allows(tmp_path):
-    from datetime import UTC, datetime, timedelta
+    from datetime import timedelta
 
-    from broker.clock import FixedClock
     from broker.dispatch.settings import DispatchSettings
     from broker.spotpolicy import make_policy
 
-    clock = FixedClock(datetime(2026, 11, 30, 9, tzinfo=UTC))
-    rt = open_runtime(tmp_path / "state.db", load_offers(), clock=clock, time_scale=1.0)
-    try:
-        path = tmp_path / "due.yaml"
-        path.write_text(DEADLINE_JOB)
-        (manifest,) = load_manifests([path]).manifests
-        (result,) = submit_manifests(rt.store, [manifest])
+    with deadline_job(tmp_path) as due:
+        rt, job_id = due.rt, due.job_id
         rt.controller.settings = DispatchSettings(make_policy("on-demand"))  # slack gone
         rt.controller.run_pass()
-        (first,) = rt.store.attempts(result.job_id)
+        (first,) = rt.store.attempts(job_id)
         assert first.market == "on-demand" and first.placed_on.steered
-        clock.advance(timedelta(hours=1))
+        due.clock.advance(timedelta(hours=1))
         rt.controller.run_pass()  # the same policy: stays on demand
-        assert len(rt.store.attempts(result.job_id)) == 1
+        assert len(rt.store.attempts(job_id)) == 1
         # ours, with 4 h of slack left (10 h deadline, 1 h done of 6): spot is safe again
         rt.controller.settings = DispatchSettings(make_policy("deadline-aware", pace=0.0))
         report = rt.controller.run_pass()
         assert ("due-friday", "back to spot") in report.finished
-        first, second = rt.store.attempts(result.job_id)
+        first, second = rt.store.attempts(job_id)
         assert first.state == AttemptState.INTERRUPTED and "back to spot" in first.reason
         assert second.market == "spot" and not second.placed_on.steered
-    finally:
-        for instance in rt.provider.list_instances():
-            rt.provider.terminate(instance.id)
-        rt.close()
 
 
 def test_a_checkpoint_copy_that_fails_for_now_is_retried_on_the_next_pass(rt, monkeypatch):
@@ -322,21 +334,11 @@ def test_a_checkpoint_copy_that_fails_for_now_is_retried_on_the_next_pass(rt, mo
 def test_the_spot_policy_judges_with_the_restart_and_pass_interval_it_is_told(
     tmp_path, hooks, choice
 ):
-    from datetime import UTC, datetime
-
-    from broker.clock import FixedClock
     from broker.controller.steering import steer
     from broker.dispatch.settings import DispatchSettings
 
-    clock = FixedClock(datetime(2026, 11, 30, 9, tzinfo=UTC))
-    rt = open_runtime(tmp_path / "state.db", load_offers(), clock=clock, time_scale=1.0)
-    try:
-        path = tmp_path / "due.yaml"
-        path.write_text(DEADLINE_JOB)  # 6 h of work, 10 h deadline, 30-min checkpoints
-        (manifest,) = load_manifests([path]).manifests
-        (result,) = submit_manifests(rt.store, [manifest])
-        job = rt.store.job(result.job_id)
-        _, said = steer(manifest.spec, job, rt.store, clock.now(), DispatchSettings(**hooks))
+    with deadline_job(tmp_path) as due:  # 6 h of work, 10 h deadline, 30-min checkpoints
+        job = due.rt.store.job(due.job_id)
+        settings = DispatchSettings(**hooks)
+        _, said = steer(due.manifest.spec, job, due.rt.store, due.clock.now(), settings)
         assert said == choice
-    finally:
-        rt.close()

@@ -129,8 +129,10 @@ def test_ctrl_c_exits_130_for_a_long_command(tmp_path):
     running = broker(
         "run", "--poll", "0.05", "--state", state, stdout=subprocess.PIPE, stderr=subprocess.PIPE
     )
-    log = tmp_path / "state-sandbox"
-    wait_until(lambda: any(log.glob("a-*/instance.json")), timeout=60)
+    # Ready once the store knows the instance and the job has printed: what `logs` needs.
+    # (A record in the sandbox's folder alone is not: the controller may not have stored
+    # the instance yet when Ctrl-C stops it, and `logs` would then find no attempt.)
+    assert wait_until(lambda: "started" in _logs(state), timeout=120), _logs(state)
     running.send_signal(signal.SIGINT)
     out, err = running.communicate(timeout=60)
     assert running.returncode == 130, err
@@ -149,6 +151,17 @@ def test_ctrl_c_exits_130_for_a_long_command(tmp_path):
         check=True,
         capture_output=True,
     )
+
+
+def _logs(state: str) -> str:
+    """What `broker logs zz` prints now ("" while the store knows no instance of it)."""
+    done = subprocess.run(
+        [sys.executable, "-m", "broker", "logs", "zz", "--state", state],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    return done.stdout
 
 
 def test_ctrl_c_exits_130_for_the_demo(tmp_path):
@@ -190,3 +203,19 @@ def test_a_closed_stdout_ends_quietly():
 def test_usage_errors_exit_2(capsys, args, said):
     result = run_cli(capsys, *args)
     assert result.code == 2 and said in result.stderr and "Traceback" not in result.stderr
+
+
+def test_a_followed_log_prints_a_character_split_between_two_reads_whole(tmp_path):
+    from broker.cli.status import LogTail
+
+    log = tmp_path / "log.txt"
+    tail = LogTail(log)
+    assert tail.read() == ""  # no log yet
+    log.write_bytes("café ".encode() + "é".encode()[:1])  # the job's write stops mid-character
+    assert tail.read() == "café "
+    with log.open("ab") as handle:
+        handle.write("é".encode()[1:] + b"\n")
+    assert tail.read() == "é\n" and tail.read() == ""
+    with log.open("ab") as handle:
+        handle.write(b"\xc3")  # the job ended mid-character
+    assert tail.read() == "" and tail.rest() == "\ufffd"

@@ -17,6 +17,7 @@ from onprem.inventory import Executor, Pool, PoolNode
 from onprem.provider import OnPremProvider
 from providers.base import Instance, LaunchRequest
 from providers.gang import TAG_RANK, GangMember
+from tests.providers.contract import spot_request
 from tests.waiting import wait_until
 
 REGION = "onprem-ci"
@@ -75,19 +76,11 @@ def mig_pool(cluster, name: str = "mig") -> Pool:
 
 
 def request(pool: Pool, attempt: str, **changes) -> LaunchRequest:
-    fields = dict(
-        attempt_id=attempt,
-        job_id="j-contract",
-        cloud="onprem",
-        region=pool.region,
-        zone=pool.name,
-        instance_type=f"{pool.name}-node",
-        accelerator=pool.gpu,
-        accelerator_count=1.0,
-        market="spot",
-        command="sleep 30",
-    )
-    return LaunchRequest(**(fields | changes))
+    where = dict(
+        cloud="onprem", region=pool.region, zone=pool.name, instance_type=f"{pool.name}-node",
+        accelerator=pool.gpu, accelerator_count=1.0,
+    )  # fmt: skip
+    return spot_request(attempt, where, changes)
 
 
 @dataclass

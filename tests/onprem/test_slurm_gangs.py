@@ -49,3 +49,24 @@ def test_a_two_node_gang_sees_its_ranks_ips_and_gpus(make, slurm_cluster):
     assert {r["world"] for r in ranks.values()} == {"4"}
     assert len({r["master"] for r in ranks.values()}) == 1
     assert {r["cvd"] for r in ranks.values()} == {"0,1"}
+
+
+def test_terminating_a_running_gang_returns_once_slurm_says_it_ended(
+    make, slurm_cluster, ssh_nodes
+):
+    """Both ranks ignore SIGTERM, so Slurm kills them only after KillWait, and the job is
+    COMPLETING (active) until every node reports: terminate, through an SSH login node,
+    returns once squeue/sacct say the gang ended, bounded by the cluster's time limits
+    rather than a number of polls, and a second terminate finds nothing to stop."""
+    pool = slurm_pool(slurm_cluster, f"stop-{_id()}", ssh=ssh_nodes)
+    provider = make(pool, grace=1.0)
+    stubborn = request(
+        pool, _id(), nodes=2, accelerator_count=2.0, command="trap '' TERM; echo up; sleep 300"
+    )
+    instance = provider.launch(stubborn)
+    assert wait_until(lambda: provider.log(instance.id).count("up\n") == 2, 60)  # both ranks
+    assert provider.terminate(instance.id) is True
+    ended = provider.describe(instance.id)
+    assert ended.state == "terminated", ended
+    assert ended.nodes == 2 and all(m.state == "terminated" for m in ended.members)
+    assert provider.terminate(instance.id) is False

@@ -16,14 +16,17 @@ from onprem.executors.slurm_text import (
     _exit_pair,
     _wait_status,
     batch_script,
+    config_seconds,
     expand_hostlist,
     from_sacct,
     from_squeue,
     job_name,
+    parse_config,
     parse_gres,
     parse_name,
     parse_sacct,
     parse_squeue,
+    stop_seconds,
 )
 
 
@@ -236,3 +239,22 @@ def test_host_lists_and_gres():
 def test_host_lists_round_trip(numbers):
     text = "n[" + ",".join(str(n) for n in sorted(numbers)) + "]"
     assert expand_hostlist(text) == [f"n{n}" for n in sorted(numbers)]
+
+
+def test_the_clusters_time_limits_are_read_from_scontrol_show_config():
+    shown = (
+        "Configuration data as of 2026-12-01T18:00:00\n"
+        "AccountingStorageType   = accounting_storage/none\n"
+        "KillWait                = 5 sec\n"
+        "UnkillableStepProgram   = (null)\n"
+        "UnkillableStepTimeout   = 60 sec\n"
+        "Slurmctld(primary) at host is UP\n"
+    )
+    config = parse_config(shown)
+    assert config["AccountingStorageType"] == "accounting_storage/none"
+    assert config_seconds(config["KillWait"], 30.0) == 5.0
+    assert config_seconds(config["UnkillableStepTimeout"], 60.0) == 60.0
+    assert config_seconds(config["UnkillableStepProgram"], 7.0) == 7.0  # not a number
+    assert config_seconds("", 30.0) == 30.0 and "Slurmctld(primary) at host is UP" not in config
+    assert stop_seconds(config) == 5 + 60 + 30  # KillWait, UnkillableStepTimeout, a margin
+    assert stop_seconds({}) == 30 + 60 + 30  # Slurm's defaults

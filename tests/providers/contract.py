@@ -8,7 +8,7 @@ do what only the cloud can (reclaim a spot instance, answer with an error).
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from contextlib import AbstractContextManager
 from typing import Protocol
 
@@ -34,6 +34,7 @@ from providers.errors import (
     RateLimited,
 )
 from providers.gang import TAG_RANK, GangMember, gang_state
+from tests.waiting import wait_ended, wait_until
 
 # The error classes a harness can make a launch fail with.
 ERRORS: dict[str, type[ProviderError]] = {
@@ -74,6 +75,20 @@ class Harness(Protocol):
     def new_provider(self) -> Provider:
         """Another provider object on the same account (a restarted controller)."""
         ...
+
+
+# The place of most harnesses' requests: a T4 spot VM in AWS us-east-1 (or its stand-in).
+AWS_PLACE = {"cloud": "aws", "region": "us-east-1", "instance_type": "g4dn.xlarge"}
+
+
+def spot_request(
+    attempt: str, where: Mapping[str, object], changes: Mapping[str, object]
+) -> LaunchRequest:
+    """The contract's usual request: a spot attempt of job j-contract running `sleep 30`
+    `where` says (cloud, region, instance type...), with `changes` applied over both (a
+    harness's `request`)."""
+    fields = dict(attempt_id=attempt, job_id="j-contract", market="spot", command="sleep 30")
+    return LaunchRequest(**(fields | dict(where) | dict(changes)))
 
 
 def names_of(provider: Provider) -> set[str]:
@@ -131,6 +146,7 @@ class ProviderContract:
         provider = harness.provider
         instance = provider.launch(harness.request("c-4"))
         assert provider.terminate(instance.id) is True
+        assert wait_ended(provider, instance.id, 120), provider.describe(instance.id)
         assert provider.terminate(instance.id) is False
         assert not provider.describe(instance.id).active
 
@@ -199,7 +215,7 @@ class CapacityContract:
         instance = provider.launch(request)
         assert provider.free_nodes()[place] == before - request.nodes
         provider.terminate(instance.id)
-        assert provider.free_nodes()[place] == before
+        assert wait_until(lambda: provider.free_nodes()[place] == before, 120)
         assert all(free >= 0 for free in provider.free_nodes().values())
 
 
@@ -220,7 +236,7 @@ class PoolSharesContract:
         else:
             assert pool not in taken
         provider.terminate(instance.id)
-        assert provider.free_gpus() == before
+        assert wait_until(lambda: provider.free_gpus() == before, 120), provider.free_gpus()
         assert all(free >= 0 for free in provider.free_gpus().values())
 
 
@@ -241,6 +257,7 @@ class BillingContract:
         instance = provider.launch(harness.request("bill-1"))
         assert provider.billed_hours(provider.describe(instance.id)) >= 0
         provider.terminate(instance.id)
+        assert wait_ended(provider, instance.id, 120), provider.describe(instance.id)
         ended = provider.describe(instance.id)
         hours = provider.billed_hours(ended)
         assert hours >= 0 and provider.billed_hours(provider.describe(instance.id)) == hours
@@ -336,6 +353,9 @@ class GangsContract:
         provider = harness.provider
         gang = provider.launch(harness.request("g-2", nodes=2))
         assert provider.terminate(gang.id) is True
+        # A cloud returns once it accepted the termination: wait for the state it reports
+        # (an engine that returns once the gang stopped passes at the first look).
+        assert wait_ended(provider, gang.id, 120), provider.describe(gang.id)
         assert provider.terminate(gang.id) is False
         ended = provider.describe(gang.id)
         assert not ended.active and ended.nodes == 2

@@ -65,11 +65,13 @@ from tests.fakes.aws import (
 )
 from tests.fakes.offers import write_catalog
 from tests.providers.contract import (
+    AWS_PLACE,
     CooldownContract,
     GangsContract,
     ProviderContract,
     RestrictionsContract,
     no_sleep,
+    spot_request,
 )
 
 # The fixtures of tests.fakes.aws, as names pytest finds here.
@@ -111,16 +113,7 @@ class AwsHarness:
         return AwsProvider(**(settings | options))
 
     def request(self, attempt: str, **changes) -> LaunchRequest:
-        fields = dict(
-            attempt_id=attempt,
-            job_id="j-contract",
-            cloud="aws",
-            region="us-east-1",
-            instance_type="g4dn.xlarge",
-            market="spot",
-            command="sleep 30",
-        )
-        return LaunchRequest(**(fields | changes))
+        return spot_request(attempt, AWS_PLACE, changes)
 
     def unknown_id(self) -> str:
         return "us-east-1/i-0123456789abcdef0"

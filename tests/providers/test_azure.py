@@ -52,6 +52,7 @@ from tests.providers.contract import (
     ProviderContract,
     RestrictionsContract,
     no_sleep,
+    spot_request,
 )
 
 GROUP = "rg-test"
@@ -139,16 +140,9 @@ class AzureHarness:
         return AzureProvider(**(options | self.options | changes))
 
     def request(self, attempt: str, **changes) -> LaunchRequest:
-        fields = dict(
-            attempt_id=attempt,
-            job_id="j-contract",
-            cloud="azure",
-            region=REGION,
-            instance_type=SIZE,
-            market="spot",
-            command="sleep 30",
+        return spot_request(
+            attempt, {"cloud": "azure", "region": REGION, "instance_type": SIZE}, changes
         )
-        return LaunchRequest(**(fields | changes))
 
     def unknown_id(self) -> str:
         return f"{GROUP}/broker-never-launched"

@@ -18,6 +18,7 @@ from providers.gang import GangMember
 from providers.sandbox import SandboxProvider
 from tests.fakes.offers import write_catalog
 from tests.providers.contract import (
+    AWS_PLACE,
     BillingContract,
     CapacityContract,
     CheckpointStoresContract,
@@ -25,6 +26,7 @@ from tests.providers.contract import (
     GangsContract,
     PlayedReclaimsContract,
     ProviderContract,
+    spot_request,
 )
 
 
@@ -46,16 +48,7 @@ class SandboxHarness:
         return provider
 
     def request(self, attempt: str, **changes) -> LaunchRequest:
-        fields = dict(
-            attempt_id=attempt,
-            job_id="j-contract",
-            cloud="aws",
-            region="us-east-1",
-            instance_type="g4dn.xlarge",
-            market="spot",
-            command="sleep 30",
-        )
-        return LaunchRequest(**(fields | changes))
+        return spot_request(attempt, AWS_PLACE, changes)
 
     def unknown_id(self) -> str:
         return "sbx-never-launched"

@@ -19,6 +19,7 @@ from providers.gang import GangMember
 from providers.sandbox import SandboxProvider
 from tests.fakes.offers import write_catalog
 from tests.providers.contract import (
+    AWS_PLACE,
     BillingContract,
     CapacityContract,
     CheckpointStoresContract,
@@ -27,6 +28,7 @@ from tests.providers.contract import (
     PlayedReclaimsContract,
     PoolSharesContract,
     ProviderContract,
+    spot_request,
 )
 
 
@@ -63,16 +65,7 @@ class FleetHarness:
         return self.provider.routes["aws"]
 
     def request(self, attempt: str, **changes) -> LaunchRequest:
-        fields = dict(
-            attempt_id=attempt,
-            job_id="j-fleet",
-            cloud="aws",
-            region="us-east-1",
-            instance_type="g4dn.xlarge",
-            market="spot",
-            command="sleep 30",
-        )
-        return LaunchRequest(**(fields | changes))
+        return spot_request(attempt, AWS_PLACE | {"job_id": "j-fleet"}, changes)
 
     def unknown_id(self) -> str:
         return "aws-sim:sbx-never-launched"

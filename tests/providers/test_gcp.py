@@ -39,6 +39,7 @@ from tests.providers.contract import (
     RestrictionsContract,
     attempts_of,
     no_sleep,
+    spot_request,
 )
 
 # GCP rows of the test catalog (see tests/fakes/gce.py for what each zone offers).
@@ -113,16 +114,8 @@ def make_provider(fake: FakeGce, catalog: OfferTable | None = None, **options):
 
 
 def make_request(attempt: str, **changes) -> LaunchRequest:
-    fields = dict(
-        attempt_id=attempt,
-        job_id="j-contract",
-        cloud="gcp",
-        region="us-central1",
-        instance_type="a2-highgpu-1g",
-        market="spot",
-        command="python train.py --resume",
-    )
-    return LaunchRequest(**(fields | changes))
+    where = {"cloud": "gcp", "region": "us-central1", "instance_type": "a2-highgpu-1g"}
+    return spot_request(attempt, where | {"command": "python train.py --resume"}, changes)
 
 
 # --- the contract ------------------------------------------------------------------------

@@ -69,15 +69,21 @@ def _trace(steps: dict[str, tuple[int, ...]]) -> SpotTrace:
 # --- the policy owns a steered job's deadline -------------------------------------------
 
 
+def _one_zone(counts: tuple[int, ...], hours: float, deadline: float, gb: float) -> Scenario:
+    """The cheap zone selling spot as `counts` say (per step, the last for good) and one
+    job of `hours` due at `deadline`, checkpointing `gb` every 10 minutes."""
+    job = SimJob("one", "nlp", 0.0, "V100", 1, hours, deadline, checkpoint_minutes=10.0,
+                 checkpoint_gb=gb)  # fmt: skip
+    return Scenario(synthetic_offers((CHEAP,)), _trace({CHEAP[2]: counts}), [job],
+                    restart_hours=RESTART, reconcile_hours=STEP,
+                    horizon_hours=3 * deadline)  # fmt: skip
+
+
 def _big_checkpoint() -> Scenario:
     """One zone, spot for 3 h, none for 0.5 h, then for good. A 40 h job due in 48 h
     with a 4,000 GB checkpoint: restoring it takes 1.1 h, so at twice the learned rate
     the planner's deadline check puts spot past the deadline."""
-    trace = _trace({CHEAP[2]: (1,) * 30 + (0,) * 5 + (1,)})
-    job = SimJob("big", "nlp", 0.0, "V100", 1, 40.0, 48.0, checkpoint_minutes=10.0,
-                 checkpoint_gb=4000.0)  # fmt: skip
-    return Scenario(synthetic_offers((CHEAP,)), trace, [job], restart_hours=RESTART,
-                    reconcile_hours=STEP, horizon_hours=150.0)  # fmt: skip
+    return _one_zone((1,) * 30 + (0,) * 5 + (1,), 40.0, 48.0, 4000.0)
 
 
 def test_a_reclaimed_job_with_a_big_checkpoint_goes_back_to_spot(tmp_path):
@@ -204,11 +210,7 @@ def test_a_move_saves_more_than_it_costs_and_leaves_the_spare_for_a_restart(
 def _spot_late() -> Scenario:
     """One zone selling no spot for 2.8 h, then for good. A 20 h job due in 30 h
     (spare 10 h, reserve 0.25 x (30 - t) h at pace 0.75), a 0.2 h restart."""
-    trace = _trace({CHEAP[2]: (0,) * 28 + (1,)})
-    job = SimJob("back", "nlp", 0.0, "V100", 1, 20.0, 30.0, checkpoint_minutes=10.0,
-                 checkpoint_gb=50.0)  # fmt: skip
-    return Scenario(synthetic_offers((CHEAP,)), trace, [job], restart_hours=RESTART,
-                    reconcile_hours=STEP, horizon_hours=90.0)  # fmt: skip
+    return _one_zone((0,) * 28 + (1,), 20.0, 30.0, 50.0)
 
 
 def test_an_on_demand_run_goes_back_to_spot_at_the_line_that_sent_it_there(tmp_path):

@@ -87,6 +87,20 @@ class DeadlineAware:
         fraction_left = max(state.deadline - state.elapsed, 0.0) / state.deadline
         return self.pace * initial_spare * fraction_left
 
+    def back_at(self, state: SpotState) -> float:
+        """The spare an on-demand run needs to go back to spot: the resume threshold (the
+        deadline guarantee), and the switch threshold + reserve, the line below which an
+        idle job was sent to on-demand.
+
+        Not the resume threshold + reserve: that asked an on-demand run to rebuild, on
+        top of the reserve, the hysteresis band and its own start (2 restarts of spare,
+        1.6 h on demand at V100's 0.25 h of reserve shed per hour) while spot sold
+        again. The band still guards the deadline; the reserve is a cost heuristic, and
+        an on-demand run back at its line has the spare the reserve asks for."""
+        d, loss = state.restart_overhead, state.preemption_loss
+        resume_at = self.resume_margin * d + loss
+        return max(resume_at, self.switch_margin * d + loss + self.reserve(state))
+
     def choose(self, state: SpotState) -> Choice:
         if state.done:
             return "wait"
@@ -102,8 +116,9 @@ class DeadlineAware:
                 return "spot"  # stay until preempted: its start is already paid
             if running == "on-demand":
                 # Hysteresis: never abandon an on-demand start half paid, and leave only
-                # once the spare (against the reserve) is back above the resume threshold.
-                rebuilt = not state.starting and not state.short_of_time(resume_at + reserve)
+                # once the spare is back above the resume threshold and at the line that
+                # sent the job there (switch threshold + reserve): see `back_at`.
+                rebuilt = not state.starting and not state.short_of_time(self.back_at(state))
                 return "spot" if rebuilt else "on-demand"
             return "on-demand" if state.short_of_time(resume_at) else "spot"
         if running == "on-demand":

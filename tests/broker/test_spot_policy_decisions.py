@@ -5,7 +5,9 @@ check by hand, in both engines:
   (its spot policy owns the deadline): a big checkpoint no longer strands a reclaimed
   job in the queue until its policy sends it to on-demand;
 - a steered spot run moves to spot on sale elsewhere at half its price or less, when the
-  saving pays for the move (`broker.dispatch.move`), and not for a few percent.
+  saving pays for the move (`broker.dispatch.move`), and not for a few percent;
+- an on-demand run goes back to spot once its spare is back at the line that sent it to
+  on-demand (`DeadlineAware.back_at`), not one hysteresis band and its own start above.
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ from broker.sim.engine import ORIGIN, Scenario, simulate
 from broker.sim.model import Availability, SimJob, SpotTrace, TracePlace
 from broker.sim.scale import simulate_at_scale
 from broker.sim.synthetic import synthetic_offers
+from broker.spotpolicy import DeadlineAware, SpotState
 from broker.state import StateStore
 
 ENGINES = {
@@ -66,15 +69,21 @@ def _trace(steps: dict[str, tuple[int, ...]]) -> SpotTrace:
 # --- the policy owns a steered job's deadline -------------------------------------------
 
 
+def _one_zone(counts: tuple[int, ...], hours: float, deadline: float, gb: float) -> Scenario:
+    """The cheap zone selling spot as `counts` say (per step, the last for good) and one
+    job of `hours` due at `deadline`, checkpointing `gb` every 10 minutes."""
+    job = SimJob("one", "nlp", 0.0, "V100", 1, hours, deadline, checkpoint_minutes=10.0,
+                 checkpoint_gb=gb)  # fmt: skip
+    return Scenario(synthetic_offers((CHEAP,)), _trace({CHEAP[2]: counts}), [job],
+                    restart_hours=RESTART, reconcile_hours=STEP,
+                    horizon_hours=3 * deadline)  # fmt: skip
+
+
 def _big_checkpoint() -> Scenario:
     """One zone, spot for 3 h, none for 0.5 h, then for good. A 40 h job due in 48 h
     with a 4,000 GB checkpoint: restoring it takes 1.1 h, so at twice the learned rate
     the planner's deadline check puts spot past the deadline."""
-    trace = _trace({CHEAP[2]: (1,) * 30 + (0,) * 5 + (1,)})
-    job = SimJob("big", "nlp", 0.0, "V100", 1, 40.0, 48.0, checkpoint_minutes=10.0,
-                 checkpoint_gb=4000.0)  # fmt: skip
-    return Scenario(synthetic_offers((CHEAP,)), trace, [job], restart_hours=RESTART,
-                    reconcile_hours=STEP, horizon_hours=150.0)  # fmt: skip
+    return _one_zone((1,) * 30 + (0,) * 5 + (1,), 40.0, 48.0, 4000.0)
 
 
 def test_a_reclaimed_job_with_a_big_checkpoint_goes_back_to_spot(tmp_path):
@@ -193,3 +202,74 @@ def test_a_move_saves_more_than_it_costs_and_leaves_the_spare_for_a_restart(
         assert (here - there) * stay > egress + RESTART * there
         spare = (30.0 - 5.0) - (20.0 - done)
         assert spare >= 3 * RESTART + 1 / 6  # the policy's resume threshold
+
+
+# --- an on-demand run goes back to spot at the line that sent it there ----------------
+
+
+def _spot_late() -> Scenario:
+    """One zone selling no spot for 2.8 h, then for good. A 20 h job due in 30 h
+    (spare 10 h, reserve 0.25 x (30 - t) h at pace 0.75), a 0.2 h restart."""
+    return _one_zone((0,) * 28 + (1,), 20.0, 30.0, 50.0)
+
+
+def test_an_on_demand_run_goes_back_to_spot_at_the_line_that_sent_it_there(tmp_path):
+    # The idle job's spare meets switch threshold + reserve at 2.5 h: on-demand. Its start
+    # costs 0.2 h of spare; from then the spare stays 7.3 h while the reserve sheds
+    # 0.25 h an hour, so it is back at the line (7.3 >= 0.57 + 0.25 x (30 - t) + a step)
+    # at 3.5 h. Before, it also had to rebuild the hysteresis band (another 0.2 h):
+    # on demand until 4.3 h, 22.62 USD.
+    cost, rows = _attempts(_spot_late(), tmp_path / "run")
+    (od_start, od_end, market, _, why), back = rows
+    assert market == "on-demand" and "back to spot" in why
+    assert od_start == pytest.approx(2.5, abs=STEP + 1e-6)
+    assert od_end == pytest.approx(3.5, abs=STEP + 1e-6)
+    assert back[2] == "spot" and back[1] <= 30.0
+    assert cost < 22.0
+
+
+@pytest.mark.parametrize("engine", ENGINES)
+def test_both_engines_go_back_to_spot_alike(engine):
+    full = simulate(_spot_late(), policies.make("broker"))
+    result = ENGINES[engine](_spot_late(), policies.make("broker"))
+    assert result.total_cost == pytest.approx(full.total_cost, abs=1e-4)
+    assert result.total_cost < 22.0 and result.deadline_misses == 0
+
+
+def _on_demand(spare: float, **kw) -> SpotState:
+    """On demand, spot on sale, 10 h into a 20 h job due at 30 h (reserve 5 h)."""
+    return SpotState(elapsed=10.0, deadline=30.0, work_left=20.0 - spare, restart_overhead=0.2,
+                     current="on-demand", spot_available=True, work_total=20.0,
+                     preemption_loss=0.1, **kw)  # fmt: skip
+
+
+def test_back_to_spot_at_switch_threshold_plus_reserve_never_below_resume():
+    policy = DeadlineAware()  # switch 2, resume 3, pace 0.75: reserve(10) = 5 h
+    assert policy.back_at(_on_demand(6.0)) == pytest.approx(2 * 0.2 + 0.1 + 5.0)
+    assert policy.choose(_on_demand(5.6)) == "spot"  # at the line (old: resume + reserve 5.7)
+    assert policy.choose(_on_demand(5.4)) == "on-demand"  # below it
+    assert policy.choose(_on_demand(5.6, overhead_left=0.1)) == "on-demand"  # start half paid
+    # Without a reserve the deadline's hysteresis band decides: the resume threshold.
+    bare = DeadlineAware(pace=0.0)
+    assert bare.back_at(_on_demand(6.0)) == pytest.approx(3 * 0.2 + 0.1)
+    assert bare.choose(_on_demand(0.65)) == "on-demand" and bare.choose(_on_demand(0.75)) == "spot"
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    elapsed=st.floats(0.0, 29.0),
+    spare=st.floats(0.0, 10.0),
+    pace=st.floats(0.0, 1.0),
+    switch=st.floats(1.0, 3.0),
+    band=st.floats(1.0, 2.0),
+)
+def test_leaving_on_demand_keeps_the_deadline_guarantee(elapsed, spare, pace, switch, band):
+    # Whatever the reserve, an on-demand run leaves for spot only with the resume
+    # threshold's spare (docs/spot-policy.md, "The guarantee and its bound").
+    policy = DeadlineAware(switch_margin=switch, resume_margin=switch + band, pace=pace)
+    work_left = max(0.0, min(20.0, 30.0 - elapsed - spare))
+    state = SpotState(elapsed=elapsed, deadline=30.0, work_left=work_left,
+                      restart_overhead=0.2, current="on-demand", spot_available=True,
+                      work_total=20.0, preemption_loss=0.1)  # fmt: skip
+    if policy.choose(state) == "spot":
+        assert state.spare >= (switch + band) * 0.2 + 0.1 - 1e-9

@@ -25,12 +25,14 @@ from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from datetime import datetime
 from decimal import Decimal
-from typing import TYPE_CHECKING
+from itertools import islice
+from typing import TYPE_CHECKING, Protocol
 
-from broker.spec import DEFAULT_HOURS, MANIFEST, NO_HISTORY, JobSpec, RuntimeEstimate
+from broker.spec import DEFAULT_HOURS, MANIFEST, NO_HISTORY, JobSpec, Requirements, RuntimeEstimate
 
 if TYPE_CHECKING:
-    from broker.state import Attempt, Job, StateStore
+    from broker.state import Attempt, Job, JobState, StateStore
+    from broker.state.listing import AttemptWork, ListedRun
     from broker.state.placed import PlacedOn
     from broker.state.reads import FinishedRun
 
@@ -39,6 +41,20 @@ SIMILAR_SCAN = 50  # newest succeeded runs of the team searched for jobs on the 
 SIMILAR_WINDOW = 5000  # ... among the store's newest runs (of every team)
 LADDER_HOURS = (0.25, 0.5, 1.0, 2.0, 5.0, 10.0, 20.0, 50.0, 100.0)  # raises, in turn
 MAX_HOURS = 87_660.0  # ten years: the manifest's own bound (pricing.userio.bounds)
+
+
+class Asked(Protocol):
+    """What a runtime is learned for: a job's team and name, what it asks for and its
+    own estimate (a `JobSpec`; a run as `broker jobs` reads it, `ListedRun`)."""
+
+    @property
+    def team(self) -> str: ...
+    @property
+    def name(self) -> str: ...
+    @property
+    def requirements(self) -> Requirements: ...
+    @property
+    def runtime(self) -> RuntimeEstimate: ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -56,6 +72,15 @@ def work_hours(
 ) -> float:
     """Hours of work in `attempts` (module docstring); with `now`, an attempt still
     running counts its billed time so far (wall time times its time scale)."""
+    from broker.state.listing import AttemptWork
+
+    return worked_hours([AttemptWork.of(a) for a in attempts], lost_shares, now)
+
+
+def worked_hours(
+    attempts: Sequence[AttemptWork], lost_shares: dict[str, Decimal], now: datetime | None = None
+) -> float:
+    """`work_hours` of what the attempts did (`AttemptWork`: all it reads of them)."""
     from broker.state import AttemptState
 
     done = 0.0
@@ -66,7 +91,7 @@ def work_hours(
         elif attempt.state == AttemptState.INTERRUPTED:
             done += billed * (1 - float(lost_shares.get(attempt.id, 1)))
         elif now is not None and attempt.ended_at is None and attempt.running_at is not None:
-            scale = attempt.placed_on.time_scale or 1.0
+            scale = attempt.time_scale or 1.0
             done += max(0.0, (now - attempt.running_at).total_seconds() / 3600 * scale)
     return done
 
@@ -80,7 +105,7 @@ def past_run(run: FinishedRun) -> PastRun | None:
     return PastRun(f"{run.job.team}/{run.job.name}", hours, placed.accelerator, placed.gpus)
 
 
-def on_first_choice(spec: JobSpec, hours: float, gpu: str) -> float:
+def on_first_choice(spec: Asked, hours: float, gpu: str) -> float:
     """`hours` of work on `gpu` as hours on the job's first-choice GPU."""
     asks = spec.requirements.accelerators
     if not asks or not gpu or gpu == asks[0].gpu:
@@ -95,7 +120,7 @@ def _speed(gpu: str) -> float:
     return model.relative_throughput if model is not None else 1.0
 
 
-def similar(spec: JobSpec, run: PastRun) -> bool:
+def similar(spec: Asked, run: PastRun) -> bool:
     """Whether `run` ran on the job's first-choice GPU model and count (all nodes)."""
     asks = spec.requirements.accelerators
     if not asks:
@@ -104,7 +129,7 @@ def similar(spec: JobSpec, run: PastRun) -> bool:
 
 
 def learn(
-    spec: JobSpec, same_name: Sequence[PastRun], like: Sequence[PastRun], k: int = K
+    spec: Asked, same_name: Sequence[PastRun], like: Sequence[PastRun], k: int = K
 ) -> RuntimeEstimate:
     """The estimate of an `auto` job from its history, newest first: the mean of its own
     last `k` runs, else of the last `k` similar runs, else the default; a manifest's
@@ -114,7 +139,7 @@ def learn(
         return runtime
     used, what = list(same_name[:k]), f"of {spec.team}/{spec.name}"
     if not used:
-        used = [run for run in like if similar(spec, run)][:k]
+        used = list(islice((run for run in like if similar(spec, run)), k))
         asks = spec.requirements.accelerators
         what = f"on {asks[0].gpu}:{asks[0].count * spec.requirements.nodes:g}" if asks else "on CPU"
     if not used:
@@ -165,7 +190,7 @@ class History:
         return self._runs[key]
 
 
-def history_estimate(history: History, spec: JobSpec, before: datetime | None) -> RuntimeEstimate:
+def history_estimate(history: History, spec: Asked, before: datetime | None) -> RuntimeEstimate:
     """`learn` over the store's succeeded runs (that ended before `before`, when given)."""
     if not spec.runtime.auto:
         return spec.runtime
@@ -195,14 +220,26 @@ def raised_by_work(
 ) -> RuntimeEstimate:
     """`runtime` raised by the work the job's attempts have done by `now`."""
     from broker.state import AttemptState
+    from broker.state.listing import AttemptWork
 
     attempts = store.attempts(job.id)
-    if not attempts:
-        return runtime
     interrupted = any(a.state == AttemptState.INTERRUPTED for a in attempts)
     shares = store.lost_shares(job.id) if interrupted else {}
-    gpu = attempts[-1].placed_on.accelerator
-    return raised(runtime, on_first_choice(spec, work_hours(attempts, shares, now), gpu))
+    return raised_by(spec, runtime, [AttemptWork.of(a) for a in attempts], shares, now)
+
+
+def raised_by(
+    spec: Asked,
+    runtime: RuntimeEstimate,
+    attempts: Sequence[AttemptWork],
+    lost_shares: dict[str, Decimal],
+    now: datetime,
+) -> RuntimeEstimate:
+    """`runtime` raised by the work `attempts` have done by `now` (none: as it is)."""
+    if not attempts:
+        return runtime
+    gpu = attempts[-1].accelerator
+    return raised(runtime, on_first_choice(spec, worked_hours(attempts, lost_shares, now), gpu))
 
 
 def actual_hours(store: StateStore, job: Job, spec: JobSpec) -> float | None:
@@ -219,34 +256,29 @@ def actual_hours(store: StateStore, job: Job, spec: JobSpec) -> float | None:
 
 
 def as_listed(
-    history: History,
-    job: Job,
-    spec: JobSpec,
-    now: datetime,
-    attempts: Sequence[Attempt] | None = None,
+    history: History, state: JobState, run: ListedRun, now: datetime
 ) -> tuple[RuntimeEstimate | None, float | None]:
     """A run's estimate and, once it succeeded, its work in hours on the first-choice
     GPU, as `broker jobs` shows them: a finished run's estimate is the one its first
     attempt was planned with (recorded in the attempt's placement; None when it never
-    launched or the record has no plan); a queued or active run's is `runtime_of` now."""
-    from broker.state import TERMINAL, AttemptState, JobState
+    launched or the record has no plan); a queued or active run's is `runtime_of` now
+    (`run`: what the store's `listed_runs` read of it, its attempts in order)."""
+    from broker.state import TERMINAL, JobState
 
-    if attempts is None:  # `attempts`: the job's, in order, when read already
-        attempts = history.store.attempts(job.id)
-    first = attempts[0].placed_on if attempts else None
+    attempts = run.attempts
     runtime: RuntimeEstimate | None = None
-    if job.state not in TERMINAL:
-        runtime = runtime_of(history, spec, job, now)
-    elif first is not None and first.cost is not None:
-        hours = on_first_choice(spec, first.cost.run_hours, first.accelerator)
-        said = first.cost.assumptions[0] if first.cost.assumptions else ""
-        runtime = replace(spec.runtime, estimate_hours=hours, source=_planned_source(said))
-    if job.state != JobState.SUCCEEDED or not attempts:
+    if state not in TERMINAL:  # runtime_of(history, spec, job, now), from what was read
+        runtime = history_estimate(history, run, None)
+        if runtime.auto:
+            runtime = raised_by(run, runtime, attempts, run.lost_shares, now)
+    elif attempts and run.planned_hours is not None:
+        hours = on_first_choice(run, run.planned_hours, attempts[0].accelerator)
+        source = _planned_source(run.planned_assumption)
+        runtime = replace(run.runtime, estimate_hours=hours, source=source)
+    if state != JobState.SUCCEEDED or not attempts:
         return runtime, None
-    interrupted = any(a.state == AttemptState.INTERRUPTED for a in attempts)
-    shares = history.store.lost_shares(job.id) if interrupted else {}
-    took = on_first_choice(spec, work_hours(attempts, shares), attempts[-1].placed_on.accelerator)
-    return runtime, took
+    took = worked_hours(attempts, run.lost_shares)
+    return runtime, on_first_choice(run, took, attempts[-1].accelerator)
 
 
 def _planned_source(assumption: str) -> str:

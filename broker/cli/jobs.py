@@ -218,16 +218,15 @@ def _job_row(job: JobListing) -> dict[str, Any]:
 def _runtimes(store, jobs: list[JobListing]) -> dict[str, dict[str, Any]]:
     """Per run: its runtime estimate and its source (a finished run's as its first
     attempt was planned, none when it never launched; else as it would be planned now)
-    and, once it succeeded, the hours it took (broker.learned_runtime.as_listed)."""
+    and, once it succeeded, the hours it took (broker.learned_runtime.as_listed), from
+    only what those read of each run (`StateStore.listed_runs`)."""
     from broker.clock import SystemClock
-    from broker.controller.specs import Specs
     from broker.learned_runtime import History, as_listed
 
-    history, now, out, specs = History(store), SystemClock().now(), {}, Specs()
-    runs = store.runs_of([job.id for job in jobs])
+    history, now, out = History(store), SystemClock().now(), {}
+    runs = store.listed_runs([job.id for job in jobs])
     for job in jobs:
-        run, encoded, attempts = runs[job.id]
-        estimate, took = as_listed(history, run, specs.decode(encoded), now, attempts)
+        estimate, took = as_listed(history, job.state, runs[job.id], now)
         out[job.id] = {
             "estimate_hours": None if estimate is None else round(estimate.estimate_hours, 6),
             "estimate_source": "" if estimate is None else estimate.source,

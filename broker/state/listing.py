@@ -1,10 +1,17 @@
 """`broker jobs`: every run of every job, newest first, with the sums of its attempts
 and ledger, in one query (`StateReads.listing`); or one row per attempt (the `sacct`
 view). Rows come back as frozen values; money is exact (summed here, not in SQL).
+
+Its runtime columns (`est. h`, `runtime h`: broker.learned_runtime.as_listed) read only
+what they need of each run (`listed_runs`): the spec's requirements and runtime parts,
+each distinct part decoded once, and of each attempt its outcome, times, GPU and time
+scale, never a whole placement or spec (100,000 runs: seconds, not twenty).
 """
 
 from __future__ import annotations
 
+import json
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from decimal import Decimal
@@ -13,7 +20,9 @@ from typing import TYPE_CHECKING, Any
 from broker.state.model import AttemptState, JobState, parse_ts, total
 
 if TYPE_CHECKING:
-    from broker.state.backend import Backend
+    from broker.spec import Requirements, RuntimeEstimate
+    from broker.state.backend import Backend, Connection
+    from broker.state.model import Attempt
 
 
 @dataclass(frozen=True, slots=True)
@@ -183,3 +192,146 @@ def attempt_listing(row: Any) -> AttemptListing:
         gpu_hours=float(row["gpu_hours"]), cost_usd=money(row["amounts"]),
         exit_code=row["exit_code"], reason=row["reason"], time_scale=row["time_scale"],
     )  # fmt: skip
+
+
+@dataclass(frozen=True, slots=True)
+class AttemptWork:
+    """What a runtime is learned from in an attempt (broker.learned_runtime): its
+    outcome, billed hours and times, the GPU it ran on and its time scale (billed
+    seconds per wall second; None: not recorded)."""
+
+    id: str
+    state: AttemptState
+    billed_hours: Decimal | None
+    running_at: datetime | None
+    ended_at: datetime | None
+    accelerator: str
+    time_scale: float | None
+
+    @classmethod
+    def of(cls, attempt: Attempt) -> AttemptWork:
+        placed = attempt.placed_on
+        return cls(
+            attempt.id, attempt.state, attempt.billed_hours, attempt.running_at,
+            attempt.ended_at, placed.accelerator, placed.time_scale,
+        )  # fmt: skip
+
+
+@dataclass(frozen=True, slots=True)
+class ListedRun:
+    """One run as `broker jobs` learns its runtime columns: its spec's team, name,
+    requirements and runtime estimate (the parts a runtime is learned for), its attempts
+    in order, the lost share of each interrupted one (`StateReads.lost_shares`), and its
+    first attempt's plan: the hours it planned on its GPU and the plan's first
+    assumption (None and "" when that placement records no plan)."""
+
+    team: str
+    name: str
+    requirements: Requirements
+    runtime: RuntimeEstimate
+    attempts: tuple[AttemptWork, ...]
+    lost_shares: dict[str, Decimal]
+    planned_hours: float | None = None
+    planned_assumption: str = ""
+
+
+_PER_QUERY = 500  # ids bound in one IN (...): well under any backend's limit
+
+
+def listed_runs(conn: Connection, db: Backend, job_ids: Sequence[str]) -> dict[str, ListedRun]:
+    """The `ListedRun` of each job id (unknown ids are left out): three queries per 500
+    runs, JSON read in the database, each distinct spec part decoded once."""
+    from broker.spec_codec import decode_part
+
+    parts: dict[tuple[str, str], Any] = {}
+
+    def part(name: str, text: str) -> Any:
+        if (name, text) not in parts:
+            parts[name, text] = decode_part(name, json.loads(text))
+        return parts[name, text]
+
+    found: dict[str, ListedRun] = {}
+    for begin in range(0, len(job_ids), _PER_QUERY):
+        chunk = list(job_ids[begin : begin + _PER_QUERY])
+        marks = ",".join("?" * len(chunk))
+        attempts, planned = _attempt_works(conn, db, chunk, marks)
+        shares = _lost_shares(conn, db, chunk, marks)
+        for row in conn.execute(_spec_sql(db, marks), chunk):
+            job_id = row["id"]
+            hours, assumption = planned.get(job_id, (None, ""))
+            found[job_id] = ListedRun(
+                row["team"], row["name"], part("requirements", row["requirements"]),
+                part("runtime", row["runtime"]), tuple(attempts.get(job_id, ())),
+                shares.get(job_id, {}), hours, assumption,
+            )  # fmt: skip
+    return found
+
+
+def _spec_sql(db: Backend, marks: str) -> str:
+    """A run's team, name (the job row's: its spec's, as submitted) and spec parts."""
+    spec = ", ".join(
+        f"{db.json_text('v.spec_json', key)} AS {key}" for key in ("requirements", "runtime")
+    )
+    return (
+        f"SELECT j.id, j.team, j.name, {spec} FROM jobs j"
+        f" JOIN job_versions v ON v.job_id = j.id AND v.version = j.version WHERE j.id IN ({marks})"
+    )
+
+
+def _attempt_works(
+    conn: Connection, db: Backend, chunk: list[str], marks: str
+) -> tuple[dict[str, list[AttemptWork]], dict[str, tuple[float, str]]]:
+    """The attempts of the runs in order, and each run's first plan (hours, assumption),
+    read as `PlacedOn.from_row` reads a placement of either layout."""
+    from broker.state.placed import FORMATS
+
+    place = "a.placement_json"
+    sql = (
+        f"SELECT a.job_id, a.id, a.state, a.billed_hours, a.running_at, a.ended_at,"
+        f" {db.json_number(place, 'format')} AS format,"
+        f" {db.json_text(place, 'accelerator')} AS accelerator,"
+        f" {db.json_number(place, 'time_scale')} AS time_scale,"
+        f" {db.json_text(place, 'cost')} AS cost,"
+        f" {db.json_text(place, 'cost_breakdown')} AS cost_breakdown"
+        f" FROM attempts a WHERE a.job_id IN ({marks}) ORDER BY a.started_at, a.job_id, a.number"
+    )
+    attempts: dict[str, list[AttemptWork]] = {}
+    planned: dict[str, tuple[float, str]] = {}
+    for row in conn.execute(sql, chunk):
+        job_id, hours = row["job_id"], row["billed_hours"]
+        laid_out = row["format"] in FORMATS  # else the first layout: no time scale
+        tried = attempts.setdefault(job_id, [])
+        if not tried:
+            cost = row["cost"] if laid_out else row["cost_breakdown"]
+            if cost is not None:
+                plan = json.loads(cost)
+                said = tuple(plan.get("assumptions", ()))
+                planned[job_id] = (plan["run_hours"], said[0] if said else "")
+        tried.append(
+            AttemptWork(
+                row["id"],
+                AttemptState(row["state"]),
+                None if hours is None else Decimal(hours),
+                parse_ts(row["running_at"]),
+                parse_ts(row["ended_at"]),
+                row["accelerator"] or "",
+                row["time_scale"] if laid_out else None,
+            )  # fmt: skip
+        )
+    return attempts, planned
+
+
+def _lost_shares(
+    conn: Connection, db: Backend, chunk: list[str], marks: str
+) -> dict[str, dict[str, Decimal]]:
+    """Per run, its attempts' lost shares, as `StateReads.lost_shares` reads them."""
+    sql = (
+        f"SELECT job_id, attempt_id, {db.json_text('data_json', 'lost_share')} AS share"
+        f" FROM events WHERE kind = 'attempt_finished' AND job_id IN ({marks})"
+        " ORDER BY job_id, id"
+    )
+    shares: dict[str, dict[str, Decimal]] = {}
+    for row in conn.execute(sql, chunk):
+        if row["share"] is not None and row["attempt_id"] is not None:
+            shares.setdefault(row["job_id"], {})[row["attempt_id"]] = Decimal(row["share"])
+    return shares

@@ -110,7 +110,7 @@ class PlacedOn:
         """The record of a stored row, in this layout or the first one (the plan's JSON
         with a `cost_breakdown` and an optional `steered: "on-demand"`)."""
         if row.get("format") in FORMATS:
-            cost = row.get("cost")
+            cost = planned_cost(row)
             values = {f.name: row[f.name] for f in fields(cls) if f.name in row}
             values["price_per_hour"] = Decimal(str(row.get("price_per_hour", "0")))
             values["cost"] = None if cost is None else _cost(cost)
@@ -125,6 +125,11 @@ class PlacedOn:
         return view
 
 
+def planned_cost(row: Mapping[str, Any]) -> Mapping[str, Any] | None:
+    """The plan's cost breakdown in a stored row of either layout (None: not recorded)."""
+    return row.get("cost") if row.get("format") in FORMATS else row.get("cost_breakdown")
+
+
 def _cost(data: Mapping[str, Any]) -> CostEstimate:
     from broker.planner.decision import CostEstimate
 
@@ -135,7 +140,7 @@ def _cost(data: Mapping[str, Any]) -> CostEstimate:
 
 def _first_layout(row: Mapping[str, Any]) -> PlacedOn:
     """A row written before `format` 1: `broker plan --output json`'s placement dict."""
-    breakdown = row.get("cost_breakdown")
+    breakdown = planned_cost(row)
     return PlacedOn(
         cloud=str(row.get("cloud", "")),
         region=str(row.get("region", "")),

@@ -15,11 +15,13 @@ from typing import Any
 
 from broker.state.backend import Backend, Connection
 from broker.state.listing import (
+    ListedRun,
     Listing,
     attempt_listing,
     attempt_listing_sql,
     job_listing,
     job_listing_sql,
+    listed_runs,
 )
 from broker.state.model import (
     TERMINAL,
@@ -170,6 +172,11 @@ class StateReads(StateTallies):
             for job_id, job in jobs.items():
                 found[job_id] = (job, specs[job_id], attempts[job_id])
         return found
+
+    def listed_runs(self, job_ids: Sequence[str]) -> dict[str, ListedRun]:
+        """What `broker jobs` learns each run's runtime columns from (only that: no
+        whole placement or spec is decoded; broker.state.listing.listed_runs)."""
+        return listed_runs(self._conn, self._backend, job_ids)
 
     def job_teams(self) -> dict[str, str]:
         """Job id -> its team, for every job (what fair share needs to know of attempts)."""

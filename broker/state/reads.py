@@ -218,16 +218,18 @@ class StateReads(StateTallies):
         if before is not None:
             where += " AND j.updated_at < ?"
             params.append(ts_text(before))
-        if within is not None:
-            where += (
-                " AND j.id IN (SELECT r.id FROM jobs r"
-                " ORDER BY r.created_at DESC, r.run DESC, r.id DESC LIMIT ?)"
+        select = JOB_SELECT
+        if within is not None:  # the window drives: not every run of the team, scanned
+            window = (
+                "(SELECT r.id FROM jobs r ORDER BY r.created_at DESC, r.run DESC, r.id DESC"
+                f" LIMIT ?) w {self._backend.index_join} jobs j ON j.id = w.id"
             )
-            params.append(within)
+            select = JOB_SELECT.replace("jobs j", window, 1)
+            params.insert(0, within)
         # One run of a job at a time: its newest runs are its highest numbers (the
         # (team, name, run) index); across names, the newest to have ended.
         order = "j.run DESC" if name is not None else "j.updated_at DESC, j.run DESC, j.id DESC"
-        sql = f"{JOB_SELECT}{where} ORDER BY {order} LIMIT ?"
+        sql = f"{select}{where} ORDER BY {order} LIMIT ?"
         jobs = [job_of(r) for r in self._conn.execute(sql, [*params, limit])]
         if not jobs:
             return []

@@ -325,3 +325,17 @@ def test_a_grown_estimate_is_counted_by_the_budget_and_the_queues_running_view(s
 
 def where_started(store: StateStore, attempt: str) -> datetime:
     return store.attempt(attempt).started_at
+
+
+def test_the_search_across_names_looks_only_among_the_store_s_newest_runs(store, clock):
+    """`finished_runs(team, within=N)`: the team's succeeded runs among the store's newest
+    N runs (of every team), newest to end first; older ones are not searched."""
+    made = []
+    for i in range(6):
+        made.append(finished_run(store, clock, auto_spec(f"job-{i}"), [("succeeded", 1.0)]))
+        other = replace(auto_spec(f"x-{i}"), team="other")
+        finished_run(store, clock, other, [("succeeded", 1.0)], digest=f"o{i}")
+    found = store.finished_runs("ml", None, limit=10, within=5)
+    assert [run.job.id for run in found] == made[:-3:-1]  # the newest 5: 2 of ml, 3 other
+    every = store.finished_runs("ml", None, limit=4, within=None)
+    assert [run.job.id for run in every] == made[:-5:-1]

@@ -4,7 +4,8 @@ Importing typer alone costs 0.1-0.2 s on our machines, more than the whole budge
 of `broker --help`. The root help is therefore rendered by typer once, saved
 under the user cache directory with a key made of the broker version and the
 size and modification time of every CLI module, and printed from there until
-one of them changes. Everything else goes straight to `broker.cli.main`.
+one of them changes. `broker plan FILE [-o FORMAT]` runs without typer
+(broker.cli.direct); everything else goes straight to `broker.cli.main`.
 """
 
 from __future__ import annotations
@@ -60,6 +61,13 @@ def main() -> None:
                 pass  # a read-only cache costs speed, never the answer
         sys.stdout.write(text)
         return
+    from broker.cli.direct import recognise
+
+    plan = recognise(sys.argv[1:])  # `broker plan FILE [-o F]`: straight, without typer
+    if plan is not None:
+        from broker.cli.direct import run as run_plan
+
+        sys.exit(run_plan(plan))
     from broker.cli.main import main as run
 
     run()

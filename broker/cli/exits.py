@@ -85,21 +85,22 @@ def exit_code(exc: BaseException) -> int:
     """Say what ended the command (one line on stderr, or nothing) and return its exit
     code. A closed stdout (`broker jobs | head`) ends quietly with 0; an exception the
     table does not know is a bug, and is raised again with its traceback."""
-    import typer
-
+    # typer's (and click's) exceptions only where typer is loaded: a command run without
+    # it (`broker plan FILE`: broker.cli.direct) cannot have raised them.
+    typer = sys.modules.get("typer")
     if isinstance(exc, CliExit):
         return report(exc)
-    if isinstance(exc, typer.Exit):
+    if typer is not None and isinstance(exc, typer.Exit):
         return exc.exit_code
     if isinstance(exc, SystemExit):
         return exc.code if isinstance(exc.code, int) else (0 if exc.code is None else FAILED)
-    if isinstance(exc, KeyboardInterrupt | typer.Abort):
+    if isinstance(exc, KeyboardInterrupt) or (typer is not None and isinstance(exc, typer.Abort)):
         _flush_stdout()  # what the command printed lands before it exits 130
         said = str(exc) if isinstance(exc, KeyboardInterrupt) else ""
         print("broker: interrupted" + (f": {said}" if said else ""), file=sys.stderr)
         return INTERRUPTED
-    usage = _click_exception()
-    if isinstance(exc, usage):  # usage errors: click's own words, exit 2
+    usage = _click_exception() if typer is not None else None
+    if usage is not None and isinstance(exc, usage):  # usage errors: click's words, exit 2
         exc.show()
         return exc.exit_code
     if isinstance(exc, BrokenPipeError):

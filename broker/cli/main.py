@@ -6,13 +6,11 @@ Heavy imports (pandas, cloud SDKs, rich) happen inside commands so that
 
 from __future__ import annotations
 
-import os
 import sys
 
-# Typer's rich help costs ~0.25 s of imports; plain help keeps `broker --help` instant.
-os.environ.setdefault("TYPER_USE_RICH", "0")
-# broker uses no pydantic plugins; looking for them scans every installed package (~0.1 s).
-os.environ.setdefault("PYDANTIC_DISABLE_PLUGINS", "__all__")
+from broker.cli.startup import environment_defaults, quiet_logs, warn_unknown_settings
+
+environment_defaults()  # before typer is imported: it reads TYPER_USE_RICH
 
 import importlib  # noqa: E402
 from collections.abc import Iterable  # noqa: E402
@@ -103,24 +101,6 @@ def root(
     quiet_logs(verbose)
 
 
-def quiet_logs(verbose: bool) -> None:
-    """No library's log or warning reaches the terminal (azure-identity writes a page
-    when it finds no credentials), unless --verbose: then every INFO line, on stderr."""
-    import logging
-
-    logger = logging.getLogger()
-    if verbose:
-        if not any(type(h) is logging.StreamHandler for h in logger.handlers):
-            handler = logging.StreamHandler(sys.stderr)
-            handler.setFormatter(logging.Formatter("%(levelname)s %(name)s: %(message)s"))
-            logger.addHandler(handler)
-        logger.setLevel(logging.INFO)
-        return
-    logging.captureWarnings(True)  # warnings.warn from SDKs: into the quiet log too
-    if not any(isinstance(h, logging.NullHandler) for h in logger.handlers):
-        logger.addHandler(logging.NullHandler())  # no "last resort" printing to stderr
-
-
 def main() -> None:
     """Console-script entry: run the command, and turn whatever ends it into its exit
     code through the one table in `broker.cli.exits` (usage errors and broken settings
@@ -128,7 +108,7 @@ def main() -> None:
     command = next((arg for arg in sys.argv[1:] if not arg.startswith("-")), "")
     app = build_app([command] if command in COMMANDS else COMMANDS)
     try:
-        _warn_unknown_settings()
+        warn_unknown_settings()
         code = _invoke(app, sys.argv[1:])
         sys.stdout.flush()  # a reader that went away shows here, not at exit
     except BaseException as exc:  # exit_code raises again what it does not know
@@ -143,15 +123,6 @@ def _invoke(app: typer.Typer, args: list[str]) -> int:
     with command.make_context("broker", args) as context:
         result = command.invoke(context)
     return result if isinstance(result, int) and not isinstance(result, bool) else 0
-
-
-def _warn_unknown_settings() -> None:
-    """One warning per key of broker.toml / config.toml that is no setting (a typo would
-    otherwise be ignored silently); a settings file that is not TOML stops here."""
-    from pricing.userio.settings import unknown_keys
-
-    for warning in unknown_keys():
-        print(f"broker: warning: {warning}", file=sys.stderr)
 
 
 if __name__ == "__main__":

@@ -1,20 +1,34 @@
-"""Options shared by several commands, declared once, and how they load the offers."""
+"""Options shared by several commands, declared once (what they read: broker.cli.inputs)."""
 
 from __future__ import annotations
 
-from datetime import UTC, date, datetime, timedelta
-from enum import StrEnum
-from pathlib import Path
-from typing import TYPE_CHECKING
-
 import typer
 
-from broker.cli.exits import BAD_INPUT, fail
+from broker.cli.inputs import (
+    InputFormat,
+    catalog_banner,
+    load_jobs,
+    offers_in_force,
+    split_list,
+    time_flag,
+)
 from broker.cli.render import Output
 
-if TYPE_CHECKING:
-    from broker.manifest.load import LoadResult
-    from broker.offers import OffersInForce
+__all__ = [
+    "CatalogOption",
+    "FormatOption",
+    "InputFormat",
+    "OutputOption",
+    "OverlaysOption",
+    "PoolsOption",
+    "TeamOption",
+    "WideOption",
+    "catalog_banner",
+    "load_jobs",
+    "offers_in_force",
+    "split_list",
+    "time_flag",
+]
 
 CatalogOption = typer.Option(
     None,
@@ -42,13 +56,6 @@ WideOption = typer.Option(
 )
 
 
-class InputFormat(StrEnum):
-    """What the files given to `plan` and `submit` are."""
-
-    broker = "broker"
-    skypilot = "skypilot"
-
-
 FormatOption = typer.Option(
     InputFormat.broker,
     "--format",
@@ -62,112 +69,3 @@ TeamOption = typer.Option(
     "user name).",
     show_default=False,
 )
-
-
-def load_jobs(paths: list[Path], input_format: InputFormat, team: str | None) -> LoadResult:
-    """The manifests of `paths` in the format given; every error in the result."""
-    if input_format == InputFormat.skypilot:
-        from broker.cli.importer import skypilot_manifests
-
-        return skypilot_manifests(paths, team)
-    if team is not None:
-        fail("--team is for --format skypilot: a manifest names its own team", BAD_INPUT)
-    from broker.manifest.load import load_manifests
-
-    return load_manifests(paths)
-
-
-def split_list(values: list[str] | None) -> tuple[str, ...]:
-    """Accept both repeated flags and comma-separated values: `--cloud aws,gcp --cloud azure`."""
-    return tuple(
-        item.strip() for value in values or () for item in value.split(",") if item.strip()
-    )
-
-
-def offers_in_force(
-    catalog: Path | None,
-    pools: Path | None,
-    overlays: Path | None,
-    live_pools: Path | None = None,
-) -> OffersInForce:
-    """Resolve the three sources by the config precedence and load them; bad input exits 2.
-    With the `auto_refresh_days` setting (off by default), a due user catalog is
-    refreshed first (see `broker pricing refresh`). With `live_pools` (the pools'
-    executors' work directory), pools show what their engines say is free now."""
-    from broker.offers import load_offers
-    from pricing.schema import SchemaError
-    from pricing.userio.settings import ConfigError, origin_note, resolve, resolve_path
-
-    if resolve("auto_refresh_days").value:  # checked here: the refresh module is not cheap
-        from broker.cli.pricing_refresh import auto_refresh
-
-        auto_refresh(catalog)
-    try:
-        catalog_path = resolve_path("catalog", catalog)
-        pools_path = resolve_path("pools", pools, default_file="pools.yaml")
-        overlays_path = resolve_path("overlays", overlays, default_file="overlays.yaml")
-        for label, path, flag in (
-            ("catalog", catalog_path, catalog),
-            ("pools", pools_path, pools),
-            ("overlays", overlays_path, overlays),
-        ):
-            if path is not None and not path.is_file():
-                fail(f"{label} file {_why_not(path)}{origin_note(label, flag)}", BAD_INPUT)
-        return load_offers(catalog_path, pools_path, overlays_path, live_pools=live_pools)
-    except (SchemaError, ConfigError) as exc:
-        fail(str(exc), BAD_INPUT)
-    except ValueError as exc:
-        # A broken pools or overlays file. Its error class is imported only now: its
-        # module costs a plan that has neither file ~0.01 s.
-        from pricing.userio.errors import UserInputError
-
-        if isinstance(exc, UserInputError):
-            fail(str(exc), BAD_INPUT)
-        raise
-
-
-def _why_not(path: Path) -> str:
-    """Why `path` cannot be read as a file: "not found: PATH", "PATH: is a FIFO ..."."""
-    from pricing.userio.reading import check_regular
-
-    try:
-        check_regular(path)
-    except ValueError as exc:  # UserInputError
-        return "not found: " + str(path) if "not found" in str(exc) else str(exc)
-    return f"{path}: cannot be read"
-
-
-def catalog_banner(view: OffersInForce, today: date, freshness_days: int) -> str:
-    """One line saying which catalog is in use and how old its prices are."""
-    catalog = view.catalog
-    label = {"bundled": "bundled snapshot", "user": "user catalog", "file": "catalog"}[
-        catalog.origin
-    ]
-    oldest, newest = catalog.as_of_range()
-    age = catalog.age_days(today)
-    when = f"prices as of {oldest}" + (f"..{newest}" if newest != oldest else "")
-    stale = (
-        f" (oldest {age} days old, over {freshness_days})"
-        if age and age > freshness_days
-        else (f" ({age} days old)" if age is not None else "")
-    )
-    extras = "".join(
-        f" + {name} {path}"
-        for name, path in (("pools", view.pools_path), ("overlays", view.overlays_path))
-        if path
-    )
-    return f"{label} {catalog.path}: {when}{stale}{extras}"
-
-
-def time_flag(text: str | None, flag: str, inclusive_day: bool = False) -> datetime | None:
-    """A UTC date (midnight; the next one for an inclusive end day) or a time."""
-    if not text:
-        return None
-    try:
-        if len(text.strip()) == 10:
-            day = datetime.strptime(text.strip(), "%Y-%m-%d").replace(tzinfo=UTC)
-            return day + timedelta(days=1) if inclusive_day else day
-        moment = datetime.fromisoformat(text.strip().replace("Z", "+00:00"))
-    except ValueError:
-        fail(f"{flag}: not a date (YYYY-MM-DD) or time (ISO 8601): {text!r}", BAD_INPUT)
-    return moment if moment.tzinfo else moment.replace(tzinfo=UTC)

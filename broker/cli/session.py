@@ -11,14 +11,13 @@ from typing import TYPE_CHECKING, Literal
 import typer
 
 from broker.cli.exits import BAD_INPUT, PROVIDER, fail
-from broker.cli.options import offers_in_force, split_list
-from broker.cli.statefile import Mode, opened_store, state_path
+from broker.cli.inputs import offers_in_force, split_list
+from broker.cli.statefile import Mode, opened_store, reading_store, state_path
 
-__all__ = ["state_path"]  # where the commands find it
+__all__ = ["reading_store", "state_path"]  # where the commands find them
 
 if TYPE_CHECKING:
     from broker.runtime import BrokerSession
-    from broker.state import StateStore
     from broker.state.leases import Holder
 
 StateOption = typer.Option(
@@ -70,15 +69,6 @@ def lease_holder(name: str, seconds: float, poll: float) -> Holder:
     if not seconds > poll:
         fail(f"--lease-seconds must be longer than --poll ({poll:g} s)", BAD_INPUT)
     return Holder(name, seconds) if name else Holder.new(seconds)
-
-
-@contextmanager
-def reading_store(flag: str | None, *, note_missing: bool = True) -> Iterator[StateStore | None]:
-    """The state store for a command that only reads it (`jobs`, `status`): None when
-    there is no state file yet (nothing is created; a note on stderr unless
-    `note_missing` is off), read-only in a read-only place."""
-    with opened_store(state_path(flag), "read", note_missing=note_missing) as store:
-        yield store
 
 
 def enabled_clouds() -> tuple[str, ...]:

@@ -114,3 +114,12 @@ def opened_store(
         fail(f"the state file {path} is damaged ({exc}); it was not changed", BAD_INPUT)
     finally:
         store.close()
+
+
+@contextmanager
+def reading_store(flag: str | None, *, note_missing: bool = True) -> Iterator[StateStore | None]:
+    """The state store for a command that only reads it (`jobs`, `status`): None when
+    there is no state file yet (nothing is created; a note on stderr unless
+    `note_missing` is off), read-only in a read-only place."""
+    with opened_store(state_path(flag), "read", note_missing=note_missing) as store:
+        yield store

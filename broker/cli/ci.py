@@ -159,7 +159,7 @@ def _summarise(changeset: Changeset, rules: Rules, view, state: str | None) -> S
     from broker.ci.policy import check
     from broker.ci.summary import Summary
     from broker.cli.estimate import prices
-    from broker.cli.plan import learned_runtimes
+    from broker.cli.plan_run import learned_runtimes
     from broker.clock import SystemClock
     from broker.estimate import estimate
 

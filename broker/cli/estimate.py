@@ -23,7 +23,7 @@ from broker.cli.options import (
     catalog_banner,
     offers_in_force,
 )
-from broker.cli.plan import PLACEMENT_COLUMNS
+from broker.cli.plan_run import PLACEMENT_COLUMNS
 from broker.cli.render import Column, Output, number, render
 from broker.cli.session import StateOption
 
@@ -67,7 +67,7 @@ def estimate_command(
 
     Exit 2 for a bad manifest (nothing estimated), 3 when a job has no feasible placement.
     """
-    from broker.cli.plan import learned_runtimes
+    from broker.cli.plan_run import learned_runtimes
     from broker.clock import SystemClock
     from broker.estimate import estimate, total
 

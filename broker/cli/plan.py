@@ -17,11 +17,9 @@ from broker.cli.options import (
     TeamOption,
     WideOption,
 )
-from broker.cli.plan_run import PLACEMENT_COLUMNS, plan_manifests, plan_paths
+from broker.cli.plan_run import plan_paths
 from broker.cli.render import Output
 from broker.cli.session import StateOption
-
-__all__ = ["PLACEMENT_COLUMNS", "plan_command", "plan_manifests"]
 
 
 def plan_command(

@@ -70,7 +70,7 @@ def submit(
             print(str(error), file=sys.stderr)
         fail(f"{len(loaded.errors)} error(s) in manifests; nothing submitted", BAD_INPUT)
     if dry_run:
-        from broker.cli.plan import plan_manifests
+        from broker.cli.plan_run import plan_manifests
 
         plan_manifests(loaded.manifests, 1, False, output, catalog, pools, overlays, state=state)
         return

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import sys
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import pytest
@@ -15,9 +16,13 @@ class Result:
     stderr: str
 
 
-def run_cli(capsys: pytest.CaptureFixture, *args: str) -> Result:
-    from broker.cli.main import main
+def run_cli(
+    capsys: pytest.CaptureFixture, *args: str, entry: Callable[[], None] | None = None
+) -> Result:
+    """`broker ARGS` through typer's entry (`broker.cli.main.main`), or `entry`."""
+    from broker.cli.main import main as through_typer
 
+    main = entry or through_typer
     old_argv = sys.argv
     sys.argv = ["broker", *args]
     code = 0

@@ -15,7 +15,7 @@ from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from broker.cli.direct import FORMATS, DirectPlan, recognise
-from tests.cli.runner import Result
+from tests.cli.runner import run_cli
 
 REPO = Path(__file__).resolve().parents[2]
 EXAMPLE = REPO / "examples" / "jobs" / "llama-finetune.yaml"
@@ -62,20 +62,6 @@ WORDS = st.sampled_from(
 )  # fmt: skip
 
 
-def run(capsys, entry, args: list[str]) -> Result:
-    """`broker ARGS` through `entry` (a console entry), as a user sees it."""
-    old, sys.argv = sys.argv, ["broker", *args]
-    code = 0
-    try:
-        entry()
-    except SystemExit as exc:
-        code = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
-    finally:
-        sys.argv = old
-    out, err = capsys.readouterr()
-    return Result(code, out, err)
-
-
 @settings(
     max_examples=40, deadline=None,
     suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
@@ -96,8 +82,8 @@ def test_the_straight_path_prints_what_typer_prints(capsys, files, words):
     from broker.cli.main import main as through_typer
 
     args = ["plan", *(files.get(word, word) for word in words)]
-    straight = run(capsys, console, args)
-    typer = run(capsys, through_typer, args)
+    straight = run_cli(capsys, *args, entry=console)
+    typer = run_cli(capsys, *args, entry=through_typer)
     assert straight == typer
     if words in (["GOOD"], ["GOOD", "-o", "json"]):
         assert straight.code == 0 and "llama-ft" in straight.stdout  # not two empty runs

@@ -38,6 +38,32 @@ class Launching(Planning):
         if not queued:
             return
         room = self._room()
+        up: list[tuple[Job, str, dict]] = []  # launched, their "running" not recorded yet
+        try:
+            self._launch_queue(queued, room, report, up)
+        finally:
+            self._record_running(up, report)
+
+    def _record_running(self, up: list[tuple[Job, str, dict]], report: PassReport) -> None:
+        """The pass's launches recorded running, in one commit: a controller killed before
+        it leaves them launching, and the next pass relaunches them (idempotently: the
+        provider returns the instance it launched for the attempt)."""
+        with self.store.together():
+            for job, attempt_id, instance in up:
+                try:
+                    self.store.attempt_running(attempt_id, instance)
+                except LeaseHeld:  # its lease ran out and another controller took it over
+                    continue
+                except Exception as exc:  # noqa: BLE001 (one job's error: broker.controller.isolation)
+                    if not_one_jobs(exc):
+                        raise
+                    self._failed_launch(job, exc, report)
+
+    def _launch_queue(
+        self, queued: list[Job], room: Room, report: PassReport, up: list[tuple[Job, str, dict]]
+    ) -> None:
+        """`_launch` over the queue in the policy's order; each launch's instance is put
+        on `up` for its "running" to be recorded with the others."""
         running = None  # read once, when a full pool first asks
         ahead: dict[str, float] = {}  # pool -> GPUs of the jobs this pass left waiting for it
         for item in self._queue(queued):
@@ -67,7 +93,7 @@ class Launching(Planning):
                     self.preempt(victim, f"preempted by {job.team}/{job.name}")
                 if verdict.preempts:
                     room = self._room()  # the victims' nodes are free again
-                self._place(job, item.decision, burst, room, report)
+                self._place(job, item.decision, burst, room, report, up)
             except LeaseHeld:  # another controller holds it: its step, not this pass's
                 continue
             except Exception as exc:  # noqa: BLE001 (one job's error: broker.controller.isolation)
@@ -99,11 +125,12 @@ class Launching(Planning):
         self._hold(job, reason, report)
 
     def _place(
-        self, job: Job, decision: Decision, burst: bool, room: Room, report: PassReport
+        self, job: Job, decision: Decision, burst: bool, room: Room, report: PassReport, up: list
     ) -> None:
         """Plan `job` on its first placement with room (its best cloud one when it
         bursts: it never takes the pool's room, which the queue policy kept), start
-        its attempt and launch it."""
+        its attempt and launch it (its instance put on `up`, recorded by `_launch`).
+        Planned and started commit together: both come before the provider sees it."""
         from broker.controller.pools import first_cloud
 
         placement = first_cloud(decision) if burst else self._first_free(decision, room)
@@ -116,26 +143,27 @@ class Launching(Planning):
         if self._billing is not None:
             scale = self._billing.time_scale(placed.cloud, placed.pool)
             placed = replace(placed, time_scale=scale)
-        if not self.store.transition(
-            job.id,
-            JobState.PLANNED,
-            f"planned on {placed.where}: {_decision_figures(placement)}",
-            {"placement": placed.to_row()},
-            expect=JobState.QUEUED,
-        ):
-            return  # another controller took it
-        self._take(room, placement)
-        try:
-            attempt_id = self.store.start_attempt(job.id, placed, self._limits(job.team))
-        except IllegalTransition:
-            return  # another controller re-queued it meanwhile (see _recover)
-        except TeamLimitReached as exc:  # another controller's start took the room
-            self.store.transition(job.id, JobState.QUEUED, str(exc), expect=JobState.PLANNED)
-            report.waiting[job.name] = str(exc)
-            report.waiting_for[job.name] = exc.category
-            return
+        with self.store.together():
+            if not self.store.transition(
+                job.id,
+                JobState.PLANNED,
+                f"planned on {placed.where}: {_decision_figures(placement)}",
+                {"placement": placed.to_row()},
+                expect=JobState.QUEUED,
+            ):
+                return  # another controller took it
+            self._take(room, placement)
+            try:
+                attempt_id = self.store.start_attempt(job.id, placed, self._limits(job.team))
+            except IllegalTransition:
+                return  # another controller re-queued it meanwhile (see _recover)
+            except TeamLimitReached as exc:  # another controller's start took the room
+                self.store.transition(job.id, JobState.QUEUED, str(exc), expect=JobState.PLANNED)
+                report.waiting[job.name] = str(exc)
+                report.waiting_for[job.name] = exc.category
+                return
         # launched at once: start_attempt took the job's lease for it (no claim again)
-        self._start(job, self.store.attempt(attempt_id), report)
+        self._start(job, self.store.attempt(attempt_id), report, up)
         report.launched.append((job.name, f"{placed.where} {placement.market}"))
 
     def _limits(self, team: str) -> TeamLimits:

@@ -225,7 +225,9 @@ class Controller(Launching, Closing, Budgets):
                 self.preempt(job.id, MOVE_REASON)
                 report.finished.append((job.name, "to cheaper spot"))
             return
-        if not self.store.claim(job.id, "finish"):
+        # finish_attempt takes the lease in its own transaction (LeaseHeld: another
+        # controller closes it); a close that writes before it claims first
+        if instance.state != "succeeded" and not self.store.claim(job.id, "finish"):
             return  # another controller closes it
         try:
             outcome = self._finish(job, attempt, instance)
@@ -271,9 +273,12 @@ class Controller(Launching, Closing, Budgets):
                     known.cloud, known.provider_id, known.state, members=instance.members
                 )
 
-    def _start(self, job: Job, attempt: Attempt, report: PassReport) -> Instance | None:
+    def _start(
+        self, job: Job, attempt: Attempt, report: PassReport, up: list | None = None
+    ) -> Instance | None:
         """Copy the checkpoint where the attempt runs, then launch it; None when it did
-        not start (the attempt is closed, or left for a retry on the next pass)."""
+        not start (the attempt is closed, or left for a retry on the next pass). Its
+        instance is recorded running, or put on `up` for the caller to record."""
         from broker.controller.requests import launch_request
         from providers.errors import ProviderError
 
@@ -303,7 +308,10 @@ class Controller(Launching, Closing, Budgets):
             retry = JobState.QUEUED if exc.retryable else None
             self._close(attempt, "failed", None, launch_failure_reason(exc), 0.0, retry)
             return None
-        self.store.attempt_running(attempt.id, _instance_row(instance))
+        if up is None:
+            self.store.attempt_running(attempt.id, _instance_row(instance))
+        else:
+            up.append((job, attempt.id, _instance_row(instance)))
         self._looked[attempt.id] = 0.0  # its burn by the next pass is all it will run
         return instance
 

@@ -88,6 +88,7 @@ class StateStore(RunWrites, AttemptWrites, LeaseWrites, StateReads):
         self._conn, self._clock, self.path, self._new_id = conn, clock, path, new_id
         self._holder = None  # no leases until a controller says who it is
         self._backend = backend
+        self._together = False  # inside `together`: writes are savepoints of its transaction
 
     @property
     def dialect(self) -> str:
@@ -145,8 +146,48 @@ class StateStore(RunWrites, AttemptWrites, LeaseWrites, StateReads):
         self.close()
 
     @contextmanager
+    def together(self) -> Iterator[None]:
+        """The writes made inside commit at once, at the end: one commit (one fsync)
+        for several steps. Each write inside is a savepoint, undone alone when it raises,
+        and what the others wrote commits even when the block raises: the store ends as
+        separate transactions would have left it. Only a kill in the block loses its
+        writes together, so a block holds steps whose loss together is safe (planned
+        and started before a launch; several launches' "running"), and no provider call.
+        On PostgreSQL each write stays its own transaction: a write there may have to run
+        again whole after a conflict (`retried`), which a write inside another cannot."""
+        if self._together or self.dialect != "sqlite":
+            yield
+            return
+        self._backend.begin(self._conn)
+        self._together = True
+        try:
+            yield
+        finally:  # what the writes inside left, committed (the block's error goes on)
+            self._together = False
+            self._end_together()
+
+    def _end_together(self) -> None:
+        try:
+            self._conn.execute("COMMIT")
+        except BaseException:
+            if self._conn.in_transaction:
+                self._conn.execute("ROLLBACK")
+            raise
+
+    @contextmanager
     def _write(self) -> Iterator[str]:
-        """One write transaction; yields "now" read under the lock, so times follow commits."""
+        """One write transaction; yields "now" read under the lock, so times follow commits.
+        Inside `together`, a savepoint of its transaction."""
+        if self._together:
+            self._conn.execute("SAVEPOINT write")
+            try:
+                yield ts_text(self._clock.now())
+            except BaseException:
+                self._conn.execute("ROLLBACK TO SAVEPOINT write")
+                self._conn.execute("RELEASE SAVEPOINT write")
+                raise
+            self._conn.execute("RELEASE SAVEPOINT write")
+            return
         self._backend.begin(self._conn)
         try:
             yield ts_text(self._clock.now())

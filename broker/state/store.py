@@ -45,6 +45,8 @@ from broker.state.reads import StateReads
 from broker.state.runs import RunWrites
 from pricing.userio.redact import redact, redact_data
 
+_TEXTS_KEPT = 4096  # redactions an open store remembers
+
 
 def default_state_path() -> Path:
     """`$XDG_STATE_HOME/broker/state.db`, else `~/.local/state/broker/state.db`."""
@@ -61,10 +63,12 @@ def _insert_event(
     kind: str,
     message: str,
     data: Mapping[str, Any],
+    text: Callable[[str], str] = redact,
 ) -> None:
     """One event row (module-level so that tests can make it fail mid-transaction); its
-    message and data redacted (`pricing.userio.redact`): no secret is ever stored."""
-    row = (job_id, attempt_id, now, kind, redact(message), json_text(redact_data(dict(data))))
+    message and data redacted (`pricing.userio.redact`, or `text`: one that remembers its
+    answers): no secret is ever stored."""
+    row = (job_id, attempt_id, now, kind, text(message), json_text(redact_data(dict(data), text)))
     conn.execute(
         "INSERT INTO events (job_id, attempt_id, time, kind, message, data_json)"
         " VALUES (?, ?, ?, ?, ?, ?)",
@@ -89,6 +93,7 @@ class StateStore(RunWrites, AttemptWrites, LeaseWrites, StateReads):
         self._holder = None  # no leases until a controller says who it is
         self._backend = backend
         self._together = False  # inside `together`: writes are savepoints of its transaction
+        self._texts: dict[str, str] = {}  # text -> redacted (`_redacted`)
 
     @property
     def dialect(self) -> str:
@@ -258,7 +263,17 @@ class StateStore(RunWrites, AttemptWrites, LeaseWrites, StateReads):
     def _event(
         self, job_id: str, attempt_id: str | None, now: str, kind: str, message: str, data: Any
     ) -> None:
-        _insert_event(self._conn, job_id, attempt_id, now, kind, message, data)
+        _insert_event(self._conn, job_id, attempt_id, now, kind, message, data, self._redacted)
+
+    def _redacted(self, text: str) -> str:
+        """`redact(text)`, remembered (a few thousand texts at most): events repeat the
+        same texts (states, places, markets, reasons), each redaction some twenty patterns."""
+        known = self._texts.get(text)
+        if known is None:
+            if len(self._texts) >= _TEXTS_KEPT:
+                self._texts.clear()
+            known = self._texts[text] = redact(text)
+        return known
 
     def _fresh_id(self, prefix: str, table: str) -> str:
         while True:

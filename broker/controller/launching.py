@@ -8,6 +8,7 @@ error while launching one job is that job's (broker.controller.isolation).
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import replace
 from typing import TYPE_CHECKING
 
@@ -22,13 +23,19 @@ if TYPE_CHECKING:
     from broker.controller.planning import Room
     from broker.controller.reconcile import PassReport
     from broker.planner.decision import Decision, Placement
-    from broker.state import Job
+    from broker.state import Attempt, Job
     from broker.state.limits import TeamLimits
+    from providers.base import Instance
 
 
 class Launching(Planning):
     """The controller's launching: a part of `Controller`, which provides the attributes
-    of `Planning` and `preempt`, `_start` and `_fail_attempt`."""
+    of `Planning` and those below, `preempt`, `_close` and `_fail_attempt`."""
+
+    _looked: dict[str, float]  # budgets: attempt id -> hours of burn looked at
+    _close: Callable[..., None]
+    _fail_attempt: Callable[[Job, Attempt, str, Exception], None]
+    preempt: Callable[[str, str], None]
 
     # --- (3) plan and launch --------------------------------------------------------
 
@@ -100,6 +107,48 @@ class Launching(Planning):
                 if not_one_jobs(exc):
                     raise
                 self._failed_launch(job, exc, report)
+
+    def _start(
+        self, job: Job, attempt: Attempt, report: PassReport, up: list | None = None
+    ) -> Instance | None:
+        """Copy the checkpoint where the attempt runs, then launch it; None when it did
+        not start (the attempt is closed, or left for a retry on the next pass). Its
+        instance is recorded running, or put on `up` for the caller to record."""
+        from broker.controller.requests import launch_request
+        from providers.errors import ProviderError
+
+        spec = self._spec(job)
+        try:
+            self.checkpoints.migrate(spec, job, attempt)
+        except ProviderError as exc:
+            report.cannot_reach(f"checkpoint copy for attempt {attempt.id}", exc)
+            if exc.retryable:
+                return None  # try the copy again on the next pass
+            # A copy that can never succeed: start there from what its store holds.
+        here = attempt.placed_on
+        store = self.checkpoints.location(job.id, here.cloud, here.region)
+        submitted = self.store.version(job.id, attempt.version).submitted_at
+        try:
+            request = launch_request(job, attempt, spec, store, spec.runtime.deadline_at(submitted))
+        except ValueError as exc:  # the job cannot run on this provider (e.g. no command)
+            self._close(attempt, "failed", None, f"cannot launch: {exc}", 0.0, None)
+            return None
+        try:
+            instance = self.provider.launch(request)
+        except ProviderError as exc:
+            # Capacity, quota, throttling: back to the queue; the error is recorded with
+            # its class (broker.launch_errors: the metrics count failures by it).
+            from broker.launch_errors import launch_failure_reason
+
+            retry = JobState.QUEUED if exc.retryable else None
+            self._close(attempt, "failed", None, launch_failure_reason(exc), 0.0, retry)
+            return None
+        if up is None:
+            self.store.attempt_running(attempt.id, instance_row(instance))
+        else:
+            up.append((job, attempt.id, instance_row(instance)))
+        self._looked[attempt.id] = 0.0  # its burn by the next pass is all it will run
+        return instance
 
     def _hold(self, job: Job, reason: str, report: PassReport) -> None:
         """Keep a job the broker's code raised on in the queue, its error noted once."""
@@ -231,3 +280,18 @@ def _decision_figures(placement: Placement) -> str:
             f"{cost.interruption_rate:.2g}/h ({cost.interruption_rate_source})"
         )
     return text
+
+
+def instance_row(instance: Instance) -> dict:
+    """What the store records of a launched instance (`StateStore.attempt_running`)."""
+    row = {
+        "provider_id": instance.id,
+        "cloud": instance.cloud,
+        "region": instance.region,
+        "zone": instance.zone,
+        "instance_type": instance.instance_type,
+        "tags": dict(instance.tags),
+    }
+    if instance.members:  # a gang: its nodes, for `broker status`
+        row["members"] = instance.members
+    return row

@@ -155,7 +155,8 @@ class Planning:
         items, unordered = self._ordered(plans.jobs, plans.decisions)
         broken = plans.broken | unordered
         self._held = set(broken)
-        items = [_cooled(item, plans.cooling) for item in items]
+        if plans.cooling:
+            items = [_cooled(item, plans.cooling) for item in items]
         for job in queued:
             if job.id in broken:
                 verdict = Verdict(job.id, "wait", broken[job.id], category=ERROR)

@@ -9,7 +9,7 @@ error while launching one job is that job's (broker.controller.isolation).
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import replace
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING
 
 from broker.controller.isolation import ERROR, not_one_jobs
@@ -20,7 +20,7 @@ from broker.state.limits import TeamLimitReached
 from broker.state.placed import PlacedOn
 
 if TYPE_CHECKING:
-    from broker.controller.planning import Room
+    from broker.controller.planning import Planned, Room
     from broker.controller.reconcile import PassReport
     from broker.planner.decision import Decision, Placement
     from broker.state import Attempt, Job
@@ -69,44 +69,83 @@ class Launching(Planning):
     def _launch_queue(
         self, queued: list[Job], room: Room, report: PassReport, up: list[tuple[Job, str, dict]]
     ) -> None:
-        """`_launch` over the queue in the policy's order; each launch's instance is put
-        on `up` for its "running" to be recorded with the others."""
-        running = None  # read once, when a full pool first asks
-        ahead: dict[str, float] = {}  # pool -> GPUs of the jobs this pass left waiting for it
-        for item in self._queue(queued):
-            job, verdict, best = item.job, item.verdict, item.best
-            if verdict.category == ERROR:
-                self._hold(job, verdict.reason, report)
-                continue
-            try:
-                burst = False  # held for a pool, it takes its best cloud placement instead
-                if verdict.action != "launch":
-                    from broker.controller.pools import pool_full
+        """`_launch` down the queue in the policy's order, in runs that end before a job
+        that preempts (its victims are stopped first, then the room is read again): a
+        run's plans and starts commit together (no provider call among them), then its
+        attempts launch, each instance put on `up` to be recorded running with the others.
+        A kill between the two leaves attempts launching with no instance: the next pass
+        launches them (`Observing._instance_of`), as after a kill between any start and
+        its launch."""
+        walk = _Walk(room)
+        for run in _runs(self._queue(queued)):
+            if run[0].verdict.preempts and not self._preempt_for(run[0], walk, report):
+                run = run[1:]  # its preemption raised or is another's: it waits
+            starting: list[tuple[Job, str, str]] = []  # (job, attempt id, where launched)
+            with self.store.together():
+                for item in run:
+                    self._consider(item, walk, report, starting)
+            for job, attempt_id, where in starting:
+                try:  # launched at once: start_attempt took the job's lease (no claim again)
+                    self._start(job, self.store.attempt(attempt_id), report, up)
+                    report.launched.append((job.name, where))
+                except LeaseHeld:  # another controller holds it: its step, not this pass's
+                    continue
+                except Exception as exc:  # noqa: BLE001 (one job's error: broker.controller.isolation)
+                    if not_one_jobs(exc):
+                        raise
+                    self._failed_launch(job, exc, report)
 
-                    held = pool_full(verdict, best)
-                    if held and running is None:
-                        running = self._running()
-                    burst = held and self._bursts(job, item.decision, running, ahead)
-                    if not burst:
-                        if held:
-                            gpus = best.accelerator_count * best.nodes
-                            ahead[best.zone] = ahead.get(best.zone, 0.0) + gpus
-                        report.waiting[job.name] = verdict.reason
-                        report.waiting_for[job.name] = verdict.category
-                        if item.wake is not None:  # it may start by itself then
-                            report.wake_at = min(item.wake, report.wake_at or item.wake)
-                        continue
-                for victim in verdict.preempts:
-                    self.preempt(victim, f"preempted by {job.team}/{job.name}")
-                if verdict.preempts:
-                    room = self._room()  # the victims' nodes are free again
-                self._place(job, item.decision, burst, room, report, up)
-            except LeaseHeld:  # another controller holds it: its step, not this pass's
-                continue
-            except Exception as exc:  # noqa: BLE001 (one job's error: broker.controller.isolation)
-                if not_one_jobs(exc):
-                    raise
-                self._failed_launch(job, exc, report)
+    def _preempt_for(self, item: Planned, walk: _Walk, report: PassReport) -> bool:
+        """Stop the victims `item`'s verdict names and read the room again; False when
+        that raised (the job is held) or another controller holds a victim."""
+        job = item.job
+        try:
+            for victim in item.verdict.preempts:
+                self.preempt(victim, f"preempted by {job.team}/{job.name}")
+            walk.room = self._room()  # the victims' nodes are free again
+        except LeaseHeld:  # another controller holds it: its step, not this pass's
+            return False
+        except Exception as exc:  # noqa: BLE001 (one job's error: broker.controller.isolation)
+            if not_one_jobs(exc):
+                raise
+            self._failed_launch(job, exc, report)
+            return False
+        return True
+
+    def _consider(
+        self, item: Planned, walk: _Walk, report: PassReport, starting: list[tuple[Job, str, str]]
+    ) -> None:
+        """One queued job: held, waiting (for a full pool, unless it bursts), or planned
+        and started (put on `starting`, to launch once its run is committed)."""
+        job, verdict, best = item.job, item.verdict, item.best
+        if verdict.category == ERROR:
+            self._hold(job, verdict.reason, report)
+            return
+        try:
+            burst = False  # held for a pool, it takes its best cloud placement instead
+            if verdict.action != "launch":
+                from broker.controller.pools import pool_full
+
+                held = pool_full(verdict, best)
+                if held and walk.running is None:
+                    walk.running = self._running()
+                burst = held and self._bursts(job, item.decision, walk.running, walk.ahead)
+                if not burst:
+                    if held:
+                        gpus = best.accelerator_count * best.nodes
+                        walk.ahead[best.zone] = walk.ahead.get(best.zone, 0.0) + gpus
+                    report.waiting[job.name] = verdict.reason
+                    report.waiting_for[job.name] = verdict.category
+                    if item.wake is not None:  # it may start by itself then
+                        report.wake_at = min(item.wake, report.wake_at or item.wake)
+                    return
+            self._place(job, item.decision, burst, walk.room, report, starting)
+        except LeaseHeld:  # another controller holds it: its step, not this pass's
+            return
+        except Exception as exc:  # noqa: BLE001 (one job's error: broker.controller.isolation)
+            if not_one_jobs(exc):
+                raise
+            self._failed_launch(job, exc, report)
 
     def _start(
         self, job: Job, attempt: Attempt, report: PassReport, up: list | None = None
@@ -174,12 +213,17 @@ class Launching(Planning):
         self._hold(job, reason, report)
 
     def _place(
-        self, job: Job, decision: Decision, burst: bool, room: Room, report: PassReport, up: list
+        self,
+        job: Job,
+        decision: Decision,
+        burst: bool,
+        room: Room,
+        report: PassReport,
+        starting: list[tuple[Job, str, str]],
     ) -> None:
         """Plan `job` on its first placement with room (its best cloud one when it
-        bursts: it never takes the pool's room, which the queue policy kept), start
-        its attempt and launch it (its instance put on `up`, recorded by `_launch`).
-        Planned and started commit together: both come before the provider sees it."""
+        bursts: it never takes the pool's room, which the queue policy kept) and start
+        its attempt, put on `starting` to launch (`_launch_queue`)."""
         from broker.controller.pools import first_cloud
 
         placement = first_cloud(decision) if burst else self._first_free(decision, room)
@@ -192,28 +236,25 @@ class Launching(Planning):
         if self._billing is not None:
             scale = self._billing.time_scale(placed.cloud, placed.pool)
             placed = replace(placed, time_scale=scale)
-        with self.store.together():
-            if not self.store.transition(
-                job.id,
-                JobState.PLANNED,
-                f"planned on {placed.where}: {_decision_figures(placement)}",
-                {"placement": placed.to_row()},
-                expect=JobState.QUEUED,
-            ):
-                return  # another controller took it
-            self._take(room, placement)
-            try:
-                attempt_id = self.store.start_attempt(job.id, placed, self._limits(job.team))
-            except IllegalTransition:
-                return  # another controller re-queued it meanwhile (see _recover)
-            except TeamLimitReached as exc:  # another controller's start took the room
-                self.store.transition(job.id, JobState.QUEUED, str(exc), expect=JobState.PLANNED)
-                report.waiting[job.name] = str(exc)
-                report.waiting_for[job.name] = exc.category
-                return
-        # launched at once: start_attempt took the job's lease for it (no claim again)
-        self._start(job, self.store.attempt(attempt_id), report, up)
-        report.launched.append((job.name, f"{placed.where} {placement.market}"))
+        if not self.store.transition(
+            job.id,
+            JobState.PLANNED,
+            f"planned on {placed.where}: {_decision_figures(placement)}",
+            {"placement": placed.to_row()},
+            expect=JobState.QUEUED,
+        ):
+            return  # another controller took it
+        self._take(room, placement)
+        try:
+            attempt_id = self.store.start_attempt(job.id, placed, self._limits(job.team))
+        except IllegalTransition:
+            return  # another controller re-queued it meanwhile (see _recover)
+        except TeamLimitReached as exc:  # another controller's start took the room
+            self.store.transition(job.id, JobState.QUEUED, str(exc), expect=JobState.PLANNED)
+            report.waiting[job.name] = str(exc)
+            report.waiting_for[job.name] = exc.category
+            return
+        starting.append((job, attempt_id, f"{placed.where} {placement.market}"))
 
     def _limits(self, team: str) -> TeamLimits:
         """The team's quota and budget, for `start_attempt` to check against the shared
@@ -295,3 +336,23 @@ def instance_row(instance: Instance) -> dict:
     if instance.members:  # a gang: its nodes, for `broker status`
         row["members"] = instance.members
     return row
+
+
+@dataclass(slots=True)
+class _Walk:
+    """What the walk down the queue carries from one job to the next."""
+
+    room: Room  # what may still launch this pass
+    running: list | None = None  # the running jobs, read once, when a full pool first asks
+    # pool -> GPUs of the jobs this pass left waiting for it
+    ahead: dict[str, float] = field(default_factory=dict)
+
+
+def _runs(items: list[Planned]) -> list[list[Planned]]:
+    """`items` in runs, each new one starting at a job whose verdict preempts."""
+    runs: list[list[Planned]] = []
+    for item in items:
+        if not runs or item.verdict.preempts:
+            runs.append([])
+        runs[-1].append(item)
+    return runs

@@ -35,6 +35,9 @@ if TYPE_CHECKING:
     from pricing.query import OfferIndex
     from providers.base import Instance, Provider
 
+# an attempt to close with the pass's others: its job, itself, the write, what the report says
+_Close = tuple["Job", "Attempt", Callable[[], object], tuple[str, str]]
+
 ACTIVE = (
     JobState.PLANNED,
     JobState.LAUNCHING,
@@ -56,7 +59,7 @@ class Observing:
     _offered: tuple[object, OfferIndex] | None
     _spec: Callable[[Job], JobSpec]
     _start: Callable[..., Instance | None]
-    _finish: Callable[[Job, Attempt, Instance], str]
+    _finish: Callable[..., str]
     _close: Callable[..., None]
     _fail_attempt: Callable[[Job, Attempt, str, Exception], None]
     _gangs: Callable[[OfferIndex, list[JobSpec]], OfferIndex]
@@ -68,22 +71,45 @@ class Observing:
         from providers.errors import ProviderError
 
         self._record_notices(report)  # first: an ended attempt is judged knowing them
-        for job in self.store.jobs(states=(*ACTIVE, JobState.CANCELLED)):
-            for attempt in self.store.attempts(job.id, states=OPEN_ATTEMPT):
+        closes: list[_Close] = []
+        try:
+            for job in self.store.jobs(states=(*ACTIVE, JobState.CANCELLED)):
+                for attempt in self.store.attempts(job.id, states=OPEN_ATTEMPT):
+                    try:
+                        self._observe_one(job, attempt, report, closes)
+                    except LeaseHeld:  # another controller is on this job's next step
+                        continue
+                    except ProviderError as exc:  # the provider cannot answer now: next pass
+                        report.cannot_reach(f"attempt {attempt.id}", exc)
+                    except Exception as exc:  # noqa: BLE001 (one job's error: broker.controller.isolation)
+                        if not_one_jobs(exc):
+                            raise
+                        self._fail_attempt(job, attempt, "observing", exc)
+                        report.finished.append((job.name, "failed"))
+        finally:
+            self._record_closes(closes, report)
+
+    def _record_closes(self, closes: list[_Close], report: PassReport) -> None:
+        """The pass's closes of attempts that succeeded (one write each: `finish_attempt`)
+        in one commit. A controller killed before it leaves them open, and the next pass
+        closes them (billed once: finish_attempt is a compare-and-set)."""
+        with self.store.together():
+            for job, attempt, write, said in closes:
                 try:
-                    self._observe_one(job, attempt, report)
-                except LeaseHeld:  # another controller is on this job's next step
-                    continue
-                except ProviderError as exc:  # the provider cannot answer now: next pass
-                    report.cannot_reach(f"attempt {attempt.id}", exc)
+                    write()
+                except LeaseHeld:  # another controller closes it: not this pass's
+                    report.finished.remove(said)
                 except Exception as exc:  # noqa: BLE001 (one job's error: broker.controller.isolation)
                     if not_one_jobs(exc):
                         raise
-                    self._fail_attempt(job, attempt, "observing", exc)
-                    report.finished.append((job.name, "failed"))
+                    self._fail_attempt(job, attempt, "finishing", exc)
+                    report.finished[report.finished.index(said)] = (job.name, "failed")
 
-    def _observe_one(self, job: Job, attempt: Attempt, report: PassReport) -> None:
-        """One open attempt: launched if it never was, running, or ended (closed)."""
+    def _observe_one(
+        self, job: Job, attempt: Attempt, report: PassReport, closes: list[_Close]
+    ) -> None:
+        """One open attempt: launched if it never was, running, or ended (closed; an
+        attempt that succeeded is put on `closes`, to be closed with the pass's others)."""
         from broker.state import AttemptState
 
         instance = self._instance_of(job, attempt, report)
@@ -109,21 +135,27 @@ class Observing:
                 self.preempt(job.id, MOVE_REASON)
                 report.finished.append((job.name, "to cheaper spot"))
             return
-        # finish_attempt takes the lease in its own transaction (LeaseHeld: another
-        # controller closes it); a close that writes before it claims first
-        if instance.state != "succeeded" and not self.store.claim(job.id, "finish"):
+        # An attempt that succeeded closes in one write, finish_attempt, which takes the
+        # lease in its own transaction (LeaseHeld: another controller closes it), with the
+        # pass's others; a close that writes more (a checkpoint, a re-queue) claims first.
+        later = instance.state == "succeeded"
+        if not later and not self.store.claim(job.id, "finish"):
             return  # another controller closes it
+        writes: list[Callable[[], object]] = []
         try:
-            outcome = self._finish(job, attempt, instance)
+            outcome = self._finish(job, attempt, instance, writes if later else None)
         except LeaseHeld:
             raise
         except Exception as exc:  # noqa: BLE001 (one job's error: broker.controller.isolation)
             if not_one_jobs(exc):
                 raise
             self._fail_attempt(job, attempt, "finishing", exc)
-            outcome = "failed"
-        self.store.release(job.id)  # the job is at rest: anyone may take its next step
-        report.finished.append((job.name, outcome))
+            outcome, writes = "failed", []
+        if not writes:
+            self.store.release(job.id)  # the job is at rest: anyone may take its next step
+        said = (job.name, outcome)
+        report.finished.append(said)
+        closes.extend((job, attempt, write, said) for write in writes)
         if instance.state == "interrupted":
             self._release(instance, report)
 

@@ -8,7 +8,8 @@ error while launching one job is that job's (broker.controller.isolation).
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING
 
@@ -57,14 +58,8 @@ class Launching(Planning):
         provider returns the instance it launched for the attempt)."""
         with self.store.together():
             for job, attempt_id, instance in up:
-                try:
+                with self._one_jobs(job, report):  # LeaseHeld: its lease ran out, taken over
                     self.store.attempt_running(attempt_id, instance)
-                except LeaseHeld:  # its lease ran out and another controller took it over
-                    continue
-                except Exception as exc:  # noqa: BLE001 (one job's error: broker.controller.isolation)
-                    if not_one_jobs(exc):
-                        raise
-                    self._failed_launch(job, exc, report)
 
     def _launch_queue(
         self, queued: list[Job], room: Room, report: PassReport, up: list[tuple[Job, str, dict]]
@@ -85,32 +80,34 @@ class Launching(Planning):
                 for item in run:
                     self._consider(item, walk, report, starting)
             for job, attempt_id, where in starting:
-                try:  # launched at once: start_attempt took the job's lease (no claim again)
+                with self._one_jobs(job, report):  # start_attempt took its lease: no claim
                     self._start(job, self.store.attempt(attempt_id), report, up)
                     report.launched.append((job.name, where))
-                except LeaseHeld:  # another controller holds it: its step, not this pass's
-                    continue
-                except Exception as exc:  # noqa: BLE001 (one job's error: broker.controller.isolation)
-                    if not_one_jobs(exc):
-                        raise
-                    self._failed_launch(job, exc, report)
 
     def _preempt_for(self, item: Planned, walk: _Walk, report: PassReport) -> bool:
         """Stop the victims `item`'s verdict names and read the room again; False when
         that raised (the job is held) or another controller holds a victim."""
-        job = item.job
-        try:
+        job, done = item.job, False
+        with self._one_jobs(job, report):
             for victim in item.verdict.preempts:
                 self.preempt(victim, f"preempted by {job.team}/{job.name}")
             walk.room = self._room()  # the victims' nodes are free again
-        except LeaseHeld:  # another controller holds it: its step, not this pass's
-            return False
+            done = True
+        return done
+
+    @contextmanager
+    def _one_jobs(self, job: Job, report: PassReport) -> Iterator[None]:
+        """A step of `job`'s launch: skipped when another controller holds the job (its
+        step, not this pass's); an error of the job's own fails its launch, not the pass
+        (broker.controller.isolation)."""
+        try:
+            yield
+        except LeaseHeld:
+            return
         except Exception as exc:  # noqa: BLE001 (one job's error: broker.controller.isolation)
             if not_one_jobs(exc):
                 raise
             self._failed_launch(job, exc, report)
-            return False
-        return True
 
     def _consider(
         self, item: Planned, walk: _Walk, report: PassReport, starting: list[tuple[Job, str, str]]
@@ -121,7 +118,7 @@ class Launching(Planning):
         if verdict.category == ERROR:
             self._hold(job, verdict.reason, report)
             return
-        try:
+        with self._one_jobs(job, report):
             burst = False  # held for a pool, it takes its best cloud placement instead
             if verdict.action != "launch":
                 from broker.controller.pools import pool_full
@@ -140,12 +137,6 @@ class Launching(Planning):
                         report.wake_at = min(item.wake, report.wake_at or item.wake)
                     return
             self._place(job, item.decision, burst, walk.room, report, starting)
-        except LeaseHeld:  # another controller holds it: its step, not this pass's
-            return
-        except Exception as exc:  # noqa: BLE001 (one job's error: broker.controller.isolation)
-            if not_one_jobs(exc):
-                raise
-            self._failed_launch(job, exc, report)
 
     def _start(
         self, job: Job, attempt: Attempt, report: PassReport, up: list | None = None

@@ -34,10 +34,12 @@ from broker.state.model import (
     IN_FLIGHT,
     OPEN_ATTEMPT,
     IllegalTransition,
+    Job,
     JobState,
     UnknownAttempt,
     UnknownJob,
     can_transition,
+    job_of,
     json_text,
     ts_text,
 )
@@ -46,6 +48,7 @@ from broker.state.runs import RunWrites
 from pricing.userio.redact import redact, redact_data
 
 _TEXTS_KEPT = 4096  # redactions an open store remembers
+_JOBS_KEPT = 20_000  # job rows an open store remembers the Jobs of
 
 
 def default_state_path() -> Path:
@@ -94,6 +97,7 @@ class StateStore(RunWrites, AttemptWrites, LeaseWrites, StateReads):
         self._backend = backend
         self._together = False  # inside `together`: writes are savepoints of its transaction
         self._texts: dict[str, str] = {}  # text -> redacted (`_redacted`)
+        self._jobs_read: dict[tuple, Job] = {}  # a job row's values -> its Job (`_job_of`)
 
     @property
     def dialect(self) -> str:
@@ -264,6 +268,17 @@ class StateStore(RunWrites, AttemptWrites, LeaseWrites, StateReads):
         self, job_id: str, attempt_id: str | None, now: str, kind: str, message: str, data: Any
     ) -> None:
         _insert_event(self._conn, job_id, attempt_id, now, kind, message, data, self._redacted)
+
+    def _job_of(self, row: Any) -> Job:
+        """`job_of(row)`, remembered by the row's values (up to `_JOBS_KEPT` rows): a
+        controller pass reads the whole queue, most of it as the pass before read it."""
+        key = tuple(row)
+        job = self._jobs_read.get(key)
+        if job is None:
+            if len(self._jobs_read) >= _JOBS_KEPT:
+                self._jobs_read.clear()
+            job = self._jobs_read[key] = job_of(row)
+        return job
 
     def _redacted(self, text: str) -> str:
         """`redact(text)`, remembered (a few thousand texts at most): events repeat the

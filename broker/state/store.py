@@ -160,8 +160,9 @@ class StateStore(RunWrites, AttemptWrites, LeaseWrites, StateReads):
         for several steps. Each write inside is a savepoint, undone alone when it raises,
         and what the others wrote commits even when the block raises: the store ends as
         separate transactions would have left it. Only a kill in the block loses its
-        writes together, so a block holds steps whose loss together is safe (planned
-        and started before a launch; several launches' "running"), and no provider call.
+        writes together, so a block holds steps whose loss together is safe (a pass's
+        plans and starts, its launches' "running", its closes: docs/state.md), and no
+        provider call (it holds SQLite's write lock; another writer waits for it).
         On PostgreSQL each write stays its own transaction: a write there may have to run
         again whole after a conflict (`retried`), which a write inside another cannot."""
         if self._together or self.dialect != "sqlite":

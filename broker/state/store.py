@@ -66,12 +66,10 @@ def _insert_event(
     kind: str,
     message: str,
     data: Mapping[str, Any],
-    text: Callable[[str], str] = redact,
 ) -> None:
-    """One event row (module-level so that tests can make it fail mid-transaction); its
-    message and data redacted (`pricing.userio.redact`, or `text`: one that remembers its
-    answers): no secret is ever stored."""
-    row = (job_id, attempt_id, now, kind, text(message), json_text(redact_data(dict(data), text)))
+    """One event row (module-level so that tests can make it fail mid-transaction), its
+    message and data as `StateStore._event` redacted them."""
+    row = (job_id, attempt_id, now, kind, message, json_text(data))
     conn.execute(
         "INSERT INTO events (job_id, attempt_id, time, kind, message, data_json)"
         " VALUES (?, ?, ?, ?, ?, ?)",
@@ -268,7 +266,10 @@ class StateStore(RunWrites, AttemptWrites, LeaseWrites, StateReads):
     def _event(
         self, job_id: str, attempt_id: str | None, now: str, kind: str, message: str, data: Any
     ) -> None:
-        _insert_event(self._conn, job_id, attempt_id, now, kind, message, data, self._redacted)
+        """Record an event, its message and data redacted (`pricing.userio.redact`, each
+        text's answer remembered): no secret is ever stored."""
+        text, payload = self._redacted(message), redact_data(dict(data), self._redacted)
+        _insert_event(self._conn, job_id, attempt_id, now, kind, text, payload)
 
     def _job_of(self, row: Any) -> Job:
         """`job_of(row)`, remembered by the row's values (up to `_JOBS_KEPT` rows): a

@@ -56,6 +56,8 @@ class Launching(Planning):
         """The pass's launches recorded running, in one commit: a controller killed before
         it leaves them launching, and the next pass relaunches them (idempotently: the
         provider returns the instance it launched for the attempt)."""
+        if not up:
+            return
         with self.store.together():
             for job, attempt_id, instance in up:
                 with self._one_jobs(job, report):  # LeaseHeld: its lease ran out, taken over

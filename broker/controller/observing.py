@@ -93,6 +93,8 @@ class Observing:
         """The pass's closes of attempts that succeeded (one write each: `finish_attempt`)
         in one commit. A controller killed before it leaves them open, and the next pass
         closes them (billed once: finish_attempt is a compare-and-set)."""
+        if not closes:
+            return
         with self.store.together():
             for job, attempt, write, said in closes:
                 try:

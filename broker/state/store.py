@@ -166,8 +166,7 @@ class StateStore(RunWrites, AttemptWrites, LeaseWrites, StateReads):
         if self._together or self.dialect != "sqlite":
             yield
             return
-        self._backend.begin(self._conn)
-        self._together = True
+        self._together = True  # the transaction begins at the first write (`_write`)
         try:
             yield
         finally:  # what the writes inside left, committed (the block's error goes on)
@@ -175,6 +174,8 @@ class StateStore(RunWrites, AttemptWrites, LeaseWrites, StateReads):
             self._end_together()
 
     def _end_together(self) -> None:
+        if not self._conn.in_transaction:
+            return  # nothing was written
         try:
             self._conn.execute("COMMIT")
         except BaseException:
@@ -187,6 +188,8 @@ class StateStore(RunWrites, AttemptWrites, LeaseWrites, StateReads):
         """One write transaction; yields "now" read under the lock, so times follow commits.
         Inside `together`, a savepoint of its transaction."""
         if self._together:
+            if not self._conn.in_transaction:
+                self._backend.begin(self._conn)
             self._conn.execute("SAVEPOINT write")
             try:
                 yield ts_text(self._clock.now())

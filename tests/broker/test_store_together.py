@@ -42,6 +42,9 @@ def test_writes_together_commit_once_and_are_seen_only_then(tmp_path: Path) -> N
             assert store.job(first).state is JobState.PLANNED  # the writer sees its own
         assert reader.job(first).state is reader.job(second).state is JobState.PLANNED
     assert len(commits) == 1
+    with store.together():  # nothing written: no transaction, no commit
+        assert not store._conn.in_transaction
+    assert len(commits) == 1
     store.close()
 
 

@@ -23,7 +23,7 @@ from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from pathlib import Path
 from types import TracebackType
-from typing import Any
+from typing import Any, TypeVar
 
 from broker.clock import Clock
 from broker.state.attempts import AttemptWrites
@@ -49,6 +49,19 @@ from pricing.userio.redact import redact, redact_data
 
 _TEXTS_KEPT = 4096  # redactions an open store remembers
 _JOBS_KEPT = 20_000  # job rows an open store remembers the Jobs of
+K = TypeVar("K")
+V = TypeVar("V")
+
+
+def _kept(memory: dict[K, V], key: K, make: Callable[[], V], most: int) -> V:
+    """`memory[key]`, made and kept when missing; `memory` is emptied when it holds `most`
+    (an open store remembers a bounded number of answers)."""
+    known = memory.get(key)
+    if known is None:
+        if len(memory) >= most:
+            memory.clear()
+        known = memory[key] = make()
+    return known
 
 
 def default_state_path() -> Path:
@@ -277,23 +290,12 @@ class StateStore(RunWrites, AttemptWrites, LeaseWrites, StateReads):
     def _job_of(self, row: Any) -> Job:
         """`job_of(row)`, remembered by the row's values (up to `_JOBS_KEPT` rows): a
         controller pass reads the whole queue, most of it as the pass before read it."""
-        key = tuple(row)
-        job = self._jobs_read.get(key)
-        if job is None:
-            if len(self._jobs_read) >= _JOBS_KEPT:
-                self._jobs_read.clear()
-            job = self._jobs_read[key] = job_of(row)
-        return job
+        return _kept(self._jobs_read, tuple(row), lambda: job_of(row), _JOBS_KEPT)
 
     def _redacted(self, text: str) -> str:
         """`redact(text)`, remembered (a few thousand texts at most): events repeat the
         same texts (states, places, markets, reasons), each redaction some twenty patterns."""
-        known = self._texts.get(text)
-        if known is None:
-            if len(self._texts) >= _TEXTS_KEPT:
-                self._texts.clear()
-            known = self._texts[text] = redact(text)
-        return known
+        return _kept(self._texts, text, lambda: redact(text), _TEXTS_KEPT)
 
     def _fresh_id(self, prefix: str, table: str) -> str:
         while True:

@@ -1,9 +1,9 @@
 """The faster pass changes no decision: passes with its shortcuts, and passes as the
 controller made them before (every write its own transaction, each launch recorded
-running at once, the sandbox reading every record on every look, every plan's
-placements tried for room), over two copies of one state, launch the same jobs on the
-same places, write the same events, attempts, charges and instance rows, and report
-the same."""
+running and each ended attempt closed at once, the sandbox reading every record on
+every look, every plan's placements tried for room), over two copies of one state,
+launch the same jobs on the same places, write the same events, attempts, charges and
+instance rows, and report the same."""
 
 from __future__ import annotations
 
@@ -61,10 +61,13 @@ def _as_before(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
     def apart(self: StateStore) -> Iterator[None]:  # every write its own transaction
         yield
 
-    start = Controller._start
+    start, finish = Controller._start, Controller._finish
 
     def start_and_record(self, job, attempt, report, up=None):  # recorded running at once
         return start(self, job, attempt, report)
+
+    def finish_now(self, job, attempt, instance, later=None):  # each close written at once
+        return finish(self, job, attempt, instance)
 
     def every_record(self: Workdir) -> list:  # every record read from disk on every look
         records = [self.load(name) for name in self.folders()]
@@ -76,6 +79,7 @@ def _as_before(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
     with monkeypatch.context() as patch:
         patch.setattr(StateStore, "together", apart)
         patch.setattr(Controller, "_start", start_and_record)
+        patch.setattr(Controller, "_finish", finish_now)
         patch.setattr(Workdir, "live_records", every_record)
         patch.setattr(Room, "first_free", every_placement)
         yield

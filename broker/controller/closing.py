@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from decimal import Decimal
+from functools import partial
 from typing import TYPE_CHECKING
 
 from broker.controller.outcomes import INFRA_RETRIES, Ending, judge
@@ -39,9 +40,12 @@ class Closing:
     _billing: Billing | None
     _spec: Callable[[Job], JobSpec]
 
-    def _finish(self, job: Job, attempt: Attempt, instance: Instance) -> str:
+    def _finish(
+        self, job: Job, attempt: Attempt, instance: Instance, later: list | None = None
+    ) -> str:
         """Close an ended attempt: outcome, billing and the job's next state in one write
-        (the outcome table: broker.controller.outcomes)."""
+        (the outcome table: broker.controller.outcomes); with `later`, an attempt closed
+        in that one write only puts it there, for the caller to make."""
         spec = self._spec(job)
         hours = self._billed_hours(instance)
         failed = [a for a in self.store.attempts(job.id) if a.state == "failed"]
@@ -62,9 +66,11 @@ class Closing:
             reason += lost.text if lost is not None else ""
         code = instance.exit_code
         share = lost.share if lost is not None else None
+        one_write = later if verdict.outcome != "interrupted" else None  # else: a re-queue
         self._close(
-            attempt, verdict.outcome, code, reason, hours, verdict.next_state, instance, share
-        )
+            attempt, verdict.outcome, code, reason, hours, verdict.next_state, instance, share,
+            one_write,
+        )  # fmt: skip
         if verdict.outcome == "interrupted":
             # Back to the queue: the next plan prices moving the checkpoint from where it
             # lives, the reclaimed place is closed for spot a while (broker.recovery).
@@ -83,15 +89,22 @@ class Closing:
         to: JobState | None,
         instance: Instance | None = None,
         lost_share: Decimal | None = None,
+        later: list | None = None,
     ) -> None:
         """End an attempt with its charges (time, data moved, the checkpoint's copy), and
-        its instance rows as `instance` last reported (terminated: gone, or never up)."""
+        its instance rows as `instance` last reported (terminated: gone, or never up);
+        with `later`, the write is put there for the caller to make."""
         entries = self._charges(attempt, hours, outcome)
         ended = instance.state if instance is not None else "terminated"
-        self.store.finish_attempt(
+        write = partial(
+            self.store.finish_attempt,
             attempt.id, outcome, code, reason, hours, entries, job_to=to, instance_state=ended,
             lost_share=lost_share,
         )  # fmt: skip
+        if later is None:
+            write()
+        else:
+            later.append(write)
 
     def _charges(self, attempt: Attempt, hours: Decimal | float, outcome: str) -> list[dict]:
         """What ending `attempt` after `hours` of billed time with `outcome` is charged:

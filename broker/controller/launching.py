@@ -8,7 +8,9 @@ error while launching one job is that job's (broker.controller.isolation).
 
 from __future__ import annotations
 
-from dataclasses import replace
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING
 
 from broker.controller.isolation import ERROR, not_one_jobs
@@ -19,16 +21,22 @@ from broker.state.limits import TeamLimitReached
 from broker.state.placed import PlacedOn
 
 if TYPE_CHECKING:
-    from broker.controller.planning import Room
+    from broker.controller.planning import Planned, Room
     from broker.controller.reconcile import PassReport
     from broker.planner.decision import Decision, Placement
-    from broker.state import Job
+    from broker.state import Attempt, Job
     from broker.state.limits import TeamLimits
+    from providers.base import Instance
 
 
 class Launching(Planning):
     """The controller's launching: a part of `Controller`, which provides the attributes
-    of `Planning` and `preempt`, `_start` and `_fail_attempt`."""
+    of `Planning` and those below, `preempt`, `_close` and `_fail_attempt`."""
+
+    _looked: dict[str, float]  # budgets: attempt id -> hours of burn looked at
+    _close: Callable[..., None]
+    _fail_attempt: Callable[[Job, Attempt, str, Exception], None]
+    preempt: Callable[[str, str], None]
 
     # --- (3) plan and launch --------------------------------------------------------
 
@@ -38,42 +46,141 @@ class Launching(Planning):
         if not queued:
             return
         room = self._room()
-        running = None  # read once, when a full pool first asks
-        ahead: dict[str, float] = {}  # pool -> GPUs of the jobs this pass left waiting for it
-        for item in self._queue(queued):
-            job, verdict, best = item.job, item.verdict, item.best
-            if verdict.category == ERROR:
-                self._hold(job, verdict.reason, report)
-                continue
-            try:
-                burst = False  # held for a pool, it takes its best cloud placement instead
-                if verdict.action != "launch":
-                    from broker.controller.pools import pool_full
+        up: list[tuple[Job, str, dict]] = []  # launched, their "running" not recorded yet
+        try:
+            self._launch_queue(queued, room, report, up)
+        finally:
+            self._record_running(up, report)
 
-                    held = pool_full(verdict, best)
-                    if held and running is None:
-                        running = self._running()
-                    burst = held and self._bursts(job, item.decision, running, ahead)
-                    if not burst:
-                        if held:
-                            gpus = best.accelerator_count * best.nodes
-                            ahead[best.zone] = ahead.get(best.zone, 0.0) + gpus
-                        report.waiting[job.name] = verdict.reason
-                        report.waiting_for[job.name] = verdict.category
-                        if item.wake is not None:  # it may start by itself then
-                            report.wake_at = min(item.wake, report.wake_at or item.wake)
-                        continue
-                for victim in verdict.preempts:
-                    self.preempt(victim, f"preempted by {job.team}/{job.name}")
-                if verdict.preempts:
-                    room = self._room()  # the victims' nodes are free again
-                self._place(job, item.decision, burst, room, report)
-            except LeaseHeld:  # another controller holds it: its step, not this pass's
-                continue
-            except Exception as exc:  # noqa: BLE001 (one job's error: broker.controller.isolation)
-                if not_one_jobs(exc):
-                    raise
-                self._failed_launch(job, exc, report)
+    def _record_running(self, up: list[tuple[Job, str, dict]], report: PassReport) -> None:
+        """The pass's launches recorded running, in one commit: a controller killed before
+        it leaves them launching, and the next pass relaunches them (idempotently: the
+        provider returns the instance it launched for the attempt)."""
+        if not up:
+            return
+        with self.store.together():
+            for job, attempt_id, instance in up:
+                with self._one_jobs(job, report):  # LeaseHeld: its lease ran out, taken over
+                    self.store.attempt_running(attempt_id, instance)
+
+    def _launch_queue(
+        self, queued: list[Job], room: Room, report: PassReport, up: list[tuple[Job, str, dict]]
+    ) -> None:
+        """`_launch` down the queue in the policy's order, in runs that end before a job
+        that preempts (its victims are stopped first, then the room is read again): a
+        run's plans and starts commit together (no provider call among them), then its
+        attempts launch, each instance put on `up` to be recorded running with the others.
+        A kill between the two leaves attempts launching with no instance: the next pass
+        launches them (`Observing._instance_of`), as after a kill between any start and
+        its launch."""
+        walk = _Walk(room)
+        for run in _runs(self._queue(queued)):
+            if run[0].verdict.preempts and not self._preempt_for(run[0], walk, report):
+                run = run[1:]  # its preemption raised or is another's: it waits
+            starting: list[tuple[Job, str, str]] = []  # (job, attempt id, where launched)
+            with self.store.together():
+                for item in run:
+                    self._consider(item, walk, report, starting)
+            for job, attempt_id, where in starting:
+                with self._one_jobs(job, report):  # start_attempt took its lease: no claim
+                    self._start(job, self.store.attempt(attempt_id), report, up)
+                    report.launched.append((job.name, where))
+
+    def _preempt_for(self, item: Planned, walk: _Walk, report: PassReport) -> bool:
+        """Stop the victims `item`'s verdict names and read the room again; False when
+        that raised (the job is held) or another controller holds a victim."""
+        job, done = item.job, False
+        with self._one_jobs(job, report):
+            for victim in item.verdict.preempts:
+                self.preempt(victim, f"preempted by {job.team}/{job.name}")
+            walk.room = self._room()  # the victims' nodes are free again
+            done = True
+        return done
+
+    @contextmanager
+    def _one_jobs(self, job: Job, report: PassReport) -> Iterator[None]:
+        """A step of `job`'s launch: skipped when another controller holds the job (its
+        step, not this pass's); an error of the job's own fails its launch, not the pass
+        (broker.controller.isolation)."""
+        try:
+            yield
+        except LeaseHeld:
+            return
+        except Exception as exc:  # noqa: BLE001 (one job's error: broker.controller.isolation)
+            if not_one_jobs(exc):
+                raise
+            self._failed_launch(job, exc, report)
+
+    def _consider(
+        self, item: Planned, walk: _Walk, report: PassReport, starting: list[tuple[Job, str, str]]
+    ) -> None:
+        """One queued job: held, waiting (for a full pool, unless it bursts), or planned
+        and started (put on `starting`, to launch once its run is committed)."""
+        job, verdict, best = item.job, item.verdict, item.best
+        if verdict.category == ERROR:
+            self._hold(job, verdict.reason, report)
+            return
+        with self._one_jobs(job, report):
+            burst = False  # held for a pool, it takes its best cloud placement instead
+            if verdict.action != "launch":
+                from broker.controller.pools import pool_full
+
+                held = pool_full(verdict, best)
+                if held and walk.running is None:
+                    walk.running = self._running()
+                burst = held and self._bursts(job, item.decision, walk.running, walk.ahead)
+                if not burst:
+                    if held:
+                        gpus = best.accelerator_count * best.nodes
+                        walk.ahead[best.zone] = walk.ahead.get(best.zone, 0.0) + gpus
+                    report.waiting[job.name] = verdict.reason
+                    report.waiting_for[job.name] = verdict.category
+                    if item.wake is not None:  # it may start by itself then
+                        report.wake_at = min(item.wake, report.wake_at or item.wake)
+                    return
+            self._place(job, item.decision, burst, walk.room, report, starting)
+
+    def _start(
+        self, job: Job, attempt: Attempt, report: PassReport, up: list | None = None
+    ) -> Instance | None:
+        """Copy the checkpoint where the attempt runs, then launch it; None when it did
+        not start (the attempt is closed, or left for a retry on the next pass). Its
+        instance is recorded running, or put on `up` for the caller to record."""
+        from broker.controller.requests import launch_request
+        from providers.errors import ProviderError
+
+        spec = self._spec(job)
+        try:
+            self.checkpoints.migrate(spec, job, attempt)
+        except ProviderError as exc:
+            report.cannot_reach(f"checkpoint copy for attempt {attempt.id}", exc)
+            if exc.retryable:
+                return None  # try the copy again on the next pass
+            # A copy that can never succeed: start there from what its store holds.
+        here = attempt.placed_on
+        store = self.checkpoints.location(job.id, here.cloud, here.region)
+        submitted = self.store.version(job.id, attempt.version).submitted_at
+        try:
+            request = launch_request(job, attempt, spec, store, spec.runtime.deadline_at(submitted))
+        except ValueError as exc:  # the job cannot run on this provider (e.g. no command)
+            self._close(attempt, "failed", None, f"cannot launch: {exc}", 0.0, None)
+            return None
+        try:
+            instance = self.provider.launch(request)
+        except ProviderError as exc:
+            # Capacity, quota, throttling: back to the queue; the error is recorded with
+            # its class (broker.launch_errors: the metrics count failures by it).
+            from broker.launch_errors import launch_failure_reason
+
+            retry = JobState.QUEUED if exc.retryable else None
+            self._close(attempt, "failed", None, launch_failure_reason(exc), 0.0, retry)
+            return None
+        if up is None:
+            self.store.attempt_running(attempt.id, instance_row(instance))
+        else:
+            up.append((job, attempt.id, instance_row(instance)))
+        self._looked[attempt.id] = 0.0  # its burn by the next pass is all it will run
+        return instance
 
     def _hold(self, job: Job, reason: str, report: PassReport) -> None:
         """Keep a job the broker's code raised on in the queue, its error noted once."""
@@ -99,11 +206,17 @@ class Launching(Planning):
         self._hold(job, reason, report)
 
     def _place(
-        self, job: Job, decision: Decision, burst: bool, room: Room, report: PassReport
+        self,
+        job: Job,
+        decision: Decision,
+        burst: bool,
+        room: Room,
+        report: PassReport,
+        starting: list[tuple[Job, str, str]],
     ) -> None:
         """Plan `job` on its first placement with room (its best cloud one when it
-        bursts: it never takes the pool's room, which the queue policy kept), start
-        its attempt and launch it."""
+        bursts: it never takes the pool's room, which the queue policy kept) and start
+        its attempt, put on `starting` to launch (`_launch_queue`)."""
         from broker.controller.pools import first_cloud
 
         placement = first_cloud(decision) if burst else self._first_free(decision, room)
@@ -134,9 +247,7 @@ class Launching(Planning):
             report.waiting[job.name] = str(exc)
             report.waiting_for[job.name] = exc.category
             return
-        # launched at once: start_attempt took the job's lease for it (no claim again)
-        self._start(job, self.store.attempt(attempt_id), report)
-        report.launched.append((job.name, f"{placed.where} {placement.market}"))
+        starting.append((job, attempt_id, f"{placed.where} {placement.market}"))
 
     def _limits(self, team: str) -> TeamLimits:
         """The team's quota and budget, for `start_attempt` to check against the shared
@@ -203,3 +314,38 @@ def _decision_figures(placement: Placement) -> str:
             f"{cost.interruption_rate:.2g}/h ({cost.interruption_rate_source})"
         )
     return text
+
+
+def instance_row(instance: Instance) -> dict:
+    """What the store records of a launched instance (`StateStore.attempt_running`)."""
+    row = {
+        "provider_id": instance.id,
+        "cloud": instance.cloud,
+        "region": instance.region,
+        "zone": instance.zone,
+        "instance_type": instance.instance_type,
+        "tags": dict(instance.tags),
+    }
+    if instance.members:  # a gang: its nodes, for `broker status`
+        row["members"] = instance.members
+    return row
+
+
+@dataclass(slots=True)
+class _Walk:
+    """What the walk down the queue carries from one job to the next."""
+
+    room: Room  # what may still launch this pass
+    running: list | None = None  # the running jobs, read once, when a full pool first asks
+    # pool -> GPUs of the jobs this pass left waiting for it
+    ahead: dict[str, float] = field(default_factory=dict)
+
+
+def _runs(items: list[Planned]) -> list[list[Planned]]:
+    """`items` in runs, each new one starting at a job whose verdict preempts."""
+    runs: list[list[Planned]] = []
+    for item in items:
+        if not runs or item.verdict.preempts:
+            runs.append([])
+        runs[-1].append(item)
+    return runs

@@ -12,7 +12,7 @@ answers what the pass would do, without acting.
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING
 
 from broker.controller.isolation import ERROR, not_one_jobs
@@ -155,7 +155,8 @@ class Planning:
         items, unordered = self._ordered(plans.jobs, plans.decisions)
         broken = plans.broken | unordered
         self._held = set(broken)
-        items = [_cooled(item, plans.cooling) for item in items]
+        if plans.cooling:
+            items = [_cooled(item, plans.cooling) for item in items]
         for job in queued:
             if job.id in broken:
                 verdict = Verdict(job.id, "wait", broken[job.id], category=ERROR)
@@ -308,7 +309,7 @@ class Planning:
 
     def _first_free(self, decision: Decision, room: Room) -> Placement | None:
         """The best placement whose place still has room in this pass."""
-        return next((p for p in decision.placements if room.fits(p)), None)
+        return room.first_free(decision.placements)
 
     def _room(self) -> Room:
         """Room per place now, read once per pass."""
@@ -329,6 +330,18 @@ class Room:
 
     nodes: dict[tuple[str, str], int]
     gpus: dict[tuple[str, str], int]
+    # placements found with no room (by identity, kept alive here): room only shrinks, so
+    # they stay without; jobs that share a plan share its placements (broker.planner.sharing)
+    _full: dict[int, tuple[Placement, ...]] = field(default_factory=dict, init=False, repr=False)
+
+    def first_free(self, placements: tuple[Placement, ...]) -> Placement | None:
+        """The first of `placements` whose place has room."""
+        if id(placements) in self._full:
+            return None
+        found = next((p for p in placements if self.fits(p)), None)
+        if found is None:
+            self._full[id(placements)] = placements
+        return found
 
     def fits(self, placement: Placement) -> bool:
         gpus = self.gpus.get((placement.cloud, placement.zone))

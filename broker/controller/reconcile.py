@@ -30,31 +30,22 @@ from broker.clock import Clock
 from broker.controller.budgets import Budgets
 from broker.controller.checkpoints import Checkpoints
 from broker.controller.closing import Closing
-from broker.controller.isolation import not_one_jobs
 from broker.controller.launching import Launching
+from broker.controller.observing import ACTIVE, Observing
 from broker.controller.specs import Specs
-from broker.controller.steering import steer
 from broker.dispatch.settings import DispatchSettings
 from broker.state import JobState
-from broker.state.leases import Holder, LeaseHeld
+from broker.state.leases import Holder
 from providers.capabilities import Billing, Capacity, CheckpointStores, PoolShares, SpotMarket
 
 if TYPE_CHECKING:
     from broker.learned_runtime import History
     from broker.queue import Policy
     from broker.spec import JobSpec
-    from broker.state import Attempt, Job, StateStore
+    from broker.state import Job, StateStore
     from pricing.query import OfferIndex
-    from providers.base import Instance, Provider
+    from providers.base import Provider
     from providers.errors import ProviderError
-
-ACTIVE = (
-    JobState.PLANNED,
-    JobState.LAUNCHING,
-    JobState.RUNNING,
-    JobState.INTERRUPTED,
-    JobState.MIGRATING,
-)
 
 
 @dataclass
@@ -85,7 +76,7 @@ class PassReport:
 
 
 @dataclass
-class Controller(Launching, Closing, Budgets):
+class Controller(Observing, Launching, Closing, Budgets):
     """Reconciles `store` with `provider`; `index_of` turns the provider's offers
     (with current capacity) into the index the planner reads."""
 
@@ -177,156 +168,6 @@ class Controller(Launching, Closing, Budgets):
                     job.id, JobState.QUEUED, "re-queued: no attempt in flight", expect=job.state
                 )
 
-    # --- (1) what the provider says about open attempts -----------------------------
-
-    def _observe(self, report: PassReport) -> None:
-        from broker.state import OPEN_ATTEMPT
-        from providers.errors import ProviderError
-
-        self._record_notices(report)  # first: an ended attempt is judged knowing them
-        for job in self.store.jobs(states=(*ACTIVE, JobState.CANCELLED)):
-            for attempt in self.store.attempts(job.id, states=OPEN_ATTEMPT):
-                try:
-                    self._observe_one(job, attempt, report)
-                except LeaseHeld:  # another controller is on this job's next step
-                    continue
-                except ProviderError as exc:  # the provider cannot answer now: next pass
-                    report.cannot_reach(f"attempt {attempt.id}", exc)
-                except Exception as exc:  # noqa: BLE001 (one job's error: broker.controller.isolation)
-                    if not_one_jobs(exc):
-                        raise
-                    self._fail_attempt(job, attempt, "observing", exc)
-                    report.finished.append((job.name, "failed"))
-
-    def _observe_one(self, job: Job, attempt: Attempt, report: PassReport) -> None:
-        """One open attempt: launched if it never was, running, or ended (closed)."""
-        from broker.state import AttemptState
-
-        instance = self._instance_of(job, attempt, report)
-        if instance is None:
-            return
-        if instance.members:
-            self._record_members(attempt.id, instance)
-        if job.state is JobState.CANCELLED and instance.active:
-            if not self.store.claim(job.id, "cancel"):
-                return
-            self.provider.terminate(instance.id)
-            report.terminated.append(instance.id)
-            instance = self.provider.describe(instance.id)
-        if instance.active:
-            if attempt.state is AttemptState.LAUNCHING:
-                self.store.attempt_running(attempt.id, _instance_row(instance))
-            elif self._back_to_spot(job, attempt):
-                self.preempt(job.id, "back to spot: the deadline's slack is rebuilt")
-                report.finished.append((job.name, "back to spot"))
-            elif self._cheaper_spot(job, attempt):
-                from broker.controller.moving import MOVE_REASON
-
-                self.preempt(job.id, MOVE_REASON)
-                report.finished.append((job.name, "to cheaper spot"))
-            return
-        if not self.store.claim(job.id, "finish"):
-            return  # another controller closes it
-        try:
-            outcome = self._finish(job, attempt, instance)
-        except LeaseHeld:
-            raise
-        except Exception as exc:  # noqa: BLE001 (one job's error: broker.controller.isolation)
-            if not_one_jobs(exc):
-                raise
-            self._fail_attempt(job, attempt, "finishing", exc)
-            outcome = "failed"
-        self.store.release(job.id)  # the job is at rest: anyone may take its next step
-        report.finished.append((job.name, outcome))
-        if instance.state == "interrupted":
-            self._release(instance, report)
-
-    def _instance_of(self, job: Job, attempt: Attempt, report: PassReport) -> Instance | None:
-        """The attempt's instance; relaunched (idempotently) when the store has none yet,
-        which is where a controller killed between `start_attempt` and the launch resumes.
-        A provider that cannot answer now (throttled, unreachable) leaves the attempt as it
-        is for the next pass: only NotFound means the instance is gone."""
-        from providers.errors import NotFound, ProviderError
-
-        known = self.store.instances(attempt_id=attempt.id)
-        if known:
-            try:
-                return self.provider.describe(known[0].provider_id)
-            except NotFound:
-                self._close(attempt, "failed", None, "instance vanished", 0.0, JobState.QUEUED)
-                return None
-            except ProviderError as exc:
-                report.cannot_reach(known[0].provider_id, exc)
-                return None
-        if not self.store.claim(job.id, "launch"):
-            return None  # another controller is launching it (its lease is live)
-        return self._start(job, attempt, report)
-
-    def _record_members(self, attempt_id: str, instance: Instance) -> None:
-        """Keep a gang's nodes as last seen (ranks, places, states) for `broker status`;
-        written only when they changed."""
-        for known in self.store.instances(attempt_id=attempt_id):
-            if known.provider_id == instance.id and known.members != instance.members:
-                self.store.record_instance(
-                    known.cloud, known.provider_id, known.state, members=instance.members
-                )
-
-    def _start(self, job: Job, attempt: Attempt, report: PassReport) -> Instance | None:
-        """Copy the checkpoint where the attempt runs, then launch it; None when it did
-        not start (the attempt is closed, or left for a retry on the next pass)."""
-        from broker.controller.requests import launch_request
-        from providers.errors import ProviderError
-
-        spec = self._spec(job)
-        try:
-            self.checkpoints.migrate(spec, job, attempt)
-        except ProviderError as exc:
-            report.cannot_reach(f"checkpoint copy for attempt {attempt.id}", exc)
-            if exc.retryable:
-                return None  # try the copy again on the next pass
-            # A copy that can never succeed: start there from what its store holds.
-        here = attempt.placed_on
-        store = self.checkpoints.location(job.id, here.cloud, here.region)
-        submitted = self.store.version(job.id, attempt.version).submitted_at
-        try:
-            request = launch_request(job, attempt, spec, store, spec.runtime.deadline_at(submitted))
-        except ValueError as exc:  # the job cannot run on this provider (e.g. no command)
-            self._close(attempt, "failed", None, f"cannot launch: {exc}", 0.0, None)
-            return None
-        try:
-            instance = self.provider.launch(request)
-        except ProviderError as exc:
-            # Capacity, quota, throttling: back to the queue; the error is recorded with
-            # its class (broker.launch_errors: the metrics count failures by it).
-            from broker.launch_errors import launch_failure_reason
-
-            retry = JobState.QUEUED if exc.retryable else None
-            self._close(attempt, "failed", None, launch_failure_reason(exc), 0.0, retry)
-            return None
-        self.store.attempt_running(attempt.id, _instance_row(instance))
-        self._looked[attempt.id] = 0.0  # its burn by the next pass is all it will run
-        return instance
-
-    def _record_notices(self, report: PassReport) -> None:
-        """Record each interruption notice on its attempt (broker.interruption's table);
-        asked only while some spot attempt is open, as clouds answer per region."""
-        from broker.interruption import handling
-        from broker.state import OPEN_ATTEMPT
-        from providers.errors import ProviderError
-
-        if not any(a.market == "spot" for a in self.store.attempts(states=OPEN_ATTEMPT)):
-            return
-        try:
-            notices = self.provider.interruptions()
-        except ProviderError as exc:
-            report.cannot_reach("interruptions", exc)
-            return
-        for notice in notices:
-            for known in self.store.instances(provider_id=notice.instance_id):
-                if known.attempt_id is not None:
-                    what = handling(notice.kind)
-                    self.store.record_notice(known.attempt_id, notice, what.action, what.meaning)
-
     # --- (2) instances nobody wants -------------------------------------------------
 
     def _sweep(self, report: PassReport) -> None:
@@ -351,56 +192,6 @@ class Controller(Launching, Closing, Budgets):
                 self.provider.terminate(instance.id)
                 report.terminated.append(instance.id)
 
-    # --- spot survival -----------------------------------------------------------------
-
-    def _back_to_spot(self, job: Job, attempt: Attempt) -> bool:
-        """True when a job the spot policy sent to on-demand may go back to spot now (it
-        stops gracefully: SIGTERM, checkpoint, re-plan). Only policy-steered attempts:
-        an on-demand placement chosen on price stays."""
-        if not attempt.placed_on.steered:
-            return False
-        spec = self._spec(job)
-        _, choice = steer(
-            spec,
-            job,
-            self.store,
-            self.clock.now(),
-            self.settings,
-            current="on-demand",
-            spot_available=self._spot_open(spec),
-        )
-        return choice == "spot"
-
-    def _cheaper_spot(self, job: Job, attempt: Attempt) -> bool:
-        """True when a steered job's spot run should stop to move to cheaper spot on sale
-        elsewhere (broker.dispatch.move), the offers as the next plan sees them."""
-        from broker.controller.moving import moves_to_cheaper_spot, wants_a_look
-        from broker.recovery import adjust_index
-
-        spec = self._spec(job)
-        if not wants_a_look(spec, attempt, self.settings):
-            return False
-        now = self.clock.now()
-        if self._offered is None or self._offered[0] != now:  # the offers, once per pass
-            self._offered = (now, self.index_of(self.provider))
-        index = adjust_index(self._offered[1], self.store, now, self.settings.cooldown_scale)
-        return moves_to_cheaper_spot(
-            self.store, job, spec, attempt, self._gangs(index, [spec]), now, self.settings,
-            self.checkpoints.stores is not None,
-        )  # fmt: skip
-
-    def _release(self, instance: Instance, report: PassReport) -> None:
-        """Delete what a reclaimed instance leaves behind (a deallocated Azure VM, a
-        stopped GCE VM keep their disks, which cost money); safe to repeat."""
-        from providers.errors import NotFound, ProviderError
-
-        try:
-            self.provider.terminate(instance.id)
-        except NotFound:
-            pass  # the cloud deleted it itself
-        except ProviderError as exc:
-            report.cannot_reach(instance.id, exc)
-
     def _spec(self, job: Job) -> JobSpec:
         """The job's spec in the version in force, as the store keeps it (decoded once),
         with its runtime estimate: an `auto` one learned from history once, and raised
@@ -424,17 +215,3 @@ class Controller(Launching, Closing, Budgets):
 
         runtime = raised_by_work(self.store, job, spec, spec.runtime, self.clock.now())
         return spec if runtime is spec.runtime else replace(spec, runtime=runtime)
-
-
-def _instance_row(instance: Instance) -> dict:
-    row = {
-        "provider_id": instance.id,
-        "cloud": instance.cloud,
-        "region": instance.region,
-        "zone": instance.zone,
-        "instance_type": instance.instance_type,
-        "tags": dict(instance.tags),
-    }
-    if instance.members:  # a gang: its nodes, for `broker status`
-        row["members"] = instance.members
-    return row

@@ -7,8 +7,9 @@ public read is remembered until the next write transaction, so a question asked 
 before anything changed is answered from memory. Nothing else differs: the writes,
 the schema, the SQL and the decoding are the production store's, and every answer is
 what the production store would give (its values are frozen dataclasses; lists and
-dicts are handed out as copies). Likewise a row is decoded once per content and a text
-redacted once per run. A simulator's store need not survive a power cut, so commits do
+dicts are handed out as copies). Likewise a row is decoded once per content (an event's
+texts are redacted once, as every store does). A simulator's store need not survive a
+power cut, so commits do
 not wait for the disk (`synchronous = OFF`).
 """
 
@@ -73,7 +74,6 @@ class SimStateStore(StateStore):
         super().__init__(*args, **kwargs)
         self._memo: dict[tuple, Any] = {}  # read and arguments -> answer, until a write
         self._rows: dict[tuple, Any] = {}  # (decoder, row values) -> value
-        self._texts: dict[str, str] = {}  # text -> redacted
 
     # the reads the controller, recovery, steering and the cadence ask (each only reads)
     job = _remembered(StateStore.job)
@@ -104,29 +104,6 @@ class SimStateStore(StateStore):
                 yield now
         finally:
             self._memo_clear()
-
-    def _event(
-        self, job_id: str, attempt_id: str | None, now: str, kind: str, message: str, data: Any
-    ) -> None:
-        """`StateStore._event`'s row (`broker.state.store._insert_event`), each text's
-        redaction remembered: a simulation writes the same few texts thousands of times."""
-        from broker.state.model import json_text
-        from pricing.userio.redact import redact_data
-
-        row = (job_id, attempt_id, now, kind, self._redacted(message),
-               json_text(redact_data(dict(data), self._redacted)))  # fmt: skip
-        self._conn.execute(
-            "INSERT INTO events (job_id, attempt_id, time, kind, message, data_json)"
-            " VALUES (?, ?, ?, ?, ?, ?)",
-            row,
-        )
-
-    def _redacted(self, text: str) -> str:
-        from pricing.userio.redact import redact
-
-        if text not in self._texts:
-            self._texts[text] = redact(text)
-        return self._texts[text]
 
     def _attempt_of(self, row: sqlite3.Row) -> Attempt:
         """An attempt row decoded once per content (a pass re-reads every attempt)."""

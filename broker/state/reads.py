@@ -70,6 +70,8 @@ class StateReads(StateTallies):
     _job_row: Callable[[str], Any]
     _attempt_row: Callable[[str], Any]
 
+    _job_of: Callable[[Any], Job]  # job_of, remembered (StateStore._job_of)
+
     # rows to values (the simulator's store remembers them: broker.sim.store)
     _attempt_of = staticmethod(attempt_of)
     _event_of = staticmethod(event_of)
@@ -110,13 +112,13 @@ class StateReads(StateTallies):
             ("j.state", states), ("j.team", team), ("j.queue", queue), ("j.submitter", submitter)
         )
         sql = f"{JOB_SELECT}{where} ORDER BY j.created_at, j.run, j.id"
-        return [job_of(r) for r in self._conn.execute(sql, params)]
+        return [self._job_of(r) for r in self._conn.execute(sql, params)]
 
     def queued(self, queue: str | None = None) -> list[Job]:
         """Queued jobs in the order they should be considered: priority, then FIFO."""
         where, params = _filters(("j.state", [JobState.QUEUED]), ("j.queue", queue))
         sql = f"{JOB_SELECT}{where} ORDER BY j.priority DESC, j.queued_at, j.id"
-        return [job_of(r) for r in self._conn.execute(sql, params)]
+        return [self._job_of(r) for r in self._conn.execute(sql, params)]
 
     def version(self, job_id: str, number: int | None = None) -> JobVersion:
         """One version of a job's manifest; by default the one in force."""

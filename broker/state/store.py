@@ -23,7 +23,7 @@ from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from pathlib import Path
 from types import TracebackType
-from typing import Any
+from typing import Any, TypeVar
 
 from broker.clock import Clock
 from broker.state.attempts import AttemptWrites
@@ -34,16 +34,34 @@ from broker.state.model import (
     IN_FLIGHT,
     OPEN_ATTEMPT,
     IllegalTransition,
+    Job,
     JobState,
     UnknownAttempt,
     UnknownJob,
     can_transition,
+    job_of,
     json_text,
     ts_text,
 )
 from broker.state.reads import StateReads
 from broker.state.runs import RunWrites
 from pricing.userio.redact import redact, redact_data
+
+_TEXTS_KEPT = 4096  # redactions an open store remembers
+_JOBS_KEPT = 20_000  # job rows an open store remembers the Jobs of
+K = TypeVar("K")
+V = TypeVar("V")
+
+
+def _kept(memory: dict[K, V], key: K, make: Callable[[], V], most: int) -> V:
+    """`memory[key]`, made and kept when missing; `memory` is emptied when it holds `most`
+    (an open store remembers a bounded number of answers)."""
+    known = memory.get(key)
+    if known is None:
+        if len(memory) >= most:
+            memory.clear()
+        known = memory[key] = make()
+    return known
 
 
 def default_state_path() -> Path:
@@ -62,9 +80,9 @@ def _insert_event(
     message: str,
     data: Mapping[str, Any],
 ) -> None:
-    """One event row (module-level so that tests can make it fail mid-transaction); its
-    message and data redacted (`pricing.userio.redact`): no secret is ever stored."""
-    row = (job_id, attempt_id, now, kind, redact(message), json_text(redact_data(dict(data))))
+    """One event row (module-level so that tests can make it fail mid-transaction), its
+    message and data as `StateStore._event` redacted them."""
+    row = (job_id, attempt_id, now, kind, message, json_text(data))
     conn.execute(
         "INSERT INTO events (job_id, attempt_id, time, kind, message, data_json)"
         " VALUES (?, ?, ?, ?, ?, ?)",
@@ -88,6 +106,9 @@ class StateStore(RunWrites, AttemptWrites, LeaseWrites, StateReads):
         self._conn, self._clock, self.path, self._new_id = conn, clock, path, new_id
         self._holder = None  # no leases until a controller says who it is
         self._backend = backend
+        self._together = False  # inside `together`: writes are savepoints of its transaction
+        self._texts: dict[str, str] = {}  # text -> redacted (`_redacted`)
+        self._jobs_read: dict[tuple, Job] = {}  # a job row's values -> its Job (`_job_of`)
 
     @property
     def dialect(self) -> str:
@@ -145,8 +166,52 @@ class StateStore(RunWrites, AttemptWrites, LeaseWrites, StateReads):
         self.close()
 
     @contextmanager
+    def together(self) -> Iterator[None]:
+        """The writes made inside commit at once, at the end: one commit (one fsync)
+        for several steps. Each write inside is a savepoint, undone alone when it raises,
+        and what the others wrote commits even when the block raises: the store ends as
+        separate transactions would have left it. Only a kill in the block loses its
+        writes together, so a block holds steps whose loss together is safe (a pass's
+        plans and starts, its launches' "running", its closes: docs/state.md), and no
+        provider call (it holds SQLite's write lock; another writer waits for it).
+        On PostgreSQL each write stays its own transaction: a write there may have to run
+        again whole after a conflict (`retried`), which a write inside another cannot."""
+        if self._together or self.dialect != "sqlite":
+            yield
+            return
+        self._together = True  # the transaction begins at the first write (`_write`)
+        try:
+            yield
+        finally:  # what the writes inside left, committed (the block's error goes on)
+            self._together = False
+            self._end_together()
+
+    def _end_together(self) -> None:
+        if not self._conn.in_transaction:
+            return  # nothing was written
+        try:
+            self._conn.execute("COMMIT")
+        except BaseException:
+            if self._conn.in_transaction:
+                self._conn.execute("ROLLBACK")
+            raise
+
+    @contextmanager
     def _write(self) -> Iterator[str]:
-        """One write transaction; yields "now" read under the lock, so times follow commits."""
+        """One write transaction; yields "now" read under the lock, so times follow commits.
+        Inside `together`, a savepoint of its transaction."""
+        if self._together:
+            if not self._conn.in_transaction:
+                self._backend.begin(self._conn)
+            self._conn.execute("SAVEPOINT write")
+            try:
+                yield ts_text(self._clock.now())
+            except BaseException:
+                self._conn.execute("ROLLBACK TO SAVEPOINT write")
+                self._conn.execute("RELEASE SAVEPOINT write")
+                raise
+            self._conn.execute("RELEASE SAVEPOINT write")
+            return
         self._backend.begin(self._conn)
         try:
             yield ts_text(self._clock.now())
@@ -217,7 +282,20 @@ class StateStore(RunWrites, AttemptWrites, LeaseWrites, StateReads):
     def _event(
         self, job_id: str, attempt_id: str | None, now: str, kind: str, message: str, data: Any
     ) -> None:
-        _insert_event(self._conn, job_id, attempt_id, now, kind, message, data)
+        """Record an event, its message and data redacted (`pricing.userio.redact`, each
+        text's answer remembered): no secret is ever stored."""
+        text, payload = self._redacted(message), redact_data(dict(data), self._redacted)
+        _insert_event(self._conn, job_id, attempt_id, now, kind, text, payload)
+
+    def _job_of(self, row: Any) -> Job:
+        """`job_of(row)`, remembered by the row's values (up to `_JOBS_KEPT` rows): a
+        controller pass reads the whole queue, most of it as the pass before read it."""
+        return _kept(self._jobs_read, tuple(row), lambda: job_of(row), _JOBS_KEPT)
+
+    def _redacted(self, text: str) -> str:
+        """`redact(text)`, remembered (a few thousand texts at most): events repeat the
+        same texts (states, places, markets, reasons), each redaction some twenty patterns."""
+        return _kept(self._texts, text, lambda: redact(text), _TEXTS_KEPT)
 
     def _fresh_id(self, prefix: str, table: str) -> str:
         while True:

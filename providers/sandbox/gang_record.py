@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import socket
 from dataclasses import dataclass
-from pathlib import Path
 
 from pricing.userio.atomic import atomic_write_text
 from providers.sandbox.records import Workdir, decode_record, encode_record
@@ -78,8 +77,10 @@ def write_gang(workdir: Workdir, gang: GangRecord) -> None:
 def gang_records(workdir: Workdir) -> list[GangRecord]:
     """Every gang's record, by folder name."""
     found = []
-    for path in sorted(Path(workdir.root).glob(f"*/{GANG}")):
-        gang = load_gang(workdir, path.parent.name)
+    for name in workdir.folders():
+        if workdir.holds_record(name):  # a single-node attempt's folder: not a gang
+            continue
+        gang = load_gang(workdir, name)
         if gang is not None:
             found.append(gang)
     return found

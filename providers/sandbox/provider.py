@@ -363,9 +363,10 @@ class SandboxProvider(
         return free_per_region(self._offers, self._usage(), self._limit)
 
     def _usage(self) -> dict[tuple[str, str], int]:
-        """Nodes running per (cloud, region)."""
+        """Nodes running per (cloud, region): the live records, each asked of its
+        process (records.py: the workdir reads each ended record once)."""
         used: dict[tuple[str, str], int] = {}
-        for record in map(self._observe, self._dir.records()):
+        for record in map(self._observe, self._dir.live_records()):
             if record.ended_at is None:
                 key = (record.cloud, record.region)
                 used[key] = used.get(key, 0) + record.nodes

@@ -4,6 +4,13 @@ Instance or a notice.
 
 Everything a later SandboxProvider needs is in these files: that is what lets a
 restarted controller reconcile. The record is written atomically (a rename).
+
+A `Workdir` also keeps the records it has read, so that a launch does not read every
+record the workdir ever held: a record whose process has ended is final (nothing
+writes it again, in any process), so it is never read twice; a live one keeps its
+place and nodes, and whether it still runs is the process's to say
+(`RecordRuns._observe`, which reads the record again when it has ended). Only the
+folder listing is read each time, which is how records other processes wrote are found.
 """
 
 from __future__ import annotations
@@ -11,6 +18,7 @@ from __future__ import annotations
 import contextlib
 import fcntl
 import json
+import os
 import threading
 from collections.abc import Iterator
 from dataclasses import asdict, dataclass
@@ -89,6 +97,8 @@ class Workdir:
         self._mutex = threading.RLock()
         self._depth = 0
         self._handle: IO[str] | None = None
+        self._ended: dict[str, Record] = {}  # attempt id -> its final record
+        self._live: dict[str, Record] = {}  # attempt id -> its live record as last seen
 
     @contextlib.contextmanager
     def locked(self) -> Iterator[None]:
@@ -141,13 +151,43 @@ class Workdir:
     def write(self, record: Record) -> None:
         """Replace the attempt's record, atomically."""
         atomic_write_text(self.run_dir(record.attempt_id) / RECORD, record.to_json(), durable=False)
+        self._remember(record)
 
     def load(self, attempt_id: str) -> Record | None:
-        """The attempt's record, or None when there is none (or of another format)."""
+        """The attempt's record as it is on disk now, or None when there is none (or of
+        another format)."""
         try:
-            return Record.from_json((self.run_dir(attempt_id) / RECORD).read_text())
+            record = Record.from_json((self.run_dir(attempt_id) / RECORD).read_text())
         except FileNotFoundError:
             return None
+        if record is not None:
+            self._remember(record)
+        return record
+
+    def _remember(self, record: Record) -> None:
+        if record.ended_at is None:
+            self._live[record.attempt_id] = record
+        else:
+            self._ended[record.attempt_id] = record
+            self._live.pop(record.attempt_id, None)
+
+    def folders(self) -> list[str]:
+        """The names of the attempts' folders (and gangs'), sorted: one directory listing."""
+        try:
+            entries = list(os.scandir(self.root))
+        except FileNotFoundError:
+            return []
+        return sorted(
+            entry.name
+            for entry in entries
+            if entry.name not in RESERVED_DIRS
+            and ID_PATTERN.fullmatch(entry.name)
+            and entry.is_dir()
+        )
+
+    def holds_record(self, name: str) -> bool:
+        """Whether folder `name` is known to hold a single-node record (never a gang's)."""
+        return name in self._ended or name in self._live
 
     def require(self, instance_id: str) -> Record:
         """The record of a sandbox instance id ("sbx-<attempt>"); NotFound when unknown."""
@@ -160,13 +200,26 @@ class Workdir:
         return record
 
     def records(self) -> list[Record]:
-        """Every attempt's record, by folder name."""
+        """Every attempt's record, by folder name: the live ones as they are on disk now,
+        the ended ones as first read (they are final)."""
         records = []
-        for path in sorted(self.root.glob(f"*/{RECORD}")):
-            if ID_PATTERN.fullmatch(path.parent.name):
-                record = self.load(path.parent.name)
-                if record is not None:
-                    records.append(record)
+        for name in self.folders():
+            record = self._ended.get(name) or self.load(name)
+            if record is not None:
+                records.append(record)
+        return records
+
+    def live_records(self) -> list[Record]:
+        """The records not known to have ended, by folder name: those read before as last
+        seen (a live record's place and nodes never change; a writer's newer flags, a
+        stop or a reclaim, are for `records` and `load`), new folders' read from disk."""
+        records = []
+        for name in self.folders():
+            if name in self._ended:
+                continue
+            record = self._live.get(name) or self.load(name)
+            if record is not None:
+                records.append(record)
         return records
 
 

@@ -10,7 +10,10 @@ For each backend, on a fresh file or database:
   first) and `broker jobs`' default page (`store.listing(limit=50)`), medians of 5;
 - `pass_s`: one controller pass (`Controller.run_pass` on the sandbox) with every job
   queued: it plans the whole queue and launches what the sandbox has room for (their
-  processes are stopped after), and the launches it made.
+  processes are stopped after), and the launches it made; then `steady_pass_s`, a
+  second pass (the specs decoded, the sandbox full: it observes the running jobs and
+  plans the queue again); each with its CPU seconds and, on PostgreSQL, the statements
+  it sent (each a round trip to the server).
 
 Without `--postgres` a throwaway cluster is started with .ci/services/pg-up.sh (as the
 tests do: /usr/lib/postgresql/*/bin, run as the `postgres` user when root) and stopped by
@@ -73,10 +76,17 @@ def measure(location, jobs: int, workdir: Path) -> dict:
         page = _median(lambda: store.listing(limit=50), 5)
     os.environ["XDG_STATE_HOME"] = str(workdir / "xdg-state")  # a database's sandbox folder
     rt = open_runtime(location, load_offers(), clock=SystemClock())
+    passes = {}
     try:
-        start = time.perf_counter()
-        report = rt.controller.run_pass()
-        pass_s = time.perf_counter() - start
+        for name in ("pass", "steady_pass"):
+            sent, start, cpu = rt.store.statements_sent, time.perf_counter(), time.process_time()
+            report = rt.controller.run_pass()
+            seconds, cpu = time.perf_counter() - start, time.process_time() - cpu
+            passes[f"{name}_s"] = round(seconds, 3)
+            passes[f"{name}_cpu_s"] = round(cpu, 3)
+            passes[f"{name}_launched"] = len(report.launched)
+            if sent is not None:
+                passes[f"{name}_statements"] = (rt.store.statements_sent or 0) - sent
     finally:
         for instance in rt.provider.list_instances():
             rt.provider.terminate(instance.id)
@@ -87,8 +97,7 @@ def measure(location, jobs: int, workdir: Path) -> dict:
         "submits_per_s": round(jobs / submit_s, 1),
         "queue_read_s": round(queued, 4),
         "jobs_page_s": round(page, 4),
-        "pass_s": round(pass_s, 3),
-        "pass_launched": len(report.launched),
+        **passes,
     }
 
 
@@ -101,7 +110,7 @@ def _median(action, runs: int) -> float:
     return statistics.median(times)
 
 
-def _cluster(folder: Path) -> tuple[str | None, dict, str]:
+def throwaway_cluster(folder: Path) -> tuple[str | None, dict, str]:
     """A throwaway cluster (pg-up.sh) and its URL; (None, env, why) when none can start."""
     import socket
 
@@ -119,13 +128,18 @@ def _cluster(folder: Path) -> tuple[str | None, dict, str]:
     return url, env, ""
 
 
-def _fresh_database(url: str) -> str:
+def fresh_database(url: str) -> str:
     import psycopg
 
     name = f"bench_{secrets.token_hex(4)}"
     with psycopg.connect(url, autocommit=True) as conn:
         conn.execute(f'CREATE DATABASE "{name}"')
     return url.rsplit("/", 1)[0] + f"/{name}"
+
+
+def stop_cluster(env: dict) -> None:
+    """Stop the cluster of `throwaway_cluster` by its PID (pg-down.sh) and remove it."""
+    subprocess.run(["bash", str(SERVICES / "pg-down.sh")], env=env, capture_output=True)
 
 
 def main() -> None:
@@ -142,15 +156,15 @@ def main() -> None:
         result["sqlite"] = measure(root / "sqlite" / "state.db", args.jobs, root / "sqlite")
         server, why = args.postgres, ""
         if server is None:
-            server, env, why = _cluster(root / "svc")
+            server, env, why = throwaway_cluster(root / "svc")
         if server is None:
             result["postgresql"] = {"skipped": why or "no PostgreSQL"}
         else:
             (root / "pg").mkdir()
-            result["postgresql"] = measure(_fresh_database(server), args.jobs, root / "pg")
+            result["postgresql"] = measure(fresh_database(server), args.jobs, root / "pg")
     finally:
         if env is not None:
-            subprocess.run(["bash", str(SERVICES / "pg-down.sh")], env=env, capture_output=True)
+            stop_cluster(env)
         shutil.rmtree(root, ignore_errors=True)
     print(json.dumps(result, indent=2))
 

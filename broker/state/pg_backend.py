@@ -153,6 +153,7 @@ class PgConnection:
     def __init__(self, backend: PostgresBackend) -> None:
         self._backend = backend
         self._raw = backend.raw_connection()
+        self.statements = 0  # sent so far, each a round trip (bench/state_backends.py)
 
     @property
     def in_transaction(self) -> bool:
@@ -170,6 +171,7 @@ class PgConnection:
         if raw is None or raw.closed or raw.broken:
             self._raw = raw = None
             raw = self._raw = self._backend.raw_connection()
+        self.statements += 1
         try:
             return raw.execute(_pg_sql(sql), tuple(parameters))
         except psycopg.OperationalError as exc:
@@ -180,6 +182,7 @@ class PgConnection:
     def executemany(self, sql: str, rows: Sequence[Sequence[Any]]) -> None:
         """One statement for many rows (`broker state migrate`), in the open transaction."""
         assert self._raw is not None
+        self.statements += 1
         with self._raw.cursor() as cursor:
             cursor.executemany(_pg_sql(sql), rows)
 

@@ -43,7 +43,7 @@ if TYPE_CHECKING:
     from broker.learned_runtime import History
     from broker.queue import Policy
     from broker.spec import JobSpec
-    from broker.state import Attempt, Job, StateStore
+    from broker.state import Attempt, InstanceRow, Job, StateStore
     from pricing.query import OfferIndex
     from providers.base import Instance, Provider
     from providers.errors import ProviderError
@@ -180,14 +180,15 @@ class Controller(Launching, Closing, Budgets):
     # --- (1) what the provider says about open attempts -----------------------------
 
     def _observe(self, report: PassReport) -> None:
-        from broker.state import OPEN_ATTEMPT
         from providers.errors import ProviderError
 
         self._record_notices(report)  # first: an ended attempt is judged knowing them
-        for job in self.store.jobs(states=(*ACTIVE, JobState.CANCELLED)):
-            for attempt in self.store.attempts(job.id, states=OPEN_ATTEMPT):
+        jobs = self.store.jobs(states=(*ACTIVE, JobState.CANCELLED))
+        attempts, instances = _open_attempts(self.store)  # one query each, not one per job
+        for job in jobs:
+            for attempt in attempts.get(job.id, ()):
                 try:
-                    self._observe_one(job, attempt, report)
+                    self._observe_one(job, attempt, report, instances.get(attempt.id, []))
                 except LeaseHeld:  # another controller is on this job's next step
                     continue
                 except ProviderError as exc:  # the provider cannot answer now: next pass
@@ -198,11 +199,14 @@ class Controller(Launching, Closing, Budgets):
                     self._fail_attempt(job, attempt, "observing", exc)
                     report.finished.append((job.name, "failed"))
 
-    def _observe_one(self, job: Job, attempt: Attempt, report: PassReport) -> None:
-        """One open attempt: launched if it never was, running, or ended (closed)."""
+    def _observe_one(
+        self, job: Job, attempt: Attempt, report: PassReport, known: list[InstanceRow]
+    ) -> None:
+        """One open attempt (`known`: its instance rows as the pass read them): launched
+        if it never was, running, or ended (closed)."""
         from broker.state import AttemptState
 
-        instance = self._instance_of(job, attempt, report)
+        instance = self._instance_of(job, attempt, report, known)
         if instance is None:
             return
         if instance.members:
@@ -241,14 +245,17 @@ class Controller(Launching, Closing, Budgets):
         if instance.state == "interrupted":
             self._release(instance, report)
 
-    def _instance_of(self, job: Job, attempt: Attempt, report: PassReport) -> Instance | None:
+    def _instance_of(
+        self, job: Job, attempt: Attempt, report: PassReport, known: list[InstanceRow]
+    ) -> Instance | None:
         """The attempt's instance; relaunched (idempotently) when the store has none yet,
         which is where a controller killed between `start_attempt` and the launch resumes.
         A provider that cannot answer now (throttled, unreachable) leaves the attempt as it
         is for the next pass: only NotFound means the instance is gone."""
         from providers.errors import NotFound, ProviderError
 
-        known = self.store.instances(attempt_id=attempt.id)
+        if not known:  # read again: another controller may have launched it since
+            known = self.store.instances(attempt_id=attempt.id)
         if known:
             try:
                 return self.provider.describe(known[0].provider_id)
@@ -331,7 +338,7 @@ class Controller(Launching, Closing, Budgets):
 
     def _sweep(self, report: PassReport) -> None:
         """Terminate running broker instances whose attempt is unknown or closed."""
-        from broker.state import OPEN_ATTEMPT, UnknownAttempt
+        from broker.state import OPEN_ATTEMPT
         from providers.base import TAG_ATTEMPT
         from providers.errors import ProviderError
 
@@ -340,14 +347,9 @@ class Controller(Launching, Closing, Budgets):
         except ProviderError as exc:  # unreachable now: sweep on a later pass
             report.cannot_reach("list", exc)
             return
+        wanted = {a.id for a in self.store.attempts(states=OPEN_ATTEMPT)}  # read after the list
         for instance in instances:
-            if not instance.active:
-                continue
-            try:
-                wanted = self.store.attempt(instance.tag(TAG_ATTEMPT) or "").state in OPEN_ATTEMPT
-            except UnknownAttempt:
-                wanted = False
-            if not wanted:
+            if instance.active and instance.tag(TAG_ATTEMPT) not in wanted:
                 self.provider.terminate(instance.id)
                 report.terminated.append(instance.id)
 
@@ -424,6 +426,23 @@ class Controller(Launching, Closing, Budgets):
 
         runtime = raised_by_work(self.store, job, spec, spec.runtime, self.clock.now())
         return spec if runtime is spec.runtime else replace(spec, runtime=runtime)
+
+
+def _open_attempts(
+    store: StateStore,
+) -> tuple[dict[str, list[Attempt]], dict[str, list[InstanceRow]]]:
+    """(job id -> its open attempts in order, attempt id -> its instance rows): the open
+    attempts and their instances in two queries, whatever the number of jobs."""
+    from broker.state import OPEN_ATTEMPT
+
+    attempts: dict[str, list[Attempt]] = {}
+    for attempt in store.attempts(states=OPEN_ATTEMPT):
+        attempts.setdefault(attempt.job_id, []).append(attempt)
+    instances: dict[str, list[InstanceRow]] = {}
+    for row in store.instances(attempt_states=OPEN_ATTEMPT):
+        if row.attempt_id is not None:
+            instances.setdefault(row.attempt_id, []).append(row)
+    return attempts, instances
 
 
 def _instance_row(instance: Instance) -> dict:

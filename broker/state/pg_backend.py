@@ -105,26 +105,30 @@ class PostgresBackend:
 
     # --- connections --------------------------------------------------------------------
 
-    def raw_connection(self) -> Any:
-        """A new psycopg connection (autocommit, rows by name and index, timeouts set);
-        tried again with backoff for `reconnect_s`; StateUnavailable when it stays away."""
-        psycopg = _driver()
+    def connect_options(self) -> dict[str, Any]:
+        """psycopg.connect's keywords beside the URL: autocommit, rows by name and index,
+        the connect, statement, lock and idle-in-transaction timeouts (a pool's too)."""
         options = (
             f"-c statement_timeout={STATEMENT_TIMEOUT_S * 1000}"
             f" -c lock_timeout={max(1, int(self.busy_timeout * 1000))}"  # 0 would be "never"
             " -c idle_in_transaction_session_timeout=600000"
         )
+        return {
+            "autocommit": True,
+            "connect_timeout": CONNECT_TIMEOUT_S,
+            "options": options,
+            "application_name": "broker",
+            "row_factory": _rows,
+        }
+
+    def raw_connection(self) -> Any:
+        """A new psycopg connection (autocommit, rows by name and index, timeouts set);
+        tried again with backoff for `reconnect_s`; StateUnavailable when it stays away."""
+        psycopg = _driver()
         delays = backoff_delays(self.reconnect_s)
         while True:
             try:
-                return psycopg.connect(
-                    self.location.url,
-                    autocommit=True,
-                    connect_timeout=CONNECT_TIMEOUT_S,
-                    options=options,
-                    application_name="broker",
-                    row_factory=_rows,
-                )
+                return psycopg.connect(self.location.url, **self.connect_options())
             except psycopg.OperationalError as exc:
                 pause = next(delays, None)
                 if pause is None:
@@ -148,11 +152,14 @@ class PostgresBackend:
 
 class PgConnection:
     """psycopg's connection as the store uses sqlite3's: `execute(sql, params)` with `?`
-    placeholders, `in_transaction`, rows by index and name; opened again when lost."""
+    placeholders, `in_transaction`, rows by index and name; opened again when lost.
+    `borrowed`: a pool's connection (broker.state.pg_pool), which the pool closes, never
+    this wrapper (a connection opened in its place is this wrapper's, and closed by it)."""
 
-    def __init__(self, backend: PostgresBackend) -> None:
+    def __init__(self, backend: PostgresBackend, borrowed: Any = None) -> None:
         self._backend = backend
-        self._raw = backend.raw_connection()
+        self._borrowed = borrowed
+        self._raw = borrowed if borrowed is not None else backend.raw_connection()
         self.statements = 0  # sent so far, each a round trip (bench/state_backends.py)
 
     @property
@@ -187,9 +194,9 @@ class PgConnection:
             cursor.executemany(_pg_sql(sql), rows)
 
     def close(self) -> None:
-        if self._raw is not None:
+        if self._raw is not None and self._raw is not self._borrowed:
             self._raw.close()
-            self._raw = None
+        self._raw = None
 
 
 class PgRow(tuple):
@@ -259,22 +266,31 @@ def open_postgres(
     backend = PostgresBackend(location, busy_timeout=busy_timeout)
     conn = backend.connect()
     try:
-        found, newest = schema.schema_version(conn, backend), schema.MIGRATIONS[-1].version
-        if found > newest:
-            raise schema.too_new(found, newest, location.shown)
+        check_schema(backend, conn, clock, read_only=read_only)
         if read_only:
-            if found < newest:
-                raise StateError(
-                    f"the state database {location.shown} has schema version {found} and this "
-                    f"broker needs {newest}: run a command that writes it (e.g. broker submit)"
-                )
             conn.execute("SET SESSION CHARACTERISTICS AS TRANSACTION READ ONLY")
-        else:
-            schema.migrate(conn, ts_text(clock.now()), backend=backend)
     except BaseException:
         conn.close()
         raise
     return backend, conn
+
+
+def check_schema(
+    backend: PostgresBackend, conn: PgConnection, clock: Clock, *, read_only: bool
+) -> None:
+    """Refuse a schema newer than this broker's; migrate an older one (read-only:
+    refuse it, changing nothing)."""
+    location = backend.location
+    found, newest = schema.schema_version(conn, backend), schema.MIGRATIONS[-1].version
+    if found > newest:
+        raise schema.too_new(found, newest, location.shown)
+    if not read_only:
+        schema.migrate(conn, ts_text(clock.now()), backend=backend)
+    elif found < newest:
+        raise StateError(
+            f"the state database {location.shown} has schema version {found} and this "
+            f"broker needs {newest}: run a command that writes it (e.g. broker submit)"
+        )
 
 
 @contextmanager

@@ -251,5 +251,9 @@ def test_the_metrics_count_the_same_on_both_backends(postgres_cluster, tmp_path,
             assert db.charges() == file.charges()
     from broker.metrics.server import read_only_state
 
-    with read_only_state(parse_location(target))() as reader:
-        assert reader is not None and sum(reader.job_counts().values()) == 3
+    opener = read_only_state(parse_location(target))
+    try:
+        with opener() as reader:
+            assert reader is not None and sum(reader.job_counts().values()) == 3
+    finally:
+        opener.close()

@@ -1,7 +1,7 @@
 """The state store on SQLite and on PostgreSQL (issue 20). Prints one JSON document;
 asserts nothing.
 
-    python bench/state_backends.py [--jobs 10000] [--postgres postgresql://...]
+    python bench/state_backends.py [--jobs 10000] [--postgres postgresql://...] [--no-sqlite]
 
 For each backend, on a fresh file or database:
 - `submits_per_s`: `StateStore.submit` of `--jobs` new jobs, one transaction each (as
@@ -11,9 +11,11 @@ For each backend, on a fresh file or database:
 - `pass_s`: one controller pass (`Controller.run_pass` on the sandbox) with every job
   queued: it plans the whole queue and launches what the sandbox has room for (their
   processes are stopped after), and the launches it made; then `steady_pass_s`, a
-  second pass (the specs decoded, the sandbox full: it observes the running jobs and
-  plans the queue again); each with its CPU seconds and, on PostgreSQL, the statements
-  it sent (each a round trip to the server).
+  second pass (the specs decoded: it observes the running jobs, plans the queue again
+  and launches into the room left), then `full_pass_s`, a third with the sandbox full
+  (it observes every running job and plans the queue, launching nothing: what a pass
+  reads, alone); each with its CPU seconds and, on PostgreSQL, the statements it sent
+  (each a round trip to the server).
 
 Without `--postgres` a throwaway cluster is started with .ci/services/pg-up.sh (as the
 tests do: /usr/lib/postgresql/*/bin, run as the `postgres` user when root) and stopped by
@@ -78,7 +80,7 @@ def measure(location, jobs: int, workdir: Path) -> dict:
     rt = open_runtime(location, load_offers(), clock=SystemClock())
     passes = {}
     try:
-        for name in ("pass", "steady_pass"):
+        for name in ("pass", "steady_pass", "full_pass"):
             sent, start, cpu = rt.store.statements_sent, time.perf_counter(), time.process_time()
             report = rt.controller.run_pass()
             seconds, cpu = time.perf_counter() - start, time.process_time() - cpu
@@ -146,14 +148,16 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--jobs", type=int, default=10_000)
     parser.add_argument("--postgres", help="a server to use (a new database is made on it)")
+    parser.add_argument("--no-sqlite", action="store_true", help="measure PostgreSQL only")
     args = parser.parse_args()
     root = Path(tempfile.mkdtemp(prefix="bench-state-", dir="/tmp"))
     root.chmod(0o755)
     result: dict = {"machine": {"cpus": os.cpu_count(), "load": os.getloadavg()[0]}}
     env = None
     try:
-        (root / "sqlite").mkdir()
-        result["sqlite"] = measure(root / "sqlite" / "state.db", args.jobs, root / "sqlite")
+        if not args.no_sqlite:
+            (root / "sqlite").mkdir()
+            result["sqlite"] = measure(root / "sqlite" / "state.db", args.jobs, root / "sqlite")
         server, why = args.postgres, ""
         if server is None:
             server, env, why = throwaway_cluster(root / "svc")

@@ -26,7 +26,7 @@ fresh SQLite file in a temporary folder; with `--backend postgresql`, a fresh da
 per run on a throwaway PostgreSQL cluster (.ci/services/pg-up.sh, as the tests start
 it; stopped by its PID after), or on the server of `--state URL` (a new database is
 made on it for each run). On PostgreSQL each timed pass also counts the statements it
-sent (`statements`: each a round trip to the server).
+sent and the round trips they took (`statements`, `round_trips`).
 """
 
 from __future__ import annotations
@@ -83,16 +83,16 @@ def passes(location: str) -> dict:
     try:
         for name in ("first_pass", "steady_pass"):
             queued = len(runtime.store.queued())
-            sent, start, cpu = (
-                runtime.store.statements_sent, time.perf_counter(), time.process_time()
-            )  # fmt: skip
+            sent, trips = runtime.store.statements_sent, runtime.store.round_trips
+            start, cpu = time.perf_counter(), time.process_time()
             report = runtime.controller.run_pass()
             seconds, cpu = time.perf_counter() - start, time.process_time() - cpu
             timed[name] = {"seconds": round(seconds, 3), "cpu_seconds": round(cpu, 3)}
             timed[name]["queued"] = queued
             timed[name]["launched"] = len(report.launched)
-            if sent is not None:
+            if sent is not None and trips is not None:
                 timed[name]["statements"] = (runtime.store.statements_sent or 0) - sent
+                timed[name]["round_trips"] = (runtime.store.round_trips or 0) - trips
     finally:
         runtime.close()
     return timed

@@ -15,7 +15,8 @@ For each backend, on a fresh file or database:
   and launches into the room left), then `full_pass_s`, a third with the sandbox full
   (it observes every running job and plans the queue, launching nothing: what a pass
   reads, alone); each with its CPU seconds and, on PostgreSQL, the statements it sent
-  (each a round trip to the server).
+  and the round trips they took (a write's statements whose results are not read go
+  out together: psycopg's pipeline mode).
 
 Without `--postgres` a throwaway cluster is started with .ci/services/pg-up.sh (as the
 tests do: /usr/lib/postgresql/*/bin, run as the `postgres` user when root) and stopped by
@@ -81,14 +82,16 @@ def measure(location, jobs: int, workdir: Path) -> dict:
     passes = {}
     try:
         for name in ("pass", "steady_pass", "full_pass"):
-            sent, start, cpu = rt.store.statements_sent, time.perf_counter(), time.process_time()
+            sent, trips = rt.store.statements_sent, rt.store.round_trips
+            start, cpu = time.perf_counter(), time.process_time()
             report = rt.controller.run_pass()
             seconds, cpu = time.perf_counter() - start, time.process_time() - cpu
             passes[f"{name}_s"] = round(seconds, 3)
             passes[f"{name}_cpu_s"] = round(cpu, 3)
             passes[f"{name}_launched"] = len(report.launched)
-            if sent is not None:
+            if sent is not None and trips is not None:
                 passes[f"{name}_statements"] = (rt.store.statements_sent or 0) - sent
+                passes[f"{name}_round_trips"] = (rt.store.round_trips or 0) - trips
     finally:
         for instance in rt.provider.list_instances():
             rt.provider.terminate(instance.id)

@@ -229,8 +229,8 @@ class Controller(Launching, Closing, Budgets):
                 self.preempt(job.id, MOVE_REASON)
                 report.finished.append((job.name, "to cheaper spot"))
             return
-        if not self.store.claim(job.id, "finish"):
-            return  # another controller closes it
+        if not self._still_open(attempt) or not self.store.claim(job.id, "finish"):
+            return  # another controller closes it (or closed it since the pass read it)
         try:
             outcome = self._finish(job, attempt, instance)
         except LeaseHeld:
@@ -265,9 +265,16 @@ class Controller(Launching, Closing, Budgets):
             except ProviderError as exc:
                 report.cannot_reach(known[0].provider_id, exc)
                 return None
-        if not self.store.claim(job.id, "launch"):
-            return None  # another controller is launching it (its lease is live)
+        if not self._still_open(attempt) or not self.store.claim(job.id, "launch"):
+            return None  # another controller is launching it (its lease is live), or closed it
         return self._start(job, attempt, report)
+
+    def _still_open(self, attempt: Attempt) -> bool:
+        """Whether the attempt is open now, read afresh before a step is claimed: the pass
+        read the open attempts once, and another controller may have closed one since."""
+        from broker.state import OPEN_ATTEMPT
+
+        return self.store.attempt(attempt.id).state in OPEN_ATTEMPT
 
     def _record_members(self, attempt_id: str, instance: Instance) -> None:
         """Keep a gang's nodes as last seen (ranks, places, states) for `broker status`;

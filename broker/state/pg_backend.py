@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import functools
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager, nullcontext
 from typing import Any
 from urllib.parse import unquote, urlsplit
@@ -60,7 +60,7 @@ class PostgresBackend:
         return PgConnection(self)
 
     def begin(self, conn: PgConnection) -> None:
-        conn.execute("BEGIN ISOLATION LEVEL READ COMMITTED")
+        conn.begin_pipelined("BEGIN ISOLATION LEVEL READ COMMITTED")
 
     def begin_snapshot(self, conn: Any) -> None:
         """Reads that see one committed state: one snapshot for every read inside (MVCC:
@@ -160,7 +160,10 @@ class PgConnection:
         self._backend = backend
         self._borrowed = borrowed
         self._raw = borrowed if borrowed is not None else backend.raw_connection()
-        self.statements = 0  # sent so far, each a round trip (bench/state_backends.py)
+        self._pipeline: Any = None  # psycopg's Pipeline while a write is open
+        self._pipeline_cm: Any = None  # and the context that entered it
+        self.statements = 0  # sent so far (bench/state_backends.py)
+        self.round_trips = 0  # waits for the server's answer (a pipeline sends several)
 
     @property
     def in_transaction(self) -> bool:
@@ -169,22 +172,74 @@ class PgConnection:
         raw = self._raw
         if raw is None or raw.closed or raw.broken:
             return False
+        if self._pipeline is not None:
+            return True  # its BEGIN may not have been sent yet
         return raw.info.transaction_status != TransactionStatus.IDLE
+
+    def begin_pipelined(self, sql: str) -> None:
+        """Start a write transaction in psycopg's pipeline mode: a statement whose result
+        the store does not read (an insert, an update, the BEGIN) goes out with the next
+        one it reads, or with the COMMIT, in one round trip rather than one each. An
+        error of a queued statement is raised at that next read (or the COMMIT), with
+        its own type, and the transaction is rolled back as any failed write is."""
+        raw = self._live()
+        if self._pipeline is None:
+            self._pipeline_cm = raw.pipeline()
+            self._pipeline = self._pipeline_cm.__enter__()
+        self.execute(sql)
 
     def execute(self, sql: str, parameters: Sequence[Any] = ()) -> Any:
         import psycopg
 
-        raw = self._raw
-        if raw is None or raw.closed or raw.broken:
-            self._raw = raw = None
-            raw = self._raw = self._backend.raw_connection()
+        if self._pipeline is not None and sql == "ROLLBACK":
+            self._end_pipeline(quiet=True)  # the error that got here was raised already
+            if not self.in_transaction:
+                return None
+        raw = self._live()
         self.statements += 1
         try:
-            return raw.execute(_pg_sql(sql), tuple(parameters))
+            cursor = raw.execute(_pg_sql(sql), tuple(parameters))
+            if self._pipeline is None:
+                self.round_trips += 1
+                return cursor
+            if sql == "COMMIT":
+                self._end_pipeline()
+            return _Pending(cursor, self)
         except psycopg.OperationalError as exc:
-            if raw.broken or raw.closed:  # the server went away: not this statement's fault
-                raise self._backend.unavailable(exc) from None
-            raise  # a lock or statement timeout: the statement's
+            raise self._unavailable_or(exc) from None
+
+    def _live(self) -> Any:
+        """The psycopg connection, opened again if it was lost (outside a pipeline)."""
+        raw = self._raw
+        if raw is None or raw.closed or raw.broken:
+            self._pipeline = self._pipeline_cm = None
+            self._raw = raw = None
+            raw = self._raw = self._backend.raw_connection()
+        return raw
+
+    def _end_pipeline(self, quiet: bool = False) -> None:
+        """Leave pipeline mode: send what is queued and wait for every answer (one round
+        trip); `quiet`: after an error already raised, ignore what the rest says."""
+        import psycopg
+
+        entered, self._pipeline, self._pipeline_cm = self._pipeline_cm, None, None
+        if entered is None:
+            return
+        self.round_trips += 1
+        try:
+            entered.__exit__(None, None, None)
+        except psycopg.Error:
+            if not quiet:
+                raise
+
+    def _unavailable_or(self, exc: BaseException) -> BaseException:
+        """StateUnavailable when the server went away (not the statement's fault), else
+        the error itself (a lock or statement timeout: the statement's)."""
+        raw = self._raw
+        if raw is None or raw.broken or raw.closed:
+            self._pipeline = self._pipeline_cm = None
+            return self._backend.unavailable(exc)
+        return exc
 
     def executemany(self, sql: str, rows: Sequence[Sequence[Any]]) -> None:
         """One statement for many rows (`broker state migrate`), in the open transaction."""
@@ -197,6 +252,46 @@ class PgConnection:
         if self._raw is not None and self._raw is not self._borrowed:
             self._raw.close()
         self._raw = None
+
+
+class _Pending:
+    """A statement's result in a pipeline: reading it (rows, or `rowcount`) waits for
+    the server's answer to it and to everything queued before it (one round trip)."""
+
+    def __init__(self, cursor: Any, conn: PgConnection) -> None:
+        self._cursor, self._conn = cursor, conn
+
+    def _read(self, what: Callable[[Any], Any]) -> Any:
+        """`what(cursor)` once the answer is in: psycopg's fetch flushes the queue and
+        waits for it (one round trip), `rowcount` needs the pipeline synced."""
+        import psycopg
+
+        cursor, conn = self._cursor, self._conn
+        try:
+            if cursor.pgresult is None:
+                conn.round_trips += 1
+                if conn._pipeline is not None and what is _rowcount:
+                    conn._pipeline.sync()
+            return what(cursor)
+        except psycopg.OperationalError as exc:
+            raise conn._unavailable_or(exc) from None
+
+    def fetchone(self) -> Any:
+        return self._read(lambda cursor: cursor.fetchone())
+
+    def fetchall(self) -> list[Any]:
+        return self._read(lambda cursor: cursor.fetchall())
+
+    def __iter__(self) -> Iterator[Any]:
+        return iter(self.fetchall())
+
+    @property
+    def rowcount(self) -> int:
+        return int(self._read(_rowcount))
+
+
+def _rowcount(cursor: Any) -> int:
+    return cursor.rowcount
 
 
 class PgRow(tuple):

@@ -142,6 +142,16 @@ class StateStore(RunWrites, AttemptWrites, LeaseWrites, StateReads):
         conn = self._conn
         return conn.statements if isinstance(conn, PgConnection) else None
 
+    @property
+    def round_trips(self) -> int | None:
+        """How many times this store waited for a PostgreSQL server's answer: fewer than
+        its statements, as a write's statements whose results it does not read go out
+        together (`PgConnection.begin_pipelined`); None on SQLite."""
+        from broker.state.pg_backend import PgConnection
+
+        conn = self._conn
+        return conn.round_trips if isinstance(conn, PgConnection) else None
+
     def close(self) -> None:
         self._conn.close()
 

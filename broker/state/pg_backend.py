@@ -209,10 +209,13 @@ class PgConnection:
             raise self._unavailable_or(exc) from None
 
     def _live(self) -> Any:
-        """The psycopg connection, opened again if it was lost (outside a pipeline)."""
+        """The psycopg connection, opened again if it was lost; lost inside a write, the
+        write fails (StateUnavailable): its transaction went with the connection."""
         raw = self._raw
         if raw is None or raw.closed or raw.broken:
-            self._pipeline = self._pipeline_cm = None
+            if self._pipeline is not None:
+                self._pipeline = self._pipeline_cm = None
+                raise self._backend.unavailable(ConnectionError("connection lost in a write"))
             self._raw = raw = None
             raw = self._raw = self._backend.raw_connection()
         return raw

@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import functools
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager, nullcontext
 from typing import Any
 from urllib.parse import unquote, urlsplit
@@ -32,6 +32,7 @@ from broker.state import schema
 from broker.state.backend import StateUnavailable, backoff_delays
 from broker.state.location import DatabaseUrl
 from broker.state.model import StateError, ts_text
+from broker.state.pg_pipeline import PendingResult
 
 MIGRATION_LOCK = 0x62726F6B6572  # "broker": the advisory lock migrations take
 CONNECT_TIMEOUT_S = 10
@@ -204,7 +205,7 @@ class PgConnection:
                 return cursor
             if sql == "COMMIT":
                 self._end_pipeline()
-            return _Pending(cursor, self)
+            return PendingResult(cursor, self)
         except psycopg.OperationalError as exc:
             raise self._unavailable_or(exc) from None
 
@@ -236,11 +237,19 @@ class PgConnection:
                 raise
 
     def _unavailable_or(self, exc: BaseException) -> BaseException:
-        """StateUnavailable when the server went away (not the statement's fault), else
-        the error itself (a lock or statement timeout: the statement's)."""
+        """StateUnavailable when the server went away (not the statement's fault: the
+        connection is broken, or the server said it is shutting down, which can arrive
+        before the connection is seen to close), else the error itself (a lock or
+        statement timeout: the statement's)."""
+        from psycopg import errors
+
         raw = self._raw
-        if raw is None or raw.broken or raw.closed:
+        going = (errors.AdminShutdown, errors.CrashShutdown, errors.CannotConnectNow,
+                 errors.ConnectionException)  # fmt: skip
+        if raw is None or raw.broken or raw.closed or isinstance(exc, going):
             self._pipeline = self._pipeline_cm = None
+            if raw is not None and not raw.closed:
+                raw.close()  # the next statement connects again
             return self._backend.unavailable(exc)
         return exc
 
@@ -255,46 +264,6 @@ class PgConnection:
         if self._raw is not None and self._raw is not self._borrowed:
             self._raw.close()
         self._raw = None
-
-
-class _Pending:
-    """A statement's result in a pipeline: reading it (rows, or `rowcount`) waits for
-    the server's answer to it and to everything queued before it (one round trip)."""
-
-    def __init__(self, cursor: Any, conn: PgConnection) -> None:
-        self._cursor, self._conn = cursor, conn
-
-    def _read(self, what: Callable[[Any], Any]) -> Any:
-        """`what(cursor)` once the answer is in: psycopg's fetch flushes the queue and
-        waits for it (one round trip), `rowcount` needs the pipeline synced."""
-        import psycopg
-
-        cursor, conn = self._cursor, self._conn
-        try:
-            if cursor.pgresult is None:
-                conn.round_trips += 1
-                if conn._pipeline is not None and what is _rowcount:
-                    conn._pipeline.sync()
-            return what(cursor)
-        except psycopg.OperationalError as exc:
-            raise conn._unavailable_or(exc) from None
-
-    def fetchone(self) -> Any:
-        return self._read(lambda cursor: cursor.fetchone())
-
-    def fetchall(self) -> list[Any]:
-        return self._read(lambda cursor: cursor.fetchall())
-
-    def __iter__(self) -> Iterator[Any]:
-        return iter(self.fetchall())
-
-    @property
-    def rowcount(self) -> int:
-        return int(self._read(_rowcount))
-
-
-def _rowcount(cursor: Any) -> int:
-    return cursor.rowcount
 
 
 class PgRow(tuple):

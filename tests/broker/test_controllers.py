@@ -123,19 +123,7 @@ def test_three_controllers_killed_at_random_launch_and_bill_each_attempt_once(
         runtime.close()
 
 
-LONG = """\
-apiVersion: broker/v1
-name: long-{i}
-team: team-{team}
-resources:
-  accelerators: T4:1
-placement:
-  clouds: [gcp, aws]
-run:
-  command: sleep 60
-runtime:
-  estimate_hours: 1
-"""
+LONG = MANIFEST.replace('echo "$BROKER_ATTEMPT" >> {starts}; sleep 0.2', "sleep 60")
 
 
 def test_a_pass_reads_the_running_jobs_in_bulk_on_postgresql(
@@ -152,7 +140,7 @@ def test_a_pass_reads_the_running_jobs_in_bulk_on_postgresql(
     jobs = tmp_path / "jobs"
     jobs.mkdir()
     for i in range(120):
-        (jobs / f"long-{i}.yaml").write_text(LONG.format(i=i, team=i % 3))
+        (jobs / f"long-{i}.yaml").write_text(LONG.format(i=i, team=i % 3, gpu="T4:1"))
     location = parse_location(postgres_cluster.fresh_database())
     rt = open_runtime(location, load_offers(), clock=SystemClock())
     try:

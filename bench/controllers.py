@@ -20,9 +20,13 @@ many `broker run` processes drain the queue together, sharing its leases. Figure
   once and every pass plans the whole queue);
 - attempts_per_job, lease_takeovers: a sanity look (one attempt each, none expected).
 
-`--state` is where each run keeps its state: a path, or later a database URL; `{n}` in
+`--state` is where each run keeps its state: a path or a `postgresql://` URL; `{n}` in
 it is replaced by the controller count (each run needs an empty state). Default: a
-fresh SQLite file in a temporary folder.
+fresh SQLite file in a temporary folder; with `--backend postgresql`, a fresh database
+per run on a throwaway PostgreSQL cluster (.ci/services/pg-up.sh, as the tests start
+it; stopped by its PID after), or on the server of `--state URL` (a new database is
+made on it for each run). On PostgreSQL each timed pass also counts the statements it
+sent and the round trips they took (`statements`, `round_trips`).
 """
 
 from __future__ import annotations
@@ -34,6 +38,8 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
@@ -70,18 +76,23 @@ def passes(location: str) -> dict:
     every job's spec once (a controller keeps them), the second is the steady pass."""
     from broker.offers import load_offers
     from broker.runtime import open_runtime
+    from broker.state.location import parse_location
 
-    runtime = open_runtime(Path(location), load_offers())
+    runtime = open_runtime(parse_location(location), load_offers())
     timed = {}
     try:
         for name in ("first_pass", "steady_pass"):
             queued = len(runtime.store.queued())
+            sent, trips = runtime.store.statements_sent, runtime.store.round_trips
             start, cpu = time.perf_counter(), time.process_time()
             report = runtime.controller.run_pass()
             seconds, cpu = time.perf_counter() - start, time.process_time() - cpu
             timed[name] = {"seconds": round(seconds, 3), "cpu_seconds": round(cpu, 3)}
             timed[name]["queued"] = queued
             timed[name]["launched"] = len(report.launched)
+            if sent is not None and trips is not None:
+                timed[name]["statements"] = (runtime.store.statements_sent or 0) - sent
+                timed[name]["round_trips"] = (runtime.store.round_trips or 0) - trips
     finally:
         runtime.close()
     return timed
@@ -125,7 +136,7 @@ def tally(location: str) -> dict:
     from broker.clock import SystemClock
     from broker.state import StateStore
 
-    with StateStore.open(Path(location), SystemClock(), read_only=True) as store:
+    with StateStore.open(location, SystemClock(), read_only=True) as store:
         jobs = store.jobs()
         attempts = store.attempts()
         takeovers = sum(
@@ -167,6 +178,7 @@ def main() -> None:
     parser.add_argument("--jobs", type=int, default=10_000)
     parser.add_argument("--controllers", default="1,3", help="controller counts, comma separated")
     parser.add_argument("--state", default="", help="state location; {n}: the controller count")
+    parser.add_argument("--backend", choices=("sqlite", "postgresql"), default="sqlite")
     parser.add_argument("--lease-seconds", type=float, default=30.0)
     parser.add_argument(
         "--drain-seconds",
@@ -176,15 +188,38 @@ def main() -> None:
     )
     args = parser.parse_args()
     counts = [int(n) for n in args.controllers.split(",") if n]
-    with tempfile.TemporaryDirectory(prefix="bench-controllers-") as tmp:
+    with tempfile.TemporaryDirectory(prefix="bench-controllers-", dir="/tmp") as tmp:
         folder = Path(tmp) / "jobs"
         write_manifests(folder, args.jobs)
+        os.environ["XDG_STATE_HOME"] = str(Path(tmp) / "xdg-state")  # a database's sandbox
         runs = []
-        for n in counts:
-            template = args.state or str(Path(tmp) / "state-{n}.db")
-            runs.append(one_run(folder, template.replace("{n}", str(n)), args.jobs, n, args))
-            print(json.dumps(runs[-1]), file=sys.stderr)  # progress: each run as it ends
-    print(json.dumps({"jobs": args.jobs, "backend": "sqlite", "runs": runs}, indent=2))
+        with locations(args, Path(tmp)) as location_for:
+            for n in counts:
+                runs.append(one_run(folder, location_for(n), args.jobs, n, args))
+                print(json.dumps(runs[-1]), file=sys.stderr)  # progress: each run as it ends
+    print(json.dumps({"jobs": args.jobs, "backend": args.backend, "runs": runs}, indent=2))
+
+
+@contextmanager
+def locations(args, tmp: Path) -> Iterator[Callable[[int], str]]:
+    """Where the run of `n` controllers keeps its state (see the module docstring)."""
+    if args.backend == "sqlite":
+        template = args.state or str(tmp / "state-{n}.db")
+        yield lambda n: template.replace("{n}", str(n))
+        return
+    from state_backends import fresh_database, stop_cluster, throwaway_cluster
+
+    server, env = args.state, None
+    if not server:
+        tmp.chmod(0o755)  # the postgres user must traverse it
+        server, env, why = throwaway_cluster(tmp / "svc")
+        if server is None:
+            raise SystemExit(f"bench/controllers.py: no PostgreSQL cluster: {why}")
+    try:
+        yield lambda n: fresh_database(server)
+    finally:
+        if env is not None:
+            stop_cluster(env)
 
 
 if __name__ == "__main__":

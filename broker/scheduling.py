@@ -15,7 +15,7 @@ if TYPE_CHECKING:
     from broker.planner.decision import Decision, Placement
     from broker.queue import Policy, Verdict
     from broker.spec import JobSpec
-    from broker.state import Job, StateStore
+    from broker.state import Attempt, Job, StateStore
 
 
 def verdicts(
@@ -65,10 +65,15 @@ def verdicts(
                 preemptible=spec_of(job).checkpoint is not None,
             )
         )
-    running = running_jobs(store, active, spec_of)
+    every = store.attempts()  # one read: fair share's usage and the active jobs' attempts
+    of_job: dict[str, list[Attempt]] = {job.id: [] for job in active}
+    for attempt in every:
+        if attempt.job_id in of_job:
+            of_job[attempt.job_id].append(attempt)
+    running = running_jobs(store, active, spec_of, of_job)
     teams = store.job_teams()
     usage_records = []
-    for attempt in store.attempts():
+    for attempt in every:
         usage_records.append(
             (teams.get(attempt.job_id, ""), attempt.placed_on.gpus, attempt.started_at,
              attempt.ended_at)
@@ -79,7 +84,7 @@ def verdicts(
         running,
         policy=policy,
         usage=usage,
-        spent_this_month=spent_this_month(store, active, now, committed, spec_of),
+        spent_this_month=spent_this_month(store, active, now, committed, spec_of, of_job),
         free_gpus=free_pool_gpus(pool_gpus, running),
         now=now,
     ):
@@ -87,15 +92,24 @@ def verdicts(
     return out
 
 
-def running_jobs(store: StateStore, active: Sequence[Job], spec_of) -> list:
+def running_jobs(
+    store: StateStore,
+    active: Sequence[Job],
+    spec_of,
+    attempts_of: Mapping[str, list[Attempt]] | None = None,
+) -> list:
     """The active jobs as the queue policy sees them, each expected to end when its plan
-    said, later when its runtime estimate has grown since (broker.learned_runtime)."""
+    said, later when its runtime estimate has grown since (broker.learned_runtime).
+    `attempts_of`: each active job's attempts, when the caller has read them; else they
+    are read in one query (`StateStore.attempts_of`), not one per job."""
     from broker.learned_runtime import grown_hours
     from broker.queue import RunningJob
 
+    if attempts_of is None:
+        attempts_of = store.attempts_of(job.id for job in active)
     running = []
     for job in active:
-        attempts = store.attempts(job.id)
+        attempts = attempts_of.get(job.id, [])
         if not attempts:
             continue
         last = attempts[-1]
@@ -124,20 +138,24 @@ def spent_this_month(
     now: datetime,
     committed: Mapping[str, float] | None = None,
     spec_of: Callable[[Job], JobSpec] | None = None,
+    attempts_of: Mapping[str, list[Attempt]] | None = None,
 ) -> dict[str, float]:
     """Per team: charges since the first of this month (UTC), plus, for each job still
     running, its plan's expected cost (with `spec_of`, plus what its runtime estimate
     has grown since: `broker.learned_runtime.grown_cost`) or what it is `committed` for
     by the next pass when that is more (a budget is hard: what is running is as good
-    as spent)."""
+    as spent). `attempts_of` as in `running_jobs`."""
     from broker.learned_runtime import grown_cost
+
+    if attempts_of is None:
+        attempts_of = store.attempts_of(job.id for job in active)
 
     start = datetime(now.year, now.month, 1, tzinfo=UTC)
     spent: dict[str, float] = {}
     for entry in store.ledger(since=start):
         spent[entry.team] = spent.get(entry.team, 0.0) + float(entry.amount_usd)
     for job in active:
-        attempts = store.attempts(job.id)
+        attempts = attempts_of.get(job.id, [])
         if attempts:
             placed = attempts[-1].placed_on
             planned = placed.expected_cost

@@ -46,6 +46,7 @@ def serve(
     try:
         served = serve_metrics(port, host, opener, pool_gpus(pools))
     except PortError as exc:
+        opener.close()
         fail(str(exc), BAD_INPUT)
     print(f"broker: serving metrics of {path} on {served.url}", file=sys.stderr)
     try:

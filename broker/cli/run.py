@@ -7,7 +7,7 @@ import time
 from collections.abc import Callable
 from decimal import Decimal
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import typer
 
@@ -16,6 +16,9 @@ from broker.cli.formats import count, hours
 from broker.cli.options import CatalogOption, OverlaysOption, PoolsOption, WideOption
 from broker.cli.render import Column, Output, render, state_colour, usd
 from broker.cli.session import PolicyOption, StateOption, runtime
+
+if TYPE_CHECKING:
+    from broker.state.location import StateLocation
 
 PACKAGED_EXAMPLES = "_examples"  # examples/ as the wheel carries it (pyproject's force-include)
 
@@ -49,8 +52,11 @@ def run(
     metrics_port: int = typer.Option(
         None,
         "--metrics-port",
-        help="Serve Prometheus metrics on this port while running (docs/metrics.md).",
+        envvar="BROKER_METRICS_PORT",
+        help="Serve Prometheus metrics on this port while running (docs/metrics.md) "
+        "[env: BROKER_METRICS_PORT].",
         show_default=False,
+        show_envvar=False,
     ),
     metrics_host: str = typer.Option(
         "127.0.0.1", "--metrics-host", help="Address of the metrics endpoint (0.0.0.0: all)."
@@ -264,8 +270,11 @@ def _pass(rt, once: bool, step: Callable[[], Any] | None = None) -> Any:
 
 
 def demo(
-    state: Path = typer.Option(
-        None, "--state", help="State file [default: a fresh temporary one]", show_default=False
+    state: str = typer.Option(
+        None,
+        "--state",
+        help="State file or postgresql:// URL [default: a fresh temporary file]",
+        show_default=False,
     ),
     output: Output = typer.Option(Output.table, "--output", "-o"),
     wide: bool = WideOption,
@@ -278,20 +287,22 @@ def demo(
 
     from broker.manifest.load import load_manifests
     from broker.reclaims import ReclaimOnce
+    from broker.state.location import parse_location
     from broker.submit import prepare, submit_manifests
 
-    state = state or Path(tempfile.mkdtemp(prefix="broker-demo-")) / "state.db"
+    given = state or str(Path(tempfile.mkdtemp(prefix="broker-demo-")) / "state.db")
+    location = parse_location(given)  # printed as itself: a URL's password masked
     examples = examples_dir()
     loaded = load_manifests([examples / "demo"])
     if loaded.errors:
         fail("; ".join(map(str, loaded.errors)))
-    ready, refused = prepare(loaded.manifests, state, ())
+    ready, refused = prepare(loaded.manifests, location, ())
     if refused:
         fail("; ".join(refused))
     # The demo's pools all use the local executor: no Slurm, no SSH node needed.
     pools = examples / "demo" / "pools.yaml"
     with runtime(
-        state,
+        given,
         None,
         pools,
         None,
@@ -300,7 +311,7 @@ def demo(
         sandbox_only=True,  # the demo never launches on a real cloud, whatever is enabled
     ) as rt:
         submit_manifests(rt.store, ready)
-        print(f"demo: {len(loaded.manifests)} jobs submitted to {state}", file=sys.stderr)
+        print(f"demo: {len(loaded.manifests)} jobs submitted to {location}", file=sys.stderr)
         print(f"demo: {sandbox_time(DEMO_TIME_SCALE)}", file=sys.stderr)
         drive(rt, poll=0.2, limit_s=90, after_pass=ReclaimOnce(DEMO_RECLAIMED, crunch=True))
         rows = _summary(rt.store, rt.controller.index_of(rt.provider).offers)
@@ -329,8 +340,8 @@ def demo(
         notes=[
             f"total {total:.2f} USD at catalog prices; the same GPU hours on demand in each "
             f"job's cheapest region: {baseline:.2f} USD",
-            _recovery_note(rt_store_path=state),
-            f"state kept in {state}",
+            _recovery_note(rt_store_path=location),
+            f"state kept in {location}",
         ],
     )
 
@@ -339,7 +350,7 @@ DEMO_RECLAIMED = "llama-ft"
 DEMO_TIME_SCALE = 3600.0  # the demo's fast clock: its jobs run seconds and bill hours
 
 
-def _recovery_note(rt_store_path: Path) -> str:
+def _recovery_note(rt_store_path: StateLocation) -> str:
     """What happened to the reclaimed job, from its recorded events and ledger: where it
     was reclaimed, where it resumed, and what moving its checkpoint was charged."""
     from broker.clock import SystemClock

@@ -31,7 +31,7 @@ if TYPE_CHECKING:
     from broker.controller.reconcile import PassReport
     from broker.dispatch.settings import DispatchSettings
     from broker.spec import JobSpec
-    from broker.state import Attempt, Job, StateStore
+    from broker.state import Attempt, InstanceRow, Job, StateStore
     from pricing.query import OfferIndex
     from providers.base import Instance, Provider
 
@@ -67,16 +67,18 @@ class Observing:
     preempt: Callable[[str, str], None]
 
     def _observe(self, report: PassReport) -> None:
-        from broker.state import OPEN_ATTEMPT
         from providers.errors import ProviderError
 
         self._record_notices(report)  # first: an ended attempt is judged knowing them
         closes: list[_Close] = []
         try:
-            for job in self.store.jobs(states=(*ACTIVE, JobState.CANCELLED)):
-                for attempt in self.store.attempts(job.id, states=OPEN_ATTEMPT):
+            jobs = self.store.jobs(states=(*ACTIVE, JobState.CANCELLED))
+            attempts, instances = _open_attempts(self.store)  # one query each, not per job
+            for job in jobs:
+                for attempt in attempts.get(job.id, ()):
+                    known = instances.get(attempt.id, [])
                     try:
-                        self._observe_one(job, attempt, report, closes)
+                        self._observe_one(job, attempt, report, closes, known)
                     except LeaseHeld:  # another controller is on this job's next step
                         continue
                     except ProviderError as exc:  # the provider cannot answer now: next pass
@@ -108,13 +110,19 @@ class Observing:
                     report.finished[report.finished.index(said)] = (job.name, "failed")
 
     def _observe_one(
-        self, job: Job, attempt: Attempt, report: PassReport, closes: list[_Close]
+        self,
+        job: Job,
+        attempt: Attempt,
+        report: PassReport,
+        closes: list[_Close],
+        known: list[InstanceRow],
     ) -> None:
-        """One open attempt: launched if it never was, running, or ended (closed; an
-        attempt that succeeded is put on `closes`, to be closed with the pass's others)."""
+        """One open attempt (`known`: its instance rows as the pass read them): launched
+        if it never was, running, or ended (closed; an attempt that succeeded is put on
+        `closes`, to be closed with the pass's others)."""
         from broker.state import AttemptState
 
-        instance = self._instance_of(job, attempt, report)
+        instance = self._instance_of(job, attempt, report, known)
         if instance is None:
             return
         if instance.members:
@@ -141,8 +149,8 @@ class Observing:
         # lease in its own transaction (LeaseHeld: another controller closes it), with the
         # pass's others; a close that writes more (a checkpoint, a re-queue) claims first.
         later = instance.state == "succeeded"
-        if not later and not self.store.claim(job.id, "finish"):
-            return  # another controller closes it
+        if not later and (not self._still_open(attempt) or not self.store.claim(job.id, "finish")):
+            return  # another controller closes it (or closed it since the pass read it)
         writes: list[Callable[[], object]] = []
         try:
             outcome = self._finish(job, attempt, instance, writes if later else None)
@@ -161,14 +169,17 @@ class Observing:
         if instance.state == "interrupted":
             self._release(instance, report)
 
-    def _instance_of(self, job: Job, attempt: Attempt, report: PassReport) -> Instance | None:
+    def _instance_of(
+        self, job: Job, attempt: Attempt, report: PassReport, known: list[InstanceRow]
+    ) -> Instance | None:
         """The attempt's instance; relaunched (idempotently) when the store has none yet,
         which is where a controller killed between `start_attempt` and the launch resumes.
         A provider that cannot answer now (throttled, unreachable) leaves the attempt as it
         is for the next pass: only NotFound means the instance is gone."""
         from providers.errors import NotFound, ProviderError
 
-        known = self.store.instances(attempt_id=attempt.id)
+        if not known:  # read again: another controller may have launched it since
+            known = self.store.instances(attempt_id=attempt.id)
         if known:
             try:
                 return self.provider.describe(known[0].provider_id)
@@ -178,9 +189,16 @@ class Observing:
             except ProviderError as exc:
                 report.cannot_reach(known[0].provider_id, exc)
                 return None
-        if not self.store.claim(job.id, "launch"):
-            return None  # another controller is launching it (its lease is live)
+        if not self._still_open(attempt) or not self.store.claim(job.id, "launch"):
+            return None  # another controller is launching it (its lease is live), or closed it
         return self._start(job, attempt, report)
+
+    def _still_open(self, attempt: Attempt) -> bool:
+        """Whether the attempt is open now, read afresh before a step is claimed: the pass
+        read the open attempts once, and another controller may have closed one since."""
+        from broker.state import OPEN_ATTEMPT
+
+        return self.store.attempt(attempt.id).state in OPEN_ATTEMPT
 
     def _record_members(self, attempt_id: str, instance: Instance) -> None:
         """Keep a gang's nodes as last seen (ranks, places, states) for `broker status`;
@@ -260,3 +278,20 @@ class Observing:
             pass  # the cloud deleted it itself
         except ProviderError as exc:
             report.cannot_reach(instance.id, exc)
+
+
+def _open_attempts(
+    store: StateStore,
+) -> tuple[dict[str, list[Attempt]], dict[str, list[InstanceRow]]]:
+    """(job id -> its open attempts in order, attempt id -> its instance rows): the open
+    attempts and their instances in two queries, whatever the number of jobs."""
+    from broker.state import OPEN_ATTEMPT
+
+    attempts: dict[str, list[Attempt]] = {}
+    for attempt in store.attempts(states=OPEN_ATTEMPT):
+        attempts.setdefault(attempt.job_id, []).append(attempt)
+    instances: dict[str, list[InstanceRow]] = {}
+    for row in store.instances(attempt_states=OPEN_ATTEMPT):
+        if row.attempt_id is not None:
+            instances.setdefault(row.attempt_id, []).append(row)
+    return attempts, instances

@@ -172,7 +172,7 @@ class Controller(Observing, Launching, Closing, Budgets):
 
     def _sweep(self, report: PassReport) -> None:
         """Terminate running broker instances whose attempt is unknown or closed."""
-        from broker.state import OPEN_ATTEMPT, UnknownAttempt
+        from broker.state import OPEN_ATTEMPT
         from providers.base import TAG_ATTEMPT
         from providers.errors import ProviderError
 
@@ -181,14 +181,9 @@ class Controller(Observing, Launching, Closing, Budgets):
         except ProviderError as exc:  # unreachable now: sweep on a later pass
             report.cannot_reach("list", exc)
             return
+        wanted = {a.id for a in self.store.attempts(states=OPEN_ATTEMPT)}  # read after the list
         for instance in instances:
-            if not instance.active:
-                continue
-            try:
-                wanted = self.store.attempt(instance.tag(TAG_ATTEMPT) or "").state in OPEN_ATTEMPT
-            except UnknownAttempt:
-                wanted = False
-            if not wanted:
+            if instance.active and instance.tag(TAG_ATTEMPT) not in wanted:
                 self.provider.terminate(instance.id)
                 report.terminated.append(instance.id)
 

@@ -9,6 +9,7 @@ so a port in use is one line at start-up, not a controller half running.
 from __future__ import annotations
 
 import errno
+import threading
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -20,7 +21,8 @@ if TYPE_CHECKING:
     from threading import Thread
     from wsgiref.simple_server import WSGIServer
 
-    from broker.state.location import StateLocation
+    from broker.state.location import DatabaseUrl, StateLocation
+    from broker.state.pg_pool import StorePool
     from broker.state.reads import StateReads
 
 DEFAULT_PORT = 9464  # the port Prometheus' exporter list gives the OpenTelemetry exporter
@@ -39,12 +41,15 @@ class MetricsServer:
     thread: Thread
     controller: ControllerMetrics | None
     url: str
+    reads: StateOpener | None = None  # closed with the server (its connection pool)
 
     def close(self) -> None:
         """Stop serving and free the port (safe to repeat)."""
         self.server.shutdown()
         self.server.server_close()
         self.thread.join(timeout=5)
+        if self.reads is not None:
+            self.reads.close()
 
 
 def check_port(port: int) -> None:
@@ -82,22 +87,35 @@ def serve_metrics(
             raise PortError(f"metrics port {port} on {host} is not allowed here") from None
         raise PortError(f"cannot serve metrics on {host}:{port}: {exc.strerror}") from None
     bound = server.server_address[1]
-    return MetricsServer(server, thread, own, f"http://{host}:{bound}/metrics")
+    reads = open_reads if isinstance(open_reads, StateOpener) else None
+    return MetricsServer(server, thread, own, f"http://{host}:{bound}/metrics", reads)
 
 
-def read_only_state(path: StateLocation) -> ReadsOpener:
+class StateOpener:
     """Opens the state at `path` (a SQLite file or a PostgreSQL database) read-only for
-    each scrape (its own connection: reads never block a writer); None while there is
-    no state file yet."""
+    each scrape: a file afresh each time (its own connection: reads never block a
+    writer; None while there is no file yet), a database through a small pool of
+    connections the scrape threads share (broker.state.pg_pool), opened at the first
+    scrape. `close()` closes the pool."""
+
+    def __init__(self, path: StateLocation) -> None:
+        self._path = path
+        self._pool: StorePool | None = None
+        self._lock = threading.Lock()
 
     @contextmanager
-    def opened() -> Iterator[StateReads | None]:
+    def __call__(self) -> Iterator[StateReads | None]:
         from broker.clock import SystemClock
         from broker.state import StateStore
         from broker.state.files import examine
         from broker.state.location import DatabaseUrl
 
-        if not isinstance(path, DatabaseUrl) and examine(path).kind in ("missing", "empty"):
+        path = self._path
+        if isinstance(path, DatabaseUrl):
+            with self._pooled(path).store() as pooled:
+                yield pooled
+            return
+        if examine(path).kind in ("missing", "empty"):
             yield None
             return
         store = StateStore.open(path, SystemClock(), read_only=True)
@@ -106,4 +124,22 @@ def read_only_state(path: StateLocation) -> ReadsOpener:
         finally:
             store.close()
 
-    return opened
+    def _pooled(self, url: DatabaseUrl) -> StorePool:
+        from broker.clock import SystemClock
+        from broker.state.pg_pool import StorePool
+
+        with self._lock:  # two first scrapes at once open one pool
+            if self._pool is None:
+                self._pool = StorePool(url, SystemClock(), read_only=True).open()
+            return self._pool
+
+    def close(self) -> None:
+        with self._lock:
+            if self._pool is not None:
+                self._pool.close()
+                self._pool = None
+
+
+def read_only_state(path: StateLocation) -> StateOpener:
+    """The scrapes' opener of the state at `path` (`StateOpener`); close it after."""
+    return StateOpener(path)

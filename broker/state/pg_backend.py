@@ -32,6 +32,7 @@ from broker.state import schema
 from broker.state.backend import StateUnavailable, backoff_delays
 from broker.state.location import DatabaseUrl
 from broker.state.model import StateError, ts_text
+from broker.state.pg_pipeline import PendingResult
 
 MIGRATION_LOCK = 0x62726F6B6572  # "broker": the advisory lock migrations take
 CONNECT_TIMEOUT_S = 10
@@ -60,7 +61,7 @@ class PostgresBackend:
         return PgConnection(self)
 
     def begin(self, conn: PgConnection) -> None:
-        conn.execute("BEGIN ISOLATION LEVEL READ COMMITTED")
+        conn.begin_pipelined("BEGIN ISOLATION LEVEL READ COMMITTED")
 
     def begin_snapshot(self, conn: Any) -> None:
         """Reads that see one committed state: one snapshot for every read inside (MVCC:
@@ -105,26 +106,30 @@ class PostgresBackend:
 
     # --- connections --------------------------------------------------------------------
 
-    def raw_connection(self) -> Any:
-        """A new psycopg connection (autocommit, rows by name and index, timeouts set);
-        tried again with backoff for `reconnect_s`; StateUnavailable when it stays away."""
-        psycopg = _driver()
+    def connect_options(self) -> dict[str, Any]:
+        """psycopg.connect's keywords beside the URL: autocommit, rows by name and index,
+        the connect, statement, lock and idle-in-transaction timeouts (a pool's too)."""
         options = (
             f"-c statement_timeout={STATEMENT_TIMEOUT_S * 1000}"
             f" -c lock_timeout={max(1, int(self.busy_timeout * 1000))}"  # 0 would be "never"
             " -c idle_in_transaction_session_timeout=600000"
         )
+        return {
+            "autocommit": True,
+            "connect_timeout": CONNECT_TIMEOUT_S,
+            "options": options,
+            "application_name": "broker",
+            "row_factory": _rows,
+        }
+
+    def raw_connection(self) -> Any:
+        """A new psycopg connection (autocommit, rows by name and index, timeouts set);
+        tried again with backoff for `reconnect_s`; StateUnavailable when it stays away."""
+        psycopg = _driver()
         delays = backoff_delays(self.reconnect_s)
         while True:
             try:
-                return psycopg.connect(
-                    self.location.url,
-                    autocommit=True,
-                    connect_timeout=CONNECT_TIMEOUT_S,
-                    options=options,
-                    application_name="broker",
-                    row_factory=_rows,
-                )
+                return psycopg.connect(self.location.url, **self.connect_options())
             except psycopg.OperationalError as exc:
                 pause = next(delays, None)
                 if pause is None:
@@ -148,11 +153,18 @@ class PostgresBackend:
 
 class PgConnection:
     """psycopg's connection as the store uses sqlite3's: `execute(sql, params)` with `?`
-    placeholders, `in_transaction`, rows by index and name; opened again when lost."""
+    placeholders, `in_transaction`, rows by index and name; opened again when lost.
+    `borrowed`: a pool's connection (broker.state.pg_pool), which the pool closes, never
+    this wrapper (a connection opened in its place is this wrapper's, and closed by it)."""
 
-    def __init__(self, backend: PostgresBackend) -> None:
+    def __init__(self, backend: PostgresBackend, borrowed: Any = None) -> None:
         self._backend = backend
-        self._raw = backend.raw_connection()
+        self._borrowed = borrowed
+        self._raw = borrowed if borrowed is not None else backend.raw_connection()
+        self._pipeline: Any = None  # psycopg's Pipeline while a write is open
+        self._pipeline_cm: Any = None  # and the context that entered it
+        self.statements = 0  # sent so far (bench/state_backends.py)
+        self.round_trips = 0  # waits for the server's answer (a pipeline sends several)
 
     @property
     def in_transaction(self) -> bool:
@@ -161,32 +173,97 @@ class PgConnection:
         raw = self._raw
         if raw is None or raw.closed or raw.broken:
             return False
+        if self._pipeline is not None:
+            return True  # its BEGIN may not have been sent yet
         return raw.info.transaction_status != TransactionStatus.IDLE
+
+    def begin_pipelined(self, sql: str) -> None:
+        """Start a write transaction in psycopg's pipeline mode: a statement whose result
+        the store does not read (an insert, an update, the BEGIN) goes out with the next
+        one it reads, or with the COMMIT, in one round trip rather than one each. An
+        error of a queued statement is raised at that next read (or the COMMIT), with
+        its own type, and the transaction is rolled back as any failed write is."""
+        raw = self._live()
+        if self._pipeline is None:
+            self._pipeline_cm = raw.pipeline()
+            self._pipeline = self._pipeline_cm.__enter__()
+        self.execute(sql)
 
     def execute(self, sql: str, parameters: Sequence[Any] = ()) -> Any:
         import psycopg
 
+        if self._pipeline is not None and sql == "ROLLBACK":
+            self._end_pipeline(quiet=True)  # the error that got here was raised already
+            if not self.in_transaction:
+                return None
+        raw = self._live()
+        self.statements += 1
+        try:
+            cursor = raw.execute(_pg_sql(sql), tuple(parameters))
+            if self._pipeline is None:
+                self.round_trips += 1
+                return cursor
+            if sql == "COMMIT":
+                self._end_pipeline()
+            return PendingResult(cursor, self)
+        except psycopg.OperationalError as exc:
+            raise self._unavailable_or(exc) from None
+
+    def _live(self) -> Any:
+        """The psycopg connection, opened again if it was lost; lost inside a write, the
+        write fails (StateUnavailable): its transaction went with the connection."""
         raw = self._raw
         if raw is None or raw.closed or raw.broken:
+            if self._pipeline is not None:
+                self._pipeline = self._pipeline_cm = None
+                raise self._backend.unavailable(ConnectionError("connection lost in a write"))
             self._raw = raw = None
             raw = self._raw = self._backend.raw_connection()
+        return raw
+
+    def _end_pipeline(self, quiet: bool = False) -> None:
+        """Leave pipeline mode: send what is queued and wait for every answer (one round
+        trip); `quiet`: after an error already raised, ignore what the rest says."""
+        import psycopg
+
+        entered, self._pipeline, self._pipeline_cm = self._pipeline_cm, None, None
+        if entered is None:
+            return
+        self.round_trips += 1
         try:
-            return raw.execute(_pg_sql(sql), tuple(parameters))
-        except psycopg.OperationalError as exc:
-            if raw.broken or raw.closed:  # the server went away: not this statement's fault
-                raise self._backend.unavailable(exc) from None
-            raise  # a lock or statement timeout: the statement's
+            entered.__exit__(None, None, None)
+        except psycopg.Error:
+            if not quiet:
+                raise
+
+    def _unavailable_or(self, exc: BaseException) -> BaseException:
+        """StateUnavailable when the server went away (not the statement's fault: the
+        connection is broken, or the server said it is shutting down, which can arrive
+        before the connection is seen to close), else the error itself (a lock or
+        statement timeout: the statement's)."""
+        from psycopg import errors
+
+        raw = self._raw
+        going = (errors.AdminShutdown, errors.CrashShutdown, errors.CannotConnectNow,
+                 errors.ConnectionException)  # fmt: skip
+        if raw is None or raw.broken or raw.closed or isinstance(exc, going):
+            self._pipeline = self._pipeline_cm = None
+            if raw is not None and not raw.closed:
+                raw.close()  # the next statement connects again
+            return self._backend.unavailable(exc)
+        return exc
 
     def executemany(self, sql: str, rows: Sequence[Sequence[Any]]) -> None:
         """One statement for many rows (`broker state migrate`), in the open transaction."""
         assert self._raw is not None
+        self.statements += 1
         with self._raw.cursor() as cursor:
             cursor.executemany(_pg_sql(sql), rows)
 
     def close(self) -> None:
-        if self._raw is not None:
+        if self._raw is not None and self._raw is not self._borrowed:
             self._raw.close()
-            self._raw = None
+        self._raw = None
 
 
 class PgRow(tuple):
@@ -256,22 +333,31 @@ def open_postgres(
     backend = PostgresBackend(location, busy_timeout=busy_timeout)
     conn = backend.connect()
     try:
-        found, newest = schema.schema_version(conn, backend), schema.MIGRATIONS[-1].version
-        if found > newest:
-            raise schema.too_new(found, newest, location.shown)
+        check_schema(backend, conn, clock, read_only=read_only)
         if read_only:
-            if found < newest:
-                raise StateError(
-                    f"the state database {location.shown} has schema version {found} and this "
-                    f"broker needs {newest}: run a command that writes it (e.g. broker submit)"
-                )
             conn.execute("SET SESSION CHARACTERISTICS AS TRANSACTION READ ONLY")
-        else:
-            schema.migrate(conn, ts_text(clock.now()), backend=backend)
     except BaseException:
         conn.close()
         raise
     return backend, conn
+
+
+def check_schema(
+    backend: PostgresBackend, conn: PgConnection, clock: Clock, *, read_only: bool
+) -> None:
+    """Refuse a schema newer than this broker's; migrate an older one (read-only:
+    refuse it, changing nothing)."""
+    location = backend.location
+    found, newest = schema.schema_version(conn, backend), schema.MIGRATIONS[-1].version
+    if found > newest:
+        raise schema.too_new(found, newest, location.shown)
+    if not read_only:
+        schema.migrate(conn, ts_text(clock.now()), backend=backend)
+    elif found < newest:
+        raise StateError(
+            f"the state database {location.shown} has schema version {found} and this "
+            f"broker needs {newest}: run a command that writes it (e.g. broker submit)"
+        )
 
 
 @contextmanager

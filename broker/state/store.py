@@ -94,7 +94,6 @@ class StateStore(RunWrites, AttemptWrites, LeaseWrites, StateReads):
     """Durable broker state. Open with `StateStore.open(path, clock)`; a controller then
     writes as a lease holder (`hold_as`: broker.state.leases)."""
 
-
     def __init__(
         self,
         conn: Connection,
@@ -112,7 +111,7 @@ class StateStore(RunWrites, AttemptWrites, LeaseWrites, StateReads):
 
     @property
     def dialect(self) -> str:
-        """"sqlite" or "postgresql": which claim and lock queries run (broker.state.leases,
+        """ "sqlite" or "postgresql": which claim and lock queries run (broker.state.leases,
         broker.state.limits)."""
         return self._backend.dialect
 
@@ -153,6 +152,26 @@ class StateStore(RunWrites, AttemptWrites, LeaseWrites, StateReads):
                 location, clock, busy_timeout=busy_timeout, read_only=read_only
             )
         return cls(conn, clock, location, new_id or (lambda: secrets.token_hex(6)), backend)
+
+    @property
+    def statements_sent(self) -> int | None:
+        """Statements this store sent to a PostgreSQL server (each a round trip), for
+        the benchmarks and the tests that a pass's reads do not grow with its jobs;
+        None on SQLite (in-process: a statement costs no round trip)."""
+        from broker.state.pg_backend import PgConnection
+
+        conn = self._conn
+        return conn.statements if isinstance(conn, PgConnection) else None
+
+    @property
+    def round_trips(self) -> int | None:
+        """How many times this store waited for a PostgreSQL server's answer: fewer than
+        its statements, as a write's statements whose results it does not read go out
+        together (`PgConnection.begin_pipelined`); None on SQLite."""
+        from broker.state.pg_backend import PgConnection
+
+        conn = self._conn
+        return conn.round_trips if isinstance(conn, PgConnection) else None
 
     def close(self) -> None:
         self._conn.close()

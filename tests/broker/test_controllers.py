@@ -121,3 +121,44 @@ def test_three_controllers_killed_at_random_launch_and_bill_each_attempt_once(
         assert alive == [], "a sandbox process outlived its job"
     finally:
         runtime.close()
+
+
+LONG = MANIFEST.replace('echo "$BROKER_ATTEMPT" >> {starts}; sleep 0.2', "sleep 60")
+
+
+def test_a_pass_reads_the_running_jobs_in_bulk_on_postgresql(
+    tmp_path, postgres_cluster, monkeypatch
+):
+    """A pass that launches nothing sends a few statements whatever the number of jobs
+    running or queued (before: about five per running job: its open attempts, its
+    instance, the sweep's attempt, the policy's attempts twice)."""
+    from broker.manifest.load import load_manifests
+    from broker.state.location import parse_location
+    from broker.submit import submit_manifests
+
+    monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path / "xdg-state"))  # a database's sandbox
+    jobs = tmp_path / "jobs"
+    jobs.mkdir()
+    for i in range(120):
+        (jobs / f"long-{i}.yaml").write_text(LONG.format(i=i, team=i % 3, gpu="T4:1"))
+    location = parse_location(postgres_cluster.fresh_database())
+    rt = open_runtime(location, load_offers(), clock=SystemClock())
+    try:
+        submit_manifests(rt.store, load_manifests([jobs]).manifests)
+        sent: list[tuple[int, int, int]] = []  # (statements, running, queued)
+        for _ in range(6):
+            before = rt.store.statements_sent or 0
+            report = rt.controller.run_pass()
+            if not report.changed:
+                running = len(rt.store.attempts(states=[AttemptState.RUNNING]))
+                sent.append(((rt.store.statements_sent or 0) - before, running,
+                             len(rt.store.queued())))  # fmt: skip
+        assert sent, "the sandbox never filled up"
+        for statements, running, queued in sent:
+            assert running >= 20 and queued >= 40
+            assert statements < running, (statements, running)  # not one (or five) per job
+        assert len({statements for statements, _, _ in sent}) == 1  # the same every pass
+    finally:
+        for instance in rt.provider.list_instances():
+            rt.provider.terminate(instance.id)
+        rt.close()

@@ -5,7 +5,6 @@ work, billing-export reconciliation and charts."""
 from __future__ import annotations
 
 import base64
-import sqlite3
 import sys
 from datetime import UTC, datetime, timedelta
 from decimal import ROUND_HALF_EVEN, Decimal
@@ -30,6 +29,7 @@ from pricing.regions import Place
 from tests.fakes.billing import ledger as fixed
 from tests.fakes.offers import write_catalog
 from tests.fakes.specs import job_spec, placed
+from tests.state_backends import query
 from tests.waiting import wait_ended, wait_until
 
 REPO = Path(__file__).resolve().parents[2]
@@ -43,8 +43,9 @@ def micro(amount: Decimal) -> Decimal:
 
 
 @pytest.fixture
-def store(tmp_path):
-    opened = fixed.build(tmp_path / "state.db")
+def store(state_location):
+    """The fixed ledger in a fresh SQLite file, then in a fresh PostgreSQL database."""
+    opened = fixed.build(state_location)
     yield opened
     opened.close()
 
@@ -143,8 +144,10 @@ def test_idle_attempts_are_charged_nothing_and_pools_their_amortised_rate():
     assert [(e["cloud"], e["quantity"]) for e in onprem[1:]] == [("gcp", 100), ("aws", 500)]
 
 
-def test_a_failing_ledger_write_leaves_the_attempt_open_and_nothing_billed(tmp_path, monkeypatch):
-    store = fixed.build(tmp_path / "s.db")
+def test_a_failing_ledger_write_leaves_the_attempt_open_and_nothing_billed(
+    state_location, monkeypatch
+):
+    store = fixed.build(state_location)
     job = store.submit(job_spec("crashy", "nlp"), "x", "dx").job_id
     store.transition(job, JobState.PLANNED)
     attempt_id = store.start_attempt(job, placed(fixed.PLACEMENTS["llama-1"], "10", "spot"))
@@ -200,14 +203,17 @@ data:
 """
 
 
-def test_the_ledger_adds_up_after_a_run_with_an_interruption(tmp_path):
+def test_the_ledger_adds_up_after_a_run_with_an_interruption(tmp_path, state_location, monkeypatch):
     from broker.manifest.load import load_manifests
     from broker.offers import load_offers
     from broker.runtime import open_runtime
+    from broker.state.location import parse_location
     from broker.submit import submit_manifests
 
+    monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path / "xdg-state"))  # a database's sandbox
     view = load_offers(pools_path=REPO / "examples" / "demo" / "pools.yaml")
-    rt = open_runtime(tmp_path / "state.db", view, clock=SystemClock(), time_scale=3600)
+    state = parse_location(state_location)
+    rt = open_runtime(state, view, clock=SystemClock(), time_scale=3600)
     (tmp_path / "spot.yaml").write_text(SPOT_JOB.format(examples=REPO / "examples"))
     paths = [tmp_path / "spot.yaml", REPO / "examples" / "demo" / "onprem.yaml"]
     spot, onprem = (r.job_id for r in submit_manifests(rt.store, load_manifests(paths).manifests))
@@ -385,8 +391,8 @@ def test_the_cheapest_on_demand_quote_ignores_pools_and_missing_prices(prices):
 # --- the migration: ledgers written before it still report --------------------------------
 
 
-def test_a_version_1_ledger_migrates_and_reports_by_the_attempts_place(tmp_path, monkeypatch):
-    path = tmp_path / "old.db"
+def test_a_version_1_ledger_migrates_and_reports_by_the_attempts_place(state_location, monkeypatch):
+    path = state_location
     monkeypatch.setattr(schema, "MIGRATIONS", schema.MIGRATIONS[:1])
     clock = FixedClock(fixed.T0)
     with StateStore.open(path, clock) as old:
@@ -394,7 +400,7 @@ def test_a_version_1_ledger_migrates_and_reports_by_the_attempts_place(tmp_path,
         old.transition(job, JobState.PLANNED)
         detector = placed(fixed.PLACEMENTS["detector"], "0.85", "on-demand")
         attempt_id = old.start_attempt(job, detector)
-        old._conn.execute("BEGIN IMMEDIATE")
+        old._backend.begin(old._conn)
         old._conn.execute(
             "INSERT INTO ledger (job_id, attempt_id, kind, amount_usd, quantity, unit,"
             " unit_price_usd, market, price_source, price_as_of, period_start, period_end,"
@@ -405,8 +411,8 @@ def test_a_version_1_ledger_migrates_and_reports_by_the_attempts_place(tmp_path,
         old._conn.execute("COMMIT")
     monkeypatch.undo()
     with StateStore.open(path, clock) as new:
-        with sqlite3.connect(path) as conn:
-            assert schema.schema_version(conn) == len(schema.MIGRATIONS) == 5
+        (version,) = query(path, "SELECT MAX(version) FROM schema_migrations")[0]
+        assert version == len(schema.MIGRATIONS) == 5
         (entry,) = new.ledger()
         assert (entry.cloud, entry.region, entry.detail) == ("", "", "")
         (line,) = build_report(new, ["cloud"]).lines
@@ -419,7 +425,7 @@ def _job_as_version_1_wrote_it(store: StateStore, spec) -> str:
     from broker.state.model import json_text
 
     at = "2026-11-01T00:00:00.000000Z"
-    store._conn.execute("BEGIN IMMEDIATE")
+    store._backend.begin(store._conn)
     store._conn.execute(
         "INSERT INTO jobs VALUES ('j-000000000001', ?, ?, 'default', 0, 'queued', 1, NULL,"
         " ?, ?, ?)",

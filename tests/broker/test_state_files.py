@@ -1,7 +1,8 @@
 """State file safety: a file that is not a broker state file is refused before SQLite
 touches it (not a byte written, no -wal or -shm made), a newer one says which version it
 needs, a read-only location serves reads and refuses writes, read commands never create
-a state file or the sandbox folder."""
+a state file or the sandbox folder. The rules that are the store's, not the file's (a
+read-only store, a newer schema, what is stored redacted), run on PostgreSQL too."""
 
 from __future__ import annotations
 
@@ -22,6 +23,7 @@ from broker.clock import FixedClock
 from broker.state import SchemaTooNew, StateStore
 from broker.state.files import APPLICATION_ID, DamagedState, NotAStateFile
 from tests.cli.runner import run_cli
+from tests.state_backends import execute, is_postgres, query, sql_error, tables
 
 REPO = Path(__file__).resolve().parents[2]
 JOB = REPO / "examples" / "jobs" / "tokenize-cpu.yaml"
@@ -159,6 +161,40 @@ def test_a_read_only_open_writes_nothing_and_refuses_writes(good, tmp_path):
     assert _snapshot(tmp_path) == before
 
 
+# --- the same rules at the store, on both backends (tests/state_backends.py) -------------
+
+
+def _stored(location) -> dict[str, list[tuple]]:
+    """Every row of every table, straight from the database."""
+    return {t: sorted(map(repr, query(location, f"SELECT * FROM {t}"))) for t in tables(location)}
+
+
+def test_a_read_only_store_refuses_writes_and_changes_nothing(state_location):
+    from broker.manifest.load import load_manifests
+    from broker.submit import submit_manifests
+
+    manifest = load_manifests([JOB]).manifests[0]
+    with StateStore.open(state_location, CLOCK) as store:
+        submit_manifests(store, [manifest])
+    before = _stored(state_location)
+    with StateStore.open(state_location, CLOCK, read_only=True) as store:
+        assert [job.name for job in store.jobs()] == ["tokenize-pile"]
+        with pytest.raises(sql_error(state_location), match="(?i)read-?only"):
+            store.submit(manifest.spec, "changed", "another digest")
+    assert _stored(state_location) == before
+
+
+def test_a_newer_schema_is_refused_before_anything_is_written(state_location):
+    with StateStore.open(state_location, CLOCK):
+        pass
+    execute(state_location, "INSERT INTO schema_migrations VALUES (7, 'future', '2030-01-01')")
+    before = _stored(state_location)
+    for read_only in (False, True):
+        with pytest.raises(SchemaTooNew, match="schema version 7.*knows schema version 7"):
+            StateStore.open(state_location, CLOCK, read_only=read_only)
+    assert _stored(state_location) == before
+
+
 def test_read_commands_on_a_missing_state_file_create_nothing(capsys, tmp_path):
     missing = tmp_path / "typo" / "stat.db"
     for argv in (("queue",), ("cost-report",), ("cost-report", "-o", "json")):
@@ -226,7 +262,7 @@ def test_a_read_only_location_serves_reads_and_refuses_writes(good, tmp_path):
     assert _snapshot(folder) == before  # no WAL switch, no -shm, no state-sandbox/
 
 
-def test_events_ledger_details_and_manifest_texts_are_stored_redacted(tmp_path):
+def test_events_ledger_details_and_manifest_texts_are_stored_redacted(tmp_path, state_location):
     from broker.manifest.load import parse_manifest_text
     from broker.state import JobState
     from pricing.userio.redact import MASK
@@ -238,7 +274,7 @@ def test_events_ledger_details_and_manifest_texts_are_stored_redacted(tmp_path):
     )
     (manifest,) = parse_manifest_text(text)
     assert manifest.spec.data[0].uri == "s3://bucket/in/"  # stored without its userinfo
-    with StateStore.open(tmp_path / "s.db", CLOCK) as store:
+    with StateStore.open(state_location, CLOCK) as store:
         job = store.submit(manifest.spec, manifest.text, manifest.digest).job_id
         store.transition(
             job, JobState.CANCELLED, reason="password=hunter2hunter2", data={"token": "t0k3n"}
@@ -247,5 +283,9 @@ def test_events_ledger_details_and_manifest_texts_are_stored_redacted(tmp_path):
         events = store.events(job)
     assert "ghp_" not in stored and "hunter2" not in stored and "apiVersion: broker/v1" in stored
     assert "hunter2" not in events[-1].message and events[-1].data["token"] == MASK
-    raw = b"".join(path.read_bytes() for path in tmp_path.glob("s.db*"))  # -wal too, if left
-    assert b"hunter2" not in raw and b"t0k3n" not in raw
+    everything = repr(_stored(state_location))  # every row of every table
+    assert "hunter2" not in everything and "t0k3n" not in everything
+    assert "apiVersion: broker/v1" in everything  # the manifest text is among them
+    if not is_postgres(state_location):  # the file's bytes, its -wal too if left
+        raw = b"".join(path.read_bytes() for path in Path(state_location).parent.glob("*.db*"))
+        assert b"hunter2" not in raw and b"t0k3n" not in raw

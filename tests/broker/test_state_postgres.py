@@ -251,5 +251,40 @@ def test_the_metrics_count_the_same_on_both_backends(postgres_cluster, tmp_path,
             assert db.charges() == file.charges()
     from broker.metrics.server import read_only_state
 
-    with read_only_state(parse_location(target))() as reader:
-        assert reader is not None and sum(reader.job_counts().values()) == 3
+    opener = read_only_state(parse_location(target))
+    try:
+        with opener() as reader:
+            assert reader is not None and sum(reader.job_counts().values()) == 3
+    finally:
+        opener.close()
+
+
+def test_a_write_pipelines_its_statements_and_a_failed_one_rolls_it_back(postgres_cluster):
+    """A write's statements whose results the store does not read go out together
+    (psycopg's pipeline mode): fewer round trips than statements. A statement that fails
+    inside it fails the whole write with its own error type, after which nothing of it
+    is stored and the connection writes again."""
+    from psycopg import errors
+
+    url = postgres_cluster.fresh_database()
+    with StateStore.open(url, FixedClock(T0)) as store:
+        job = store.submit(job_spec("piped", "ml"), "x", "d").job_id
+        sent, trips = store.statements_sent or 0, store.round_trips or 0
+        store.transition(job, JobState.PLANNED)
+        statements = (store.statements_sent or 0) - sent
+        assert 0 < (store.round_trips or 0) - trips < statements
+        before = table_rows(url, "events", "id")
+        with pytest.raises(errors.UniqueViolation):
+            with store._write() as now:  # a later insert of a queued batch fails
+                store._event(job, None, now, "note", "queued first", {})
+                store._conn.execute(
+                    "INSERT INTO job_versions (job_id, version, digest, manifest_text,"
+                    " spec_json, queue, priority, submitted_at) SELECT job_id, version,"
+                    " digest, manifest_text, spec_json, queue, priority, submitted_at"
+                    " FROM job_versions WHERE job_id = ?",
+                    (job,),
+                )
+        assert table_rows(url, "events", "id") == before  # the queued event rolled back too
+        assert not store._conn.in_transaction
+        store.transition(job, JobState.QUEUED, "again")  # the connection writes again
+        assert store.job(job).state is JobState.QUEUED

@@ -1,25 +1,35 @@
 """`broker demo` plays the product's signature: a spot reclaim, then a spot capacity
 crunch on that cloud, so the job resumes on another cloud, its checkpoint crossing with
-its egress charged and shown."""
+its egress charged and shown; on a state file and on a PostgreSQL database."""
 
 from __future__ import annotations
 
 import json
 from decimal import Decimal
+from urllib.parse import urlsplit
 
 from broker.clock import SystemClock
 from broker.state import StateStore
 from pricing.egress import egress_price
 from pricing.regions import Place
 from tests.cli.runner import run_cli
+from tests.state_backends import is_postgres
 
 CHECKPOINT_GB = 40  # examples/demo/finetune-spot.yaml
 
 
-def test_the_reclaimed_job_resumes_on_another_cloud_with_its_egress_charged(capsys, tmp_path):
-    state = tmp_path / "state.db"
+def test_the_reclaimed_job_resumes_on_another_cloud_with_its_egress_charged(
+    capsys, tmp_path, state_location, monkeypatch
+):
+    """On a state file, then on a PostgreSQL database (`--state postgresql://...`)."""
+    monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path / "xdg-state"))  # a database's sandbox
+    state = state_location
     demo = run_cli(capsys, "demo", "--state", str(state))
     assert demo.code == 0, demo.stderr
+    password = urlsplit(str(state)).password if is_postgres(state) else None
+    if password:
+        assert password not in demo.stdout + demo.stderr
+        assert "postgres:***@" in demo.stderr  # where the jobs went, its password masked
     status = run_cli(capsys, "status", "llama-ft", "--state", str(state), "-o", "json")
     first, last = json.loads(status.stdout)["attempts"]
     assert (first["state"], last["state"]) == ("interrupted", "succeeded")

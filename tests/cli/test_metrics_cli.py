@@ -72,6 +72,25 @@ def test_a_port_in_use_is_one_line_and_exit_2_and_nothing_runs(capsys, tmp_path)
         assert store.attempts() == []
 
 
+def test_broker_metrics_port_from_the_environment(capsys, tmp_path, monkeypatch):
+    """BROKER_METRICS_PORT is `broker run --metrics-port`: a port in use named by it is the
+    same one line and exit 2, nothing launched; the flag wins over it."""
+    state = str(tmp_path / "state.db")
+    run_cli(capsys, "submit", str(DEMO / "eval-eu.yaml"), "--state", state)
+    with busy_port() as port:
+        monkeypatch.setenv("BROKER_METRICS_PORT", str(port))
+        one_line_error(run_cli(capsys, "run", "--once", "--state", state), str(port), "in use")
+        with StateStore.open(state, SystemClock()) as store:
+            assert store.attempts() == []
+        monkeypatch.setenv("BROKER_METRICS_PORT", "not-a-port")
+        bad = run_cli(capsys, "run", "--once", "--state", state)
+        assert bad.code == 2 and "Traceback" not in bad.stderr
+        free = free_port()
+        ran = run_cli(capsys, "run", "--once", "--metrics-port", str(free), "--state", state)
+        assert ran.code == 0, ran.stderr
+        assert f"serving metrics on http://127.0.0.1:{free}/metrics" in ran.stderr
+
+
 def test_a_state_file_that_is_not_one_is_one_line_and_exit_2(capsys, tmp_path):
     junk = tmp_path / "state.db"
     junk.write_text("not a database\n" * 20)

@@ -143,38 +143,6 @@ class StateReads(StateTallies):
         rows = self._conn.execute(sql, params)
         return [(r["job_id"], r["version"], json.loads(r["spec_json"])) for r in rows]
 
-    def runs_of(
-        self, job_ids: Sequence[str]
-    ) -> dict[str, tuple[Job, dict[str, Any], list[Attempt]]]:
-        """Each job with its spec in force (as broker.spec_codec encodes it) and its
-        attempts in order: three queries per 500 jobs where one job at a time takes
-        three per job (`broker jobs --limit 0` lists every run)."""
-        found: dict[str, tuple[Job, dict[str, Any], list[Attempt]]] = {}
-        for begin in range(0, len(job_ids), _PER_QUERY):
-            chunk = list(job_ids[begin : begin + _PER_QUERY])
-            marks = ",".join("?" * len(chunk))
-            jobs = {
-                r["id"]: job_of(r)
-                for r in self._conn.execute(f"{JOB_SELECT} WHERE j.id IN ({marks})", chunk)
-            }
-            spec_sql = (
-                "SELECT v.job_id, v.spec_json FROM job_versions v JOIN jobs j"
-                f" ON j.id = v.job_id AND j.version = v.version WHERE v.job_id IN ({marks})"
-            )
-            specs = {
-                r["job_id"]: json.loads(r["spec_json"]) for r in self._conn.execute(spec_sql, chunk)
-            }
-            attempts: dict[str, list[Attempt]] = {job_id: [] for job_id in jobs}
-            attempt_sql = (
-                f"SELECT * FROM attempts WHERE job_id IN ({marks})"
-                " ORDER BY started_at, job_id, number"
-            )
-            for r in self._conn.execute(attempt_sql, chunk):
-                attempts[r["job_id"]].append(self._attempt_of(r))
-            for job_id, job in jobs.items():
-                found[job_id] = (job, specs[job_id], attempts[job_id])
-        return found
-
     def listed_runs(self, job_ids: Sequence[str]) -> dict[str, ListedRun]:
         """What `broker jobs` learns each run's runtime columns from (only that: no
         whole placement or spec is decoded; broker.state.listing.listed_runs)."""

@@ -769,29 +769,3 @@ def test_a_gangs_nodes_are_kept_with_its_instance_and_updated(store, path, clock
         assert again.instances(attempt_id=attempt)[0].members == ended
     store.record_instance(row.cloud, "g-1", "terminated")  # members not given: kept
     assert store.instances(attempt_id=attempt)[0].members == ended
-
-
-def test_runs_of_reads_many_jobs_as_one_job_at_a_time_does(store, clock):
-    """The bulk read behind `broker jobs --limit 0` gives each job, its spec in force and
-    its attempts in order exactly as the one-job reads do, across query chunks."""
-    from broker.spec_codec import decode
-    from broker.state import reads
-
-    ids = [running(store, f"job-{n}")[0] for n in range(3)] + [submit(store, "queued-1")]
-    job, attempt = ids[0], store.attempts(ids[0])[0].id
-    assert store.finish_attempt(attempt, "interrupted", reason="reclaimed")
-    store.transition(job, Q.MIGRATING)
-    store.start_attempt(job, placed(PLACEMENT, 30, "spot", "aws-api", "2026-10-30"))
-    chunk, reads._PER_QUERY = reads._PER_QUERY, 2  # three chunks for four jobs
-    try:
-        found = store.runs_of([*ids, "j-unknown"])
-    finally:
-        reads._PER_QUERY = chunk
-    assert sorted(found) == sorted(ids)  # an unknown id is left out
-    for job_id in ids:
-        run, encoded, attempts = found[job_id]
-        assert run == store.job(job_id)
-        assert decode(encoded) == store.version(job_id).spec
-        assert attempts == store.attempts(job_id)
-    assert [a.number for a in found[ids[0]][2]] == [1, 2]
-    assert found[ids[-1]][2] == []

@@ -64,17 +64,23 @@ def test_three_controllers_killed_at_random_launch_and_bill_each_attempt_once(
             broker(*args), env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE
         )
 
+    def launched() -> int:
+        return len(starts.read_text().split()) if starts.exists() else 0
+
+    # The kills fall at random points of the drain's progress (so many jobs started),
+    # not of wall time: a faster controller must not drain the queue before the kills.
+    kill_points = sorted(rng.sample(range(10, JOBS - 10), 6))
     controllers = [start(n) for n in range(3)]
     kills, started = 0, 3
     try:
-        while not drained(state_location) and kills < 9:
+        for point in kill_points:
+            assert wait_until(lambda p=point: launched() >= p or drained(state_location), 120)
+            if drained(state_location):
+                break
             which = rng.randrange(3)
-            try:  # a random moment of its run, or its natural end (the queue drained)
-                controllers[which].wait(timeout=rng.uniform(0.5, 2.5))
-            except subprocess.TimeoutExpired:
-                controllers[which].send_signal(signal.SIGKILL)
-                kills += 1
+            controllers[which].send_signal(signal.SIGKILL)
             controllers[which].wait()
+            kills += 1
             controllers[which] = start(started)
             started += 1
         assert wait_until(lambda: drained(state_location), timeout=120), "the queue never drained"
@@ -86,7 +92,7 @@ def test_three_controllers_killed_at_random_launch_and_bill_each_attempt_once(
             if proc.poll() is None:
                 proc.send_signal(signal.SIGKILL)
                 proc.wait()
-    assert kills >= 3, "the controllers should have been killed mid-run"
+    assert kills == len(kill_points), "the controllers should have been killed mid-run"
 
     ran = Counter(starts.read_text().split())
     with StateStore.open(state_location, SystemClock(), read_only=True) as store:

@@ -30,6 +30,7 @@ from datetime import datetime, timedelta
 from typing import TYPE_CHECKING
 
 from broker.dispatch.cadence import first_change, grid_after, grid_from
+from broker.sim.store import SimStateStore
 
 if TYPE_CHECKING:
     from broker.controller import Controller
@@ -45,7 +46,10 @@ class Cadence:
     origin: datetime
     step: float  # hours between passes
     every_step: bool = False
+    refusals: bool = True  # skip the passes the planner provably refuses (broker.sim.refusal)
     _specs: dict[tuple[str, int], JobSpec] = field(default_factory=dict)
+    # the last refusal proven: ((job id, store changes), offers table, through when)
+    _refusal: tuple[tuple[str, int], object, float] | None = None
 
     def next_pass(self, now: float) -> float | None:
         """The next pass that may act after the one at `now` (hours from the origin);
@@ -121,10 +125,13 @@ class Cadence:
             )[1],
         ):
             clouds, regions = (home.cloud,), (home.region,)
+        refused = None  # on sale, but the planner provably refuses the job until then
         if self._sells_spot(spec, clouds, regions):
-            return _ANY
+            refused = self._refused(job, now)
+            if refused is None:
+                return _ANY
         if not choice:
-            return None  # spot only, none on sale: only an event or a cool-down changes it
+            return refused  # spot only: only an event, a cool-down or the refusal's end
         deadline = self._deadline(job, spec)
 
         def said(t: float, available: bool) -> str:
@@ -134,7 +141,32 @@ class Cadence:
         if home is not None:  # stay-home also asks as if no spot were on sale
             wakes.append(first_change(lambda t: said(t, False), now, self.step, deadline))
         found = [w for w in wakes if w is not None]
-        return min(found) if found else grid_from(deadline, self.step)
+        wake = min(found) if found else grid_from(deadline, self.step)
+        return wake if refused is None else min(wake, refused)
+
+    def _refused(self, job: Job, now: float) -> float | None:
+        """The first pass after the planner's provable refusal of `job` ends
+        (`broker.sim.refusal`); None when it may place the job now, or when no bound is
+        claimed (an instance alive adds evidence; the reference runs without it)."""
+        from broker.sim.refusal import refused_through
+
+        store = self.controller.store
+        if not self.refusals or self.provider.alive() or not isinstance(store, SimStateStore):
+            return None
+        # a refusal proven through T holds at every moment up to T while nothing is
+        # written and the same offers are sold: asked again at a later trace step
+        state = (job.id, store.changes, self.provider.offers())
+        known = self._refusal
+        if known is not None and known[0] == state[:2] and known[1] is state[2]:
+            if now <= known[2]:
+                return grid_after(known[2], self.step)
+        through = refused_through(
+            self.controller, job, now, self.step, self._cooling_wake(now), self._at
+        )
+        if through is None:
+            return None
+        self._refusal = (state[:2], state[2], through)
+        return grid_after(through, self.step)
 
     def _sells_spot(self, spec: JobSpec, clouds: tuple, regions: tuple) -> bool:
         """Whether some place the job may use sells spot for its GPUs now and is not

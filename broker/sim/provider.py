@@ -220,6 +220,9 @@ class SimulatedProvider(Capacity, Billing, CheckpointStores, SpotMarket):
         if self._sold is not None and self._sold[0] == key:
             return self._sold[1]
         table = self._offers_now(now)
+        if self._sold is not None and _same_sale(self._sold[1], table):
+            table = self._sold[1]  # what is sold did not change: the same table, so the
+            # indexes made of it are reused (`engine._index_of`, `Cadence`)
         self._sold = (key, table)
         return table
 
@@ -435,3 +438,14 @@ class SimulatedProvider(Capacity, Billing, CheckpointStores, SpotMarket):
             ended_at=self.at(run.ended) if run.ended is not None else None,
             nodes=r.nodes,
         )
+
+
+def _same_sale(last: OfferTable, table: OfferTable) -> bool:
+    """Whether `table` sells what `last` does (only spot prices and free capacity
+    change between two of the provider's tables)."""
+    import numpy as np
+
+    return all(
+        np.array_equal(last.numbers[n], table.numbers[n], equal_nan=True)
+        for n in ("price_spot", "capacity")
+    )

@@ -89,6 +89,11 @@ class SimStateStore(StateStore):
     lost_shares = _remembered(StateStore.lost_shares)
     migration = _remembered(StateStore.migration)
 
+    @property
+    def changes(self) -> int:
+        """Rows changed so far: equal between two moments, nothing was written between."""
+        return self._conn.total_changes
+
     @classmethod
     def open_fast(cls, path, clock, *, new_id: Callable[[], str]) -> SimStateStore:
         """Open like `StateStore.open`, then let commits skip the disk flush."""
@@ -98,12 +103,16 @@ class SimStateStore(StateStore):
 
     @contextmanager
     def _write(self) -> Iterator[str]:
-        self._memo_clear()
+        """A write transaction; the remembered reads are forgotten only when it changed
+        a row (a pass's lease heartbeat mostly changes none). Reads inside it are never
+        remembered (`_remembered`), so they see its own writes."""
+        before = self._conn.total_changes
         try:
             with super()._write() as now:
                 yield now
         finally:
-            self._memo_clear()
+            if self._conn.total_changes != before:
+                self._memo_clear()
 
     def _attempt_of(self, row: sqlite3.Row) -> Attempt:
         """An attempt row decoded once per content (a pass re-reads every attempt)."""

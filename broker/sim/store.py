@@ -7,10 +7,9 @@ public read is remembered until the next write transaction, so a question asked 
 before anything changed is answered from memory. Nothing else differs: the writes,
 the schema, the SQL and the decoding are the production store's, and every answer is
 what the production store would give (its values are frozen dataclasses; lists and
-dicts are handed out as copies). Likewise a row is decoded once per content (an event's
-texts are redacted once, as every store does). A simulator's store need not survive a
-power cut, so commits do
-not wait for the disk (`synchronous = OFF`).
+dicts are handed out as copies). Likewise a row is decoded once per content, and a text's
+redaction is remembered for the process, not only for one store. A simulator's store need
+not survive a power cut, so commits do not wait for the disk (`synchronous = OFF`).
 """
 
 from __future__ import annotations
@@ -67,6 +66,15 @@ def _remembered(read: Callable[..., Any]) -> Callable[..., Any]:
     return remembered
 
 
+@functools.lru_cache(maxsize=1 << 16)
+def _redacted(text: str) -> str:
+    """`redact(text)`, remembered for the process: it is a pure function of the text, and
+    the runs of a benchmark write the same texts (field names, places, reasons) again."""
+    from pricing.userio.redact import redact
+
+    return redact(text)
+
+
 class SimStateStore(StateStore):
     """`StateStore` whose reads are remembered until the next write (see the module)."""
 
@@ -113,6 +121,10 @@ class SimStateStore(StateStore):
         finally:
             if self._conn.total_changes != before:
                 self._memo_clear()
+
+    def _redacted(self, text: str) -> str:
+        """`StateStore._redacted`, remembered for the process (`_redacted`)."""
+        return _redacted(text)
 
     def _attempt_of(self, row: sqlite3.Row) -> Attempt:
         """An attempt row decoded once per content (a pass re-reads every attempt)."""

@@ -46,10 +46,14 @@ class Cadence:
     origin: datetime
     step: float  # hours between passes
     every_step: bool = False
-    refusals: bool = True  # skip the passes the planner provably refuses (broker.sim.refusal)
+    # the fast path's shortcuts: skip the passes the planner provably refuses
+    # (broker.sim.refusal), keep a running job's wake while nothing changes
+    shortcuts: bool = True
     _specs: dict[tuple[str, int], JobSpec] = field(default_factory=dict)
     # the last refusal proven: ((job id, store changes), offers table, through when)
     _refusal: tuple[tuple[str, int], object, float] | None = None
+    # per running job and spot open or not, its last wake: (store changes, answer, wake)
+    _woken: dict[tuple[str, bool], tuple[int, str, float | None]] = field(default_factory=dict)
 
     def next_pass(self, now: float) -> float | None:
         """The next pass that may act after the one at `now` (hours from the origin);
@@ -151,7 +155,7 @@ class Cadence:
         from broker.sim.refusal import refused_through
 
         store = self.controller.store
-        if not self.refusals or self.provider.alive() or not isinstance(store, SimStateStore):
+        if not self.shortcuts or self.provider.alive() or not isinstance(store, SimStateStore):
             return None
         # a refusal proven through T holds at every moment up to T while nothing is
         # written and the same offers are sold: asked again at a later trace step
@@ -215,7 +219,19 @@ class Cadence:
             return steer(spec, job, store, self._at(t), settings, current="on-demand",
                          spot_available=is_open)[1]  # fmt: skip
 
-        return first_change(said, now, self.step, self._deadline(job, spec))
+        # nothing written and spot as open as when the wake was found: while the answer
+        # is still what it was, the first change is the same pass (it moves one way)
+        store_now = self.controller.store
+        changes = store_now.changes if isinstance(store_now, SimStateStore) else None
+        known = self._woken.get((job.id, is_open))
+        if self.shortcuts and changes is not None and known is not None and known[0] == changes:
+            wake = known[2]
+            if (wake is None or now < wake - 1e-9) and said(now) == known[1]:
+                return wake
+        wake = first_change(said, now, self.step, self._deadline(job, spec))
+        if changes is not None:
+            self._woken[(job.id, is_open)] = (changes, said(now), wake)
+        return wake
 
     def _may_move(self, unfinished: list[Job]) -> bool:
         """Whether a steered spot run may move to cheaper spot (broker.dispatch.move): it

@@ -82,6 +82,8 @@ class SimStateStore(StateStore):
         super().__init__(*args, **kwargs)
         self._memo: dict[tuple, Any] = {}  # read and arguments -> answer, until a write
         self._rows: dict[tuple, Any] = {}  # (decoder, row values) -> value
+        self._changed = 0  # see `changes`
+        self._leases_only = False  # inside a heartbeat
 
     # the reads the controller, recovery, steering and the cadence ask (each only reads)
     job = _remembered(StateStore.job)
@@ -99,8 +101,9 @@ class SimStateStore(StateStore):
 
     @property
     def changes(self) -> int:
-        """Rows changed so far: equal between two moments, nothing was written between."""
-        return self._conn.total_changes
+        """Write transactions so far that changed a row a remembered read may read (not
+        lease heartbeats): equal at two moments, no read's answer changed between."""
+        return self._changed
 
     @classmethod
     def open_fast(cls, path, clock, *, new_id: Callable[[], str]) -> SimStateStore:
@@ -119,8 +122,18 @@ class SimStateStore(StateStore):
             with super()._write() as now:
                 yield now
         finally:
-            if self._conn.total_changes != before:
+            if self._conn.total_changes != before and not self._leases_only:
+                self._changed += 1
                 self._memo_clear()
+
+    def heartbeat(self) -> int:
+        """`StateStore.heartbeat`, which writes the leases table alone: no remembered read
+        reads it (leases are read by claims, never remembered), so the memory is kept."""
+        self._leases_only = True
+        try:
+            return super().heartbeat()
+        finally:
+            self._leases_only = False
 
     def _redacted(self, text: str) -> str:
         """`StateStore._redacted`, remembered for the process (`_redacted`)."""

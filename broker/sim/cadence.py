@@ -25,6 +25,7 @@ any job is unfinished: the reference the skipping is tested against.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING
@@ -52,8 +53,8 @@ class Cadence:
     _specs: dict[tuple[str, int], JobSpec] = field(default_factory=dict)
     # the last refusal proven: ((job id, store changes), offers table, through when)
     _refusal: tuple[tuple[str, int], object, float] | None = None
-    # per running job and spot open or not, its last wake: (store changes, answer, wake)
-    _woken: dict[tuple[str, bool], tuple[int, str, float | None]] = field(default_factory=dict)
+    # a policy's first change per job and question: (store changes, answer, wake)
+    _woken: dict[tuple, tuple[int, str, float | None]] = field(default_factory=dict)
 
     def next_pass(self, now: float) -> float | None:
         """The next pass that may act after the one at `now` (hours from the origin);
@@ -141,9 +142,11 @@ class Cadence:
         def said(t: float, available: bool) -> str:
             return steer(spec, job, store, self._at(t), settings, spot_available=available)[1]
 
-        wakes = [first_change(lambda t: said(t, is_open), now, self.step, deadline)]
+        wakes = [self._first_change((job.id, is_open), lambda t: said(t, is_open), now, deadline)]
         if home is not None:  # stay-home also asks as if no spot were on sale
-            wakes.append(first_change(lambda t: said(t, False), now, self.step, deadline))
+            wakes.append(
+                self._first_change((job.id, None), lambda t: said(t, False), now, deadline)
+            )
         found = [w for w in wakes if w is not None]
         wake = min(found) if found else grid_from(deadline, self.step)
         return wake if refused is None else min(wake, refused)
@@ -219,18 +222,26 @@ class Cadence:
             return steer(spec, job, store, self._at(t), settings, current="on-demand",
                          spot_available=is_open)[1]  # fmt: skip
 
-        # nothing written and spot as open as when the wake was found: while the answer
-        # is still what it was, the first change is the same pass (it moves one way)
-        store_now = self.controller.store
-        changes = store_now.changes if isinstance(store_now, SimStateStore) else None
-        known = self._woken.get((job.id, is_open))
+        return self._first_change(
+            ("running", job.id, is_open), said, now, self._deadline(job, spec)
+        )
+
+    def _first_change(
+        self, key: tuple, said: Callable[[float], str], now: float, until: float
+    ) -> float | None:
+        """`first_change(said, now, ...)`, kept under `key` (the job and how it is asked)
+        while nothing is written: while the answer is still what it was when found, the
+        first change is the same pass (it moves one way in time; `dispatch.cadence`)."""
+        store = self.controller.store
+        changes = store.changes if isinstance(store, SimStateStore) else None
+        known = self._woken.get(key)
         if self.shortcuts and changes is not None and known is not None and known[0] == changes:
             wake = known[2]
             if (wake is None or now < wake - 1e-9) and said(now) == known[1]:
                 return wake
-        wake = first_change(said, now, self.step, self._deadline(job, spec))
-        if changes is not None:
-            self._woken[(job.id, is_open)] = (changes, said(now), wake)
+        wake = first_change(said, now, self.step, until)
+        if self.shortcuts and changes is not None:
+            self._woken[key] = (changes, said(now), wake)
         return wake
 
     def _may_move(self, unfinished: list[Job]) -> bool:

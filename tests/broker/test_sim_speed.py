@@ -87,8 +87,12 @@ def test_skipped_trace_steps_leave_the_same_figures_and_rows(name, tmp_path, mon
 def test_the_fast_path_equals_the_reference_on_synthetic_scenarios(seed, name, tmp_path_factory):
     scenario = Scenario(synthetic_offers(), synthetic_availability(seed),
                         synthetic_jobs(seed, 4), restart_hours=0.1)  # fmt: skip
+    _assert_equal_to_reference(scenario, name, tmp_path_factory.mktemp("sim"))
+
+
+def _assert_equal_to_reference(scenario: Scenario, name: str, tmp: Path) -> None:
+    """The fast path's result and stored rows are the reference's."""
     policy = policies.make(name)
-    tmp = tmp_path_factory.mktemp("sim")
     (tmp / "r").mkdir()
     (tmp / "f").mkdir()
     reference = simulate(scenario, policy, workdir=tmp / "r", reference=True).as_dict()
@@ -180,13 +184,7 @@ def test_the_fast_path_equals_the_reference_when_reclaims_vary(
     up, flips, period, hours, slack, name, tmp_path_factory
 ):
     scenario = _reclaimed_often(up, flips, period, hours, round(hours * slack, 2))
-    policy = policies.make(name)
-    tmp = tmp_path_factory.mktemp("sim")
-    (tmp / "r").mkdir()
-    (tmp / "f").mkdir()
-    reference = simulate(scenario, policy, workdir=tmp / "r", reference=True).as_dict()
-    assert simulate(scenario, policy, workdir=tmp / "f").as_dict() == reference
-    assert _rows(tmp / "f") == _rows(tmp / "r")
+    _assert_equal_to_reference(scenario, name, tmp_path_factory.mktemp("sim"))
 
 
 CBL = Path(__file__).resolve().parents[3] / "shared" / "traces" / "cant-be-late-spot"

@@ -4,7 +4,9 @@
 Be Late 2023-02-15 availability (195 s ticks) with SkyNomad's per-tick spot prices, a
 39.94 h job, deadline 1.5x, restart 0.2 h, 50 GB checkpoint, over the windows of the
 published table. Prints JSON: mean cost per policy beside the published means, deadline
-misses, and simulator speed. Usage: python bench/simulate.py [--windows N] [--shared DIR]
+misses, and simulator speed. Usage: python bench/simulate.py [--windows N] [--shared DIR].
+`--suite cant-be-late` runs only the Can't Be Late traces (34 files x 4 starts x 2
+deadlines x 2 restarts per policy), with the runs' CPU seconds beside the wall time.
 """
 
 from __future__ import annotations
@@ -41,8 +43,9 @@ def main() -> None:
                         help="processes for the Can't Be Late runs")  # fmt: skip
     parser.add_argument("--cbl-detail", type=Path, default=None,
                         help="Can't Be Late: write every run's cost here (JSON)")  # fmt: skip
-    parser.add_argument("--suite", choices=["skynomad"], default=None,
-                        help="only every SkyNomad scenario the simulator replays")  # fmt: skip
+    parser.add_argument("--suite", choices=["skynomad", "cant-be-late"], default=None,
+                        help="only every SkyNomad scenario the simulator replays, or only "
+                             "the Can't Be Late runs")  # fmt: skip
     parser.add_argument("--suite-limit", type=int, default=None, help="first N scenarios")
     parser.add_argument("--suite-detail", type=Path, default=None,
                         help="suite: write every run's cost here (JSON)")  # fmt: skip
@@ -54,6 +57,11 @@ def main() -> None:
         print(json.dumps(run_suite(traces, args.policy, workers=_workers(args.workers),
                                    limit=args.suite_limit, detail=args.suite_detail),
                          indent=2))  # fmt: skip
+        return
+    if args.suite == "cant-be-late":
+        summary = cant_be_late(traces, args.policy, args.cbl_traces, starts=args.cbl_starts,
+                               workers=args.workers, detail=args.cbl_detail)  # fmt: skip
+        print(json.dumps(summary, indent=2))
         return
     rows = skynomad.read_results(traces / "skynomad-spot/results/v100.csv.gz")
     windows = skynomad.scenario_windows(rows)[: args.windows]
@@ -158,6 +166,7 @@ def cant_be_late(
         **out,
         "workers": _workers(workers),
         "wall_seconds": round(wall, 1),
+        "cpu_seconds": round(sum(r[2] for r in results), 1),  # the runs', in every worker
         "simulated_jobs_per_wall_second": round(len(rows) / max(1e-9, wall), 3),
     }
 
@@ -248,9 +257,9 @@ def _workers(workers: int | None) -> int:
     return max(1, workers or os.cpu_count() or 1)
 
 
-def _run_pool(tasks: list[tuple], workers: int | None) -> list[tuple[float, int]]:
-    """Every task's (cost, misses), in task order; the longest windows (most ticks) are
-    handed out first so the pool ends together."""
+def _run_pool(tasks: list[tuple], workers: int | None) -> list[tuple[float, int, float]]:
+    """Every task's (cost, misses, CPU seconds), in task order; the longest windows (most
+    ticks) are handed out first so the pool ends together."""
     n = _workers(workers)
     if n == 1:
         return [_cbl_run(t) for t in tasks]
@@ -281,8 +290,9 @@ def _cbl_trace(file: str):
     return TracePlace(cloud_of(zone, path), zone, CBL_GPU[1]), Availability(step, counts)
 
 
-def _cbl_run(task: tuple) -> tuple[float, int]:
-    """One simulation: (file, start, deadline, restart, policy) -> (cost, misses)."""
+def _cbl_run(task: tuple) -> tuple[float, int, float]:
+    """One simulation: (file, start, deadline, restart, policy) -> (cost, misses, CPU
+    seconds of the process for it)."""
     from broker.sim import policies
     from broker.sim.engine import Scenario, simulate
     from broker.sim.model import SimJob, SpotTrace
@@ -302,8 +312,9 @@ def _cbl_run(task: tuple) -> tuple[float, int]:
         reconcile_hours=avail.step_hours, horizon_hours=deadline * 3,
     )  # fmt: skip
     (policy,) = policies.parse(item)
+    started = time.process_time()
     result = simulate(scenario, policy)
-    return result.total_cost, result.deadline_misses
+    return result.total_cost, result.deadline_misses, time.process_time() - started
 
 
 def _optimum(trace, window, on_demand_price: float) -> float:

@@ -25,11 +25,13 @@ any job is unfinished: the reference the skipping is tested against.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING
 
 from broker.dispatch.cadence import first_change, grid_after, grid_from
+from broker.sim.store import SimStateStore
 
 if TYPE_CHECKING:
     from broker.controller import Controller
@@ -45,7 +47,14 @@ class Cadence:
     origin: datetime
     step: float  # hours between passes
     every_step: bool = False
+    # the fast path's shortcuts: skip the passes the planner provably refuses
+    # (broker.sim.refusal), keep a running job's wake while nothing changes
+    shortcuts: bool = True
     _specs: dict[tuple[str, int], JobSpec] = field(default_factory=dict)
+    # the last refusal proven: ((job id, store changes), offers table, through when)
+    _refusal: tuple[tuple[str, int], object, float] | None = None
+    # a policy's first change per job and question: (store changes, answer, wake)
+    _woken: dict[tuple, tuple[int, str, float | None]] = field(default_factory=dict)
 
     def next_pass(self, now: float) -> float | None:
         """The next pass that may act after the one at `now` (hours from the origin);
@@ -121,20 +130,50 @@ class Cadence:
             )[1],
         ):
             clouds, regions = (home.cloud,), (home.region,)
+        refused = None  # on sale, but the planner provably refuses the job until then
         if self._sells_spot(spec, clouds, regions):
-            return _ANY
+            refused = self._refused(job, now)
+            if refused is None:
+                return _ANY
         if not choice:
-            return None  # spot only, none on sale: only an event or a cool-down changes it
+            return refused  # spot only: only an event, a cool-down or the refusal's end
         deadline = self._deadline(job, spec)
 
         def said(t: float, available: bool) -> str:
             return steer(spec, job, store, self._at(t), settings, spot_available=available)[1]
 
-        wakes = [first_change(lambda t: said(t, is_open), now, self.step, deadline)]
+        wakes = [self._first_change((job.id, is_open), lambda t: said(t, is_open), now, deadline)]
         if home is not None:  # stay-home also asks as if no spot were on sale
-            wakes.append(first_change(lambda t: said(t, False), now, self.step, deadline))
+            wakes.append(
+                self._first_change((job.id, None), lambda t: said(t, False), now, deadline)
+            )
         found = [w for w in wakes if w is not None]
-        return min(found) if found else grid_from(deadline, self.step)
+        wake = min(found) if found else grid_from(deadline, self.step)
+        return wake if refused is None else min(wake, refused)
+
+    def _refused(self, job: Job, now: float) -> float | None:
+        """The first pass after the planner's provable refusal of `job` ends
+        (`broker.sim.refusal`); None when it may place the job now, or when no bound is
+        claimed (an instance alive adds evidence; the reference runs without it)."""
+        from broker.sim.refusal import refused_through
+
+        store = self.controller.store
+        if not self.shortcuts or self.provider.alive() or not isinstance(store, SimStateStore):
+            return None
+        # a refusal proven through T holds at every moment up to T while nothing is
+        # written and the same offers are sold: asked again at a later trace step
+        state = (job.id, store.changes, self.provider.offers())
+        known = self._refusal
+        if known is not None and known[0] == state[:2] and known[1] is state[2]:
+            if now <= known[2]:
+                return grid_after(known[2], self.step)
+        through = refused_through(
+            self.controller, job, now, self.step, self._cooling_wake(now), self._at
+        )
+        if through is None:
+            return None
+        self._refusal = (state[:2], state[2], through)
+        return grid_after(through, self.step)
 
     def _sells_spot(self, spec: JobSpec, clouds: tuple, regions: tuple) -> bool:
         """Whether some place the job may use sells spot for its GPUs now and is not
@@ -183,7 +222,27 @@ class Cadence:
             return steer(spec, job, store, self._at(t), settings, current="on-demand",
                          spot_available=is_open)[1]  # fmt: skip
 
-        return first_change(said, now, self.step, self._deadline(job, spec))
+        return self._first_change(
+            ("running", job.id, is_open), said, now, self._deadline(job, spec)
+        )
+
+    def _first_change(
+        self, key: tuple, said: Callable[[float], str], now: float, until: float
+    ) -> float | None:
+        """`first_change(said, now, ...)`, kept under `key` (the job and how it is asked)
+        while nothing is written: while the answer is still what it was when found, the
+        first change is the same pass (it moves one way in time; `dispatch.cadence`)."""
+        store = self.controller.store
+        changes = store.changes if isinstance(store, SimStateStore) else None
+        known = self._woken.get(key)
+        if self.shortcuts and changes is not None and known is not None and known[0] == changes:
+            wake = known[2]
+            if (wake is None or now < wake - 1e-9) and said(now) == known[1]:
+                return wake
+        wake = first_change(said, now, self.step, until)
+        if self.shortcuts and changes is not None:
+            self._woken[key] = (changes, said(now), wake)
+        return wake
 
     def _may_move(self, unfinished: list[Job]) -> bool:
         """Whether a steered spot run may move to cheaper spot (broker.dispatch.move): it

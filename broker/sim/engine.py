@@ -131,7 +131,8 @@ def _run(
         pool_gpus=dict(scenario.pool_gpus),
         settings=policy.settings(scenario.restart_hours, scenario.reconcile_hours),
     )
-    cadence = Cadence(controller, provider, ORIGIN, scenario.reconcile_hours, every_step)
+    cadence = Cadence(controller, provider, ORIGIN, scenario.reconcile_hours, every_step,
+                      shortcuts=not reference)  # fmt: skip
     order = sorted(range(len(scenario.jobs)), key=lambda i: (scenario.jobs[i].submit_hours, i))
     names = job_names(scenario.jobs)
     pending = [(scenario.jobs[i], names[i]) for i in order]

@@ -20,70 +20,20 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
-from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from broker.sim.instances import EPS, ID_PREFIX, NAME, SimRun, Work, instance_of
 from broker.sim.model import SpotTrace, TracePlace
-from broker.sim.places import expand_zones, place_of_rows
-from providers.base import Instance, InterruptionNotice, LaunchRequest, instance_tags
+from broker.sim.sale import Sale, same_sale
+from providers.base import Instance, InterruptionNotice, LaunchRequest
 from providers.capabilities import Billing, Capacity, CheckpointStores, SpotMarket
 from providers.errors import InsufficientCapacity, InvalidRequest, NotFound
 
 if TYPE_CHECKING:
     from broker.clock import FixedClock
     from pricing.table import OfferTable
-
-NAME = "sim"
-ID_PREFIX = "sim-"
-_EPS = 1e-9
-
-
-@dataclass(frozen=True, slots=True)
-class Work:
-    """A job's true work (hours on its own GPU type) and checkpoint interval (None: never)."""
-
-    hours: float
-    gpu: str = ""
-    checkpoint_hours: float | None = None
-
-
-@dataclass
-class _Run:
-    """One simulated instance."""
-
-    request: LaunchRequest
-    row: int
-    place: TracePlace | None
-    zone: str
-    launched: float  # hours since the origin
-    overhead: float
-    rate: float  # work hours per hour
-    start_progress: float
-    work: Work
-    finish: float  # when it would end succeeded
-    ended: float | None = None
-    state: str = "running"
-    progress_at_end: float = 0.0
-    saved_at_end: float = 0.0
-    last_checkpoint: float | None = None
-    view: Instance | None = None  # the last Instance made of it (SimulatedProvider._instance)
-
-    def progress(self, t: float) -> float:
-        run = max(0.0, t - self.launched - self.overhead)
-        return min(self.work.hours, self.start_progress + run * self.rate)
-
-    def saved(self, t: float) -> tuple[float, float | None]:
-        """(progress at the last checkpoint by time t, when it was taken)."""
-        every = self.work.checkpoint_hours
-        run = max(0.0, t - self.launched - self.overhead)
-        if every is None or every <= 0 or run <= 0:
-            return self.start_progress, None
-        done = math.floor(run / every + _EPS) * every
-        if done <= 0:
-            return self.start_progress, None
-        return self.start_progress + done * self.rate, self.launched + self.overhead + done
 
 
 class SimulatedProvider(Capacity, Billing, CheckpointStores, SpotMarket):
@@ -103,9 +53,7 @@ class SimulatedProvider(Capacity, Billing, CheckpointStores, SpotMarket):
         untraced_spot: str = "closed",
         speed: Mapping[str, float] | None = None,
     ) -> None:
-        places = sorted(spot.places, key=str)
-        self._table = expand_zones(offers, places)
-        self._place = place_of_rows(self._table, places)
+        self._sale = Sale(offers, spot, untraced_spot)
         self.spot = spot
         self.clock = clock
         self.origin = origin
@@ -115,7 +63,7 @@ class SimulatedProvider(Capacity, Billing, CheckpointStores, SpotMarket):
         self.speed = dict(speed or {})
         self.work: dict[str, Work] = {}
         self.saved: dict[str, float] = {}  # job id -> progress at its last checkpoint
-        self._runs: dict[str, _Run] = {}
+        self._runs: dict[str, SimRun] = {}
         self._notices: list[InterruptionNotice] = []
         self._synced = 0.0
         self._ticks = sorted({t for a in spot.places.values() for t in a.changes()})
@@ -124,12 +72,6 @@ class SimulatedProvider(Capacity, Billing, CheckpointStores, SpotMarket):
         self._moves = 0  # instances launched or ended so far
         self._sold: tuple[tuple[float, int], OfferTable] | None = None  # offers() last made
         self.lost_gpu_hours = 0.0
-        self._text = {n: self._table.text(n).tolist() for n in
-                      ("cloud", "region", "zone", "instance_type", "accelerator")}  # fmt: skip
-        self._rows: dict[tuple[str, str, str], list[int]] = {}
-        for i in range(len(self._table)):
-            key = (self._text["cloud"][i], self._text["region"][i], self._text["instance_type"][i])
-            self._rows.setdefault(key, []).append(i)
 
     # --- time ------------------------------------------------------------------------
 
@@ -155,7 +97,7 @@ class SimulatedProvider(Capacity, Billing, CheckpointStores, SpotMarket):
     def sync(self) -> None:
         """Play every trace step and instance end up to the clock's now, in time order."""
         now = self.hours()
-        while self._tick_at < len(self._ticks) and self._ticks[self._tick_at] <= now + _EPS:
+        while self._tick_at < len(self._ticks) and self._ticks[self._tick_at] <= now + EPS:
             tick = self._ticks[self._tick_at]
             self._finish_until(tick)
             self._preempt_at(tick)
@@ -165,7 +107,7 @@ class SimulatedProvider(Capacity, Billing, CheckpointStores, SpotMarket):
 
     def _finish_until(self, t: float) -> None:
         for run in sorted(self._runs.values(), key=lambda r: (r.finish, r.request.attempt_id)):
-            if run.ended is None and run.finish <= t + _EPS:
+            if run.ended is None and run.finish <= t + EPS:
                 run.ended, run.state = run.finish, "succeeded"
                 self._moves += 1
                 run.progress_at_end = run.work.hours
@@ -175,7 +117,7 @@ class SimulatedProvider(Capacity, Billing, CheckpointStores, SpotMarket):
                 self._write_checkpoint(run)
 
     def _preempt_at(self, t: float) -> None:
-        running: dict[TracePlace, list[_Run]] = {}
+        running: dict[TracePlace, list[SimRun]] = {}
         for run in self._runs.values():
             if run.ended is None and run.request.market == "spot" and run.place is not None:
                 running.setdefault(run.place, []).append(run)
@@ -189,7 +131,7 @@ class SimulatedProvider(Capacity, Billing, CheckpointStores, SpotMarket):
                 self._end(run, t, "interrupted")
                 used -= run.request.nodes
 
-    def _end(self, run: _Run, t: float, state: str) -> None:
+    def _end(self, run: SimRun, t: float, state: str) -> None:
         progress = run.progress(t)
         saved, when = run.saved(t)
         if state == "terminated":  # a graceful stop: the job checkpoints on SIGTERM
@@ -204,7 +146,7 @@ class SimulatedProvider(Capacity, Billing, CheckpointStores, SpotMarket):
         if state == "interrupted":
             self.preemptions += 1
             gpus = max(1.0, float(run.request.accelerator_count)) * run.request.nodes
-            self.lost_gpu_hours += max(0.0, progress - saved) / max(run.rate, _EPS) * gpus
+            self.lost_gpu_hours += max(0.0, progress - saved) / max(run.rate, EPS) * gpus
             instance_id = ID_PREFIX + run.request.attempt_id
             self._notices.append(
                 InterruptionNotice(instance_id, NAME, "spot-reclaim", self.at(t), self.at(t))
@@ -219,36 +161,12 @@ class SimulatedProvider(Capacity, Billing, CheckpointStores, SpotMarket):
         key = (now, self._moves)  # the same moment and the same instances: the same table
         if self._sold is not None and self._sold[0] == key:
             return self._sold[1]
-        table = self._offers_now(now)
+        table = self._sale.table_at(now, self._alive())
+        if self._sold is not None and same_sale(self._sold[1], table):
+            table = self._sold[1]  # what is sold did not change: the same table, so the
+            # indexes made of it are reused (`engine._index_of`, `Cadence`)
         self._sold = (key, table)
         return table
-
-    def _offers_now(self, now: float) -> OfferTable:
-        import numpy as np
-
-        from pricing.table import OfferTable
-
-        numbers = dict(self._table.numbers)
-        spot = numbers["price_spot"].copy()
-        capacity = numbers["capacity"].copy()
-        used = self._spot_used()
-        for i, place in enumerate(self._place):
-            if place is None:
-                if self.untraced_spot == "closed" and self._text["cloud"][i] != "onprem":
-                    spot[i] = np.nan
-                continue
-            trace = self.spot.places[place]
-            price = trace.price_at(now)
-            if price is not None and not math.isnan(spot[i]):
-                spot[i] = price
-            elif price is not None:
-                spot[i] = price
-            if trace.count_at(now) - used.get(place, 0) <= 0:
-                spot[i] = np.nan
-        for i, free in self._onprem_free_rows().items():
-            capacity[i] = free
-        numbers["price_spot"], numbers["capacity"] = spot, capacity
-        return OfferTable(numbers, self._table.codes, self._table.categories)
 
     def launch(self, request: LaunchRequest) -> Instance:
         known = self._runs.get(request.attempt_id)
@@ -259,25 +177,25 @@ class SimulatedProvider(Capacity, Billing, CheckpointStores, SpotMarket):
                 )
             return self._instance(known)
         row = self._row(request)
-        place = self._place[row]
+        place = self._sale.place[row]
         now = self.hours()
         if request.market == "spot":
             price = self.offers().numbers["price_spot"][row]
             if math.isnan(price):
                 where = f"{request.cloud}/{request.zone or request.region}"
                 raise InsufficientCapacity(NAME, f"no spot {request.instance_type} free in {where}")
-        elif self._text["cloud"][row] == "onprem":
-            if self._onprem_free_rows().get(row, 1) < request.nodes:
+        elif self._sale.text["cloud"][row] == "onprem":
+            if self._sale.onprem_free(self._alive()).get(row, 1) < request.nodes:
                 raise InsufficientCapacity(NAME, f"pool {request.region} is full")
         work = self.work.get(request.job_id, Work(hours=1.0))
         start = self.saved.get(request.job_id, 0.0) if request.resume_from else 0.0
-        rate = self._rate(work, self._text["accelerator"][row])
+        rate = self._rate(work, self._sale.text["accelerator"][row])
         overhead = self.restart_hours
-        run = _Run(
+        run = SimRun(
             request=request,
             row=row,
             place=place,
-            zone=self._text["zone"][row],
+            zone=self._sale.text["zone"][row],
             launched=now,
             overhead=overhead,
             rate=rate,
@@ -330,8 +248,8 @@ class SimulatedProvider(Capacity, Billing, CheckpointStores, SpotMarket):
     def free_nodes(self) -> dict[tuple[str, str], int]:
         """Free nodes of the on-prem pools (clouds are not limited here)."""
         free: dict[tuple[str, str], int] = {}
-        for i, n in self._onprem_free_rows().items():
-            key = ("onprem", self._text["region"][i])
+        for i, n in self._sale.onprem_free(self._alive()).items():
+            key = ("onprem", self._sale.text["region"][i])
             free[key] = max(free.get(key, 0), int(n))
         return free
 
@@ -353,7 +271,7 @@ class SimulatedProvider(Capacity, Billing, CheckpointStores, SpotMarket):
     def spot_open(self, gpus: tuple[str, ...]) -> bool:
         """Whether some traced place sells spot now for one of `gpus` (any when empty)."""
         table = self.offers()
-        acc = self._text["accelerator"]
+        acc = self._sale.text["accelerator"]
         prices = table.numbers["price_spot"]
         return any(
             not math.isnan(prices[i]) and (not gpus or acc[i] in gpus) for i in range(len(acc))
@@ -361,37 +279,16 @@ class SimulatedProvider(Capacity, Billing, CheckpointStores, SpotMarket):
 
     # --- helpers ---------------------------------------------------------------------------
 
-    def _spot_used(self) -> dict[TracePlace, int]:
-        used: dict[TracePlace, int] = {}
-        for run in self._runs.values():
-            if run.ended is None and run.request.market == "spot" and run.place is not None:
-                used[run.place] = used.get(run.place, 0) + run.request.nodes
-        return used
-
-    def _onprem_free_rows(self) -> dict[int, float]:
-        """Free nodes per on-prem row: its pool's nodes (capacity) minus nodes running there."""
-        numbers = self._table.numbers
-        busy: dict[int, int] = {}
-        for run in self._runs.values():
-            if run.ended is None and self._text["cloud"][run.row] == "onprem":
-                busy[run.row] = busy.get(run.row, 0) + run.request.nodes
-        out = {}
-        for i, cloud in enumerate(self._text["cloud"]):
-            if cloud == "onprem":
-                cap = numbers["capacity"][i]
-                total = 1.0 if math.isnan(cap) else cap
-                out[i] = max(0.0, total - busy.get(i, 0))
-        return out
+    def _alive(self) -> list[SimRun]:
+        return [r for r in self._runs.values() if r.ended is None]
 
     def _row(self, request: LaunchRequest) -> int:
-        rows = self._rows.get((request.cloud, request.region, request.instance_type), [])
-        if request.zone:
-            rows = [i for i in rows if self._text["zone"][i] in ("", request.zone)]
-        if not rows:
+        row = self._sale.row_of(request)
+        if row is None:
             raise InvalidRequest(
                 NAME, f"{request.instance_type} not sold in {request.cloud}/{request.region}"
             )
-        return rows[0]
+        return row
 
     def _rate(self, work: Work, accelerator: str) -> float:
         mine, theirs = self.speed.get(accelerator), self.speed.get(work.gpu)
@@ -399,39 +296,18 @@ class SimulatedProvider(Capacity, Billing, CheckpointStores, SpotMarket):
             return 1.0
         return mine / theirs
 
-    def _write_checkpoint(self, run: _Run) -> None:
+    def _write_checkpoint(self, run: SimRun) -> None:
         """A marker file in the place's checkpoint store, so the controller's migration
         (copy and egress charge) sees a checkpoint there."""
         folder = self._checkpoint_folder(run.request.job_id, run.request.cloud, run.request.region)
         folder.mkdir(parents=True, exist_ok=True)
         (folder / "checkpoint").write_text(f"{run.saved_at_end:.6f}\n")
 
-    def _require(self, instance_id: str) -> _Run:
+    def _require(self, instance_id: str) -> SimRun:
         run = self._runs.get(instance_id.removeprefix(ID_PREFIX))
         if run is None or not instance_id.startswith(ID_PREFIX):
             raise NotFound(NAME, f"no instance {instance_id}")
         return run
 
-    def _instance(self, run: _Run) -> Instance:
-        """The run as an Instance; made once per state (a pass lists every run)."""
-        if run.view is None or run.view.state != run.state:
-            run.view = self._make_instance(run)
-        return run.view
-
-    def _make_instance(self, run: _Run) -> Instance:
-        r = run.request
-        return Instance(
-            id=ID_PREFIX + r.attempt_id,
-            provider=NAME,
-            cloud=r.cloud,
-            region=r.region,
-            zone=run.zone,
-            instance_type=r.instance_type,
-            market=r.market,
-            state=run.state,  # type: ignore[arg-type]
-            exit_code=0 if run.state == "succeeded" else None,
-            tags=instance_tags(replace(r, broker_id=r.broker_id)),
-            launched_at=self.at(run.launched),
-            ended_at=self.at(run.ended) if run.ended is not None else None,
-            nodes=r.nodes,
-        )
+    def _instance(self, run: SimRun) -> Instance:
+        return instance_of(run, self.origin)

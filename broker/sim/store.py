@@ -7,10 +7,9 @@ public read is remembered until the next write transaction, so a question asked 
 before anything changed is answered from memory. Nothing else differs: the writes,
 the schema, the SQL and the decoding are the production store's, and every answer is
 what the production store would give (its values are frozen dataclasses; lists and
-dicts are handed out as copies). Likewise a row is decoded once per content (an event's
-texts are redacted once, as every store does). A simulator's store need not survive a
-power cut, so commits do
-not wait for the disk (`synchronous = OFF`).
+dicts are handed out as copies). Likewise a row is decoded once per content, and a text's
+redaction is remembered for the process, not only for one store. A simulator's store need
+not survive a power cut, so commits do not wait for the disk (`synchronous = OFF`).
 """
 
 from __future__ import annotations
@@ -67,6 +66,15 @@ def _remembered(read: Callable[..., Any]) -> Callable[..., Any]:
     return remembered
 
 
+@functools.lru_cache(maxsize=1 << 16)
+def _redacted(text: str) -> str:
+    """`redact(text)`, remembered for the process: it is a pure function of the text, and
+    the runs of a benchmark write the same texts (field names, places, reasons) again."""
+    from pricing.userio.redact import redact
+
+    return redact(text)
+
+
 class SimStateStore(StateStore):
     """`StateStore` whose reads are remembered until the next write (see the module)."""
 
@@ -74,6 +82,8 @@ class SimStateStore(StateStore):
         super().__init__(*args, **kwargs)
         self._memo: dict[tuple, Any] = {}  # read and arguments -> answer, until a write
         self._rows: dict[tuple, Any] = {}  # (decoder, row values) -> value
+        self._changed = 0  # see `changes`
+        self._leases_only = False  # inside a heartbeat
 
     # the reads the controller, recovery, steering and the cadence ask (each only reads)
     job = _remembered(StateStore.job)
@@ -89,6 +99,12 @@ class SimStateStore(StateStore):
     lost_shares = _remembered(StateStore.lost_shares)
     migration = _remembered(StateStore.migration)
 
+    @property
+    def changes(self) -> int:
+        """Write transactions so far that changed a row a remembered read may read (not
+        lease heartbeats): equal at two moments, no read's answer changed between."""
+        return self._changed
+
     @classmethod
     def open_fast(cls, path, clock, *, new_id: Callable[[], str]) -> SimStateStore:
         """Open like `StateStore.open`, then let commits skip the disk flush."""
@@ -98,12 +114,30 @@ class SimStateStore(StateStore):
 
     @contextmanager
     def _write(self) -> Iterator[str]:
-        self._memo_clear()
+        """A write transaction; the remembered reads are forgotten only when it changed
+        a row (a pass's lease heartbeat mostly changes none). Reads inside it are never
+        remembered (`_remembered`), so they see its own writes."""
+        before = self._conn.total_changes
         try:
             with super()._write() as now:
                 yield now
         finally:
-            self._memo_clear()
+            if self._conn.total_changes != before and not self._leases_only:
+                self._changed += 1
+                self._memo_clear()
+
+    def heartbeat(self) -> int:
+        """`StateStore.heartbeat`, which writes the leases table alone: no remembered read
+        reads it (leases are read by claims, never remembered), so the memory is kept."""
+        self._leases_only = True
+        try:
+            return super().heartbeat()
+        finally:
+            self._leases_only = False
+
+    def _redacted(self, text: str) -> str:
+        """`StateStore._redacted`, remembered for the process (`_redacted`)."""
+        return _redacted(text)
 
     def _attempt_of(self, row: sqlite3.Row) -> Attempt:
         """An attempt row decoded once per content (a pass re-reads every attempt)."""

@@ -87,8 +87,12 @@ def test_skipped_trace_steps_leave_the_same_figures_and_rows(name, tmp_path, mon
 def test_the_fast_path_equals_the_reference_on_synthetic_scenarios(seed, name, tmp_path_factory):
     scenario = Scenario(synthetic_offers(), synthetic_availability(seed),
                         synthetic_jobs(seed, 4), restart_hours=0.1)  # fmt: skip
+    _assert_equal_to_reference(scenario, name, tmp_path_factory.mktemp("sim"))
+
+
+def _assert_equal_to_reference(scenario: Scenario, name: str, tmp: Path) -> None:
+    """The fast path's result and stored rows are the reference's."""
     policy = policies.make(name)
-    tmp = tmp_path_factory.mktemp("sim")
     (tmp / "r").mkdir()
     (tmp / "f").mkdir()
     reference = simulate(scenario, policy, workdir=tmp / "r", reference=True).as_dict()
@@ -115,3 +119,101 @@ def test_a_remembered_read_is_forgotten_at_the_next_write(tmp_path):
         assert store.job(job_id).state is JobState.CANCELLED
     finally:
         store.close()
+
+
+# --- the planner's refusals (broker.sim.refusal) ---------------------------------------
+
+
+def _reclaimed_often(up: int, flips: int, period: int, hours: float, deadline: float) -> Scenario:
+    """Spot for `up` steps, then on and off every `period` steps for `flips` steps, then on
+    for good: the reclaims raise the learned rate until the planner refuses the job's spot
+    (its risk-adjusted deadline), while spot stays on sale, until the rate decays."""
+    counts = (1,) * up + tuple(int((i // period) % 2 == 0) for i in range(flips)) + (1,)
+    trace = SpotTrace({TracePlace("aws", HOME[2], "V100"): Availability(0.1, counts)})
+    job = SimJob("often", "nlp", 0.0, "V100", 1, hours, deadline, checkpoint_minutes=10.0)
+    return Scenario(synthetic_offers((HOME,)), trace, [job], restart_hours=0.2,
+                    reconcile_hours=0.1, horizon_hours=3 * deadline)  # fmt: skip
+
+
+def _refusals(monkeypatch) -> list:
+    """The refusals proven during a run (`refused_through`'s answers but None)."""
+    from broker.sim import refusal
+
+    proven: list = []
+    real = refusal.refused_through
+
+    def spied(*args, **kwargs):
+        through = real(*args, **kwargs)
+        if through is not None:
+            proven.append(through)
+        return through
+
+    monkeypatch.setattr(refusal, "refused_through", spied)
+    return proven
+
+
+@pytest.mark.parametrize(
+    ("shape", "refused"),
+    [((10, 400, 2, 12.0, 13.0), True), ((5, 300, 4, 8.0, 9.0), True),
+     ((10, 200, 3, 12.0, 20.0), False)],
+)  # fmt: skip
+@pytest.mark.parametrize("name", POLICIES)
+def test_passes_the_planner_refuses_are_skipped_with_the_same_figures_and_rows(
+    shape, refused, name, tmp_path, monkeypatch
+):
+    proven = _refusals(monkeypatch)
+    reference, fast, passes = _both(_reclaimed_often(*shape), name, tmp_path, monkeypatch)
+    assert fast[0] == reference[0]
+    assert fast[1] == reference[1]
+    assert passes[1] <= passes[0]
+    if refused and name == "spot-failover":  # its spot refused for a while: passes skipped
+        assert proven
+        assert passes[1] < passes[0] * 0.8
+
+
+@settings(max_examples=8, deadline=None)
+@given(
+    up=st.integers(1, 20),
+    flips=st.integers(0, 240),
+    period=st.integers(1, 5),
+    hours=st.floats(2.0, 12.0),
+    slack=st.floats(1.02, 1.6),
+    name=st.sampled_from(POLICIES),
+)
+def test_the_fast_path_equals_the_reference_when_reclaims_vary(
+    up, flips, period, hours, slack, name, tmp_path_factory
+):
+    scenario = _reclaimed_often(up, flips, period, hours, round(hours * slack, 2))
+    _assert_equal_to_reference(scenario, name, tmp_path_factory.mktemp("sim"))
+
+
+CBL = Path(__file__).resolve().parents[3] / "shared" / "traces" / "cant-be-late-spot"
+
+
+@pytest.mark.skipif(not CBL.is_dir(), reason=f"the Can't Be Late traces are not at {CBL}")
+@pytest.mark.parametrize(
+    ("file", "start"),
+    [
+        ("preemption/1-node/aws-04-19-2023/us-east-1c_intel_64.json", 63.306111111111115),
+        ("availability/1-node/aws-02-15-2023/us-east-1a_v100_1.json", 344.93333333333334),
+    ],
+)
+def test_the_fast_path_equals_the_reference_on_can_t_be_late_traces(
+    file, start, tmp_path, monkeypatch
+):
+    """A 48 h job with a 52 h deadline on a published trace (bench/simulate.py's setting):
+    spot-failover, which the planner refuses for hours after its reclaims."""
+    import json
+
+    data = json.loads((CBL / file).read_text())
+    step = float(data["metadata"]["gap_seconds"]) / 3600
+    place = TracePlace("aws", file.rsplit("/", 1)[1].split("_")[0], "V100")
+    avail = Availability(step, tuple(int(v) for v in data["data"])).window(start, 57.0)
+    zone = ("aws", place.location[:-1], place.location, "p3.2xlarge", "V100", 3.06, 0.918, 0.05)
+    job = SimJob("cbl-job", "bench", 0.0, "V100", 1, 48.0, 52.0, checkpoint_minutes=10.0)
+    scenario = Scenario(synthetic_offers((zone,)), SpotTrace({place: avail}), [job],
+                        restart_hours=0.2, reconcile_hours=step, horizon_hours=156.0)  # fmt: skip
+    reference, fast, passes = _both(scenario, "spot-failover", tmp_path, monkeypatch)
+    assert fast[0] == reference[0]
+    assert fast[1] == reference[1]
+    assert passes[1] <= passes[0]

@@ -1,0 +1,162 @@
+"""How long the planner provably keeps refusing a queued job: the passes it need not run.
+
+A job the planner refuses (spot on sale, but every placement misses its risk-adjusted
+deadline, or would never finish, at the interruption rate learned from its reclaims)
+is planned again at every pass, and refused again, until the learned rate has decayed
+far enough. Those passes change nothing, but the answer moves with the clock, so no
+memo of it ever hits. What is exact instead is a bound over an interval [now, T]:
+
+- while nothing happens (no instance alive, so no evidence is added, and no run leaves
+  the learned rates' window), each place's learned rate (a Gamma-Poisson posterior,
+  `broker.learned_rates`) is (a + R0 k) / (P + H0 k) with k = exp(-(t - now) / D): a
+  monotone function of t, so on [now, T] it lies between its values at now and at T;
+- while no cool-down starts or ends (before `Cadence._cooling_wake`), the same places
+  are closed;
+- the hours the planner gives the job are greatest at now (a deadline only comes
+  closer; the simulator's relative ones stay put);
+- the planner never places with a higher rate or fewer hours what it refuses with a
+  lower rate and more hours (its cost model, `broker.planner.cost`, only grows with the
+  rate; `tests/broker/test_sim_refusal.py` pins this).
+
+So if the planner, asked at now with every place at the lower of its two rates, has no
+placement for the job, it has none at any pass in [now, T], and those passes do nothing.
+The largest such T is found by doubling then bisection (a bigger interval only lowers
+the bound). The spec planned is the controller's own (`_steered_spec`), so the spot
+policy's say is what the pass would plan with; its answer changing later is the
+cadence's own wake (`first_change`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from datetime import datetime
+from typing import TYPE_CHECKING
+
+from broker.dispatch.cadence import grid_at, grid_index_after
+
+if TYPE_CHECKING:
+    from broker.controller import Controller
+    from broker.spec import JobSpec
+    from broker.state import Job
+    from pricing.query import OfferIndex
+
+MAX_DOUBLINGS = 20  # at most 2**20 passes ahead in one look
+
+
+def refused_through(
+    controller: Controller,
+    job: Job,
+    now: float,
+    step: float,
+    before: float,
+    at: Callable[[float], datetime],
+) -> float | None:
+    """The last pass of the grid at or after `now`, earlier than `before`, up to which
+    the planner provably gives `job` no placement (at least `now` itself); None when it
+    may place the job now. The controller's clock must be at `now`, and no instance
+    alive."""
+    spec = _spec_now(controller, job, at(now))
+    if spec is None:
+        return None
+    from broker.learned_rates import store_runs
+
+    runs = len(store_runs(controller.store, at(now)))
+    start = grid_index_after(now, step) - 1  # `now` counts as this index
+    first = _adjusted(controller, at(now))
+
+    def refused(k: int) -> bool:
+        """Refused at every pass from now through the grid's index `start + k`."""
+        later = now if k == 0 else grid_at(start + k, step)
+        if later >= before:
+            return False
+        if k and len(store_runs(controller.store, at(later))) != runs:
+            return False  # a run left the window in between: the rates jumped
+        index = first if k == 0 else _lowest_rates(first, _adjusted(controller, at(later)))
+        if index is None:
+            return False
+        return not _placements(controller, spec, index, at(now))
+
+    if not refused(0):
+        return None
+    low, high = 0, 1  # refused through low; high untried
+    for _ in range(MAX_DOUBLINGS):
+        if not refused(high):
+            break
+        low, high = high, high * 2
+    else:
+        return grid_at(start + low, step) if low else now
+    while high - low > 1:
+        mid = (low + high) // 2
+        if refused(mid):
+            low = mid
+        else:
+            high = mid
+    return grid_at(start + low, step) if low else now
+
+
+def _spec_now(controller: Controller, job: Job, when: datetime) -> JobSpec | None:
+    """The spec the controller's pass would plan now (None: planning it raises, which
+    the pass must see). Asking records the policy's choice in the controller's memory;
+    a skipped pass records none, so the memory is put back as it was."""
+    from broker.controller.isolation import not_one_jobs
+
+    saved = dict(controller._steered)
+    try:
+        return controller._steered_spec(job, when)
+    except Exception as exc:  # noqa: BLE001 (the pass would hold it: let the pass run)
+        if not_one_jobs(exc):
+            raise
+        return None
+    finally:
+        controller._steered.clear()
+        controller._steered.update(saved)
+
+
+def _adjusted(controller: Controller, when: datetime) -> OfferIndex:
+    """The index the controller's pass plans on at `when` (`Planning._decisions`), but
+    for the pools and gangs added after."""
+    from broker.recovery import adjust_index, recent_reclaims
+
+    offered = controller.index_of(controller.provider)
+    reclaims = recent_reclaims(controller.store, when)
+    scale = controller.settings.cooldown_scale
+    return adjust_index(offered, controller.store, when, scale, reclaims)
+
+
+def _lowest_rates(first: OfferIndex, last: OfferIndex) -> OfferIndex | None:
+    """`first` with every row at the lower of its learned rates in `first` and `last`;
+    None when the two differ otherwise (then no bound is claimed)."""
+    import numpy as np
+
+    from pricing.query import OfferIndex
+
+    if first is last:
+        return first
+    a, b = first.offers, last.offers
+    if len(a) != len(b) or set(a.numbers) != set(b.numbers) or set(a.codes) != set(b.codes):
+        return None
+    if any(not np.array_equal(a.text(n), b.text(n)) for n in a.codes):
+        return None
+    for name, column in a.numbers.items():
+        if name != "spot_interruption_rate" and not np.array_equal(
+            column, b.numbers[name], equal_nan=True
+        ):
+            return None
+    ra, rb = a.numbers["spot_interruption_rate"], b.numbers["spot_interruption_rate"]
+    if not np.array_equal(np.isnan(ra), np.isnan(rb)):
+        return None
+    from pricing.table import OfferTable
+
+    numbers = dict(a.numbers)
+    numbers["spot_interruption_rate"] = np.fmin(ra, rb)
+    table = OfferTable(numbers, a.codes, a.categories)
+    return OfferIndex(table, extra_countries=first.extra_countries)
+
+
+def _placements(controller: Controller, spec: JobSpec, index: OfferIndex, now: datetime) -> bool:
+    """Whether the planner, as the pass asks it (`Planning._decisions`), places `spec`."""
+    from broker.planner.plan import plan_many
+
+    planned = controller._gangs(controller._pools(index), [spec])
+    (decision,) = plan_many([spec], planned, now)
+    return bool(decision.placements)

@@ -273,7 +273,7 @@ def demo(
     state: str = typer.Option(
         None,
         "--state",
-        help="State file or postgresql:// URL [default: a fresh temporary file]",
+        help="An empty state file or postgresql:// URL [default: a fresh temporary file]",
         show_default=False,
     ),
     output: Output = typer.Option(Output.table, "--output", "-o"),
@@ -310,6 +310,8 @@ def demo(
         DEMO_TIME_SCALE,
         sandbox_only=True,  # the demo never launches on a real cloud, whatever is enabled
     ) as rt:
+        if rt.store.job_counts():  # its jobs would be "unchanged": nothing would run
+            fail(f"the demo needs an empty state; {location} already holds jobs", BAD_INPUT)
         submit_manifests(rt.store, ready)
         print(f"demo: {len(loaded.manifests)} jobs submitted to {location}", file=sys.stderr)
         print(f"demo: {sandbox_time(DEMO_TIME_SCALE)}", file=sys.stderr)

@@ -330,8 +330,8 @@ def fetch_spot(ctx: Context, types: Mapping[str, Mapping[str, Shape]]) -> Fetche
     session = _session_with_credentials()
     if session is None:
         raise MissingCredentials(
-            "no AWS credentials: spot prices come from EC2 DescribeSpotPriceHistory, which "
-            "needs them (any read-only IAM user)"
+            "no AWS credentials (spot prices come from EC2 DescribeSpotPriceHistory, which "
+            "needs them: any read-only IAM user)"
         )
     from botocore.exceptions import BotoCoreError, ClientError
 

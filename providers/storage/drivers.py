@@ -158,7 +158,7 @@ def _aws_env_keys() -> AwsKeys:
     key, secret = os.environ.get("AWS_ACCESS_KEY_ID"), os.environ.get("AWS_SECRET_ACCESS_KEY")
     if not key or not secret:
         raise CredentialsError(
-            "s3", "no AWS credentials: set AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY"
+            "s3", "no AWS credentials (set AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY)"
         )
     return AwsKeys(key, secret, os.environ.get("AWS_SESSION_TOKEN") or None)
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 from decimal import Decimal
+from pathlib import Path
 from urllib.parse import urlsplit
 
 from broker.clock import SystemClock
@@ -16,6 +17,7 @@ from tests.cli.runner import run_cli
 from tests.state_backends import is_postgres
 
 CHECKPOINT_GB = 40  # examples/demo/finetune-spot.yaml
+EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 
 
 def test_the_reclaimed_job_resumes_on_another_cloud_with_its_egress_charged(
@@ -47,3 +49,22 @@ def test_the_reclaimed_job_resumes_on_another_cloud_with_its_egress_charged(
     assert f"reclaimed on {before[0]}/{before[1]}" in note
     assert f"crunch on {before[0]} left {after[0]} as the cheapest compliant place" in note
     assert f"{after[0]}/{after[1]}" in note and f"{expected:.2f} USD egress charged" in note
+
+
+def test_a_state_that_holds_jobs_is_refused_and_left_unchanged(
+    capsys, tmp_path, state_location, monkeypatch
+):
+    """The demo's jobs would be 'unchanged' there and nothing would run: it says so, exit 2,
+    instead of reporting every job of that state as the demo's."""
+    monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path / "xdg-state"))
+    state = str(state_location)
+    submitted = run_cli(capsys, "submit", str(EXAMPLES / "demo" / "eval-eu.yaml"), "--state", state)
+    assert submitted.code == 0, submitted.stderr
+    with StateStore.open(state_location, SystemClock()) as store:
+        before = store.job_counts()
+    demo = run_cli(capsys, "demo", "--state", state)
+    assert demo.code == 2, demo.stderr
+    assert "the demo needs an empty state" in demo.stderr and "already holds jobs" in demo.stderr
+    assert "Traceback" not in demo.stderr and demo.stdout == ""
+    with StateStore.open(state_location, SystemClock()) as store:
+        assert store.job_counts() == before

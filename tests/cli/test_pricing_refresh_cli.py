@@ -104,6 +104,9 @@ def test_aws_without_credentials_refreshes_on_demand_and_warns_about_spot(capsys
     result = run_cli(capsys, "pricing", "refresh", "--cloud", "aws", "--region", "us-east-1")
     assert result.code == 0, result.stderr
     assert "aws-spot-history skipped: no AWS credentials" in result.stderr
+    # whole, not cut by the redaction ("credentials: WORD" reads as a secret's value)
+    said = "spot prices come from EC2 DescribeSpotPriceHistory, which needs them"
+    assert said in " ".join(result.stderr.split()) and "***" not in result.stderr
 
 
 def test_bad_input_exits_2(capsys):

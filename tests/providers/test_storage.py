@@ -25,6 +25,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from pricing.userio.redact import redact
 from providers.cloud import BACKOFF_ATTEMPTS
 from providers.errors import (
     CredentialsError,
@@ -731,8 +732,10 @@ def test_s3_keys_from_the_environment_without_boto3(fake, monkeypatch):
     assert ObjectStore().size("s3://broker-bkt/k") == 1
     assert "Credential=AKIAENVIRONMENTONLY1/" in fake.seen[0].headers["authorization"]
     monkeypatch.delenv("AWS_SECRET_ACCESS_KEY")
-    with pytest.raises(CredentialsError, match="AWS_SECRET_ACCESS_KEY"):
+    with pytest.raises(CredentialsError, match="AWS_SECRET_ACCESS_KEY") as missing:
         ObjectStore().size("s3://broker-bkt/k")
+    # what reaches an event or an error line (redacted) still says what to set
+    assert "set AWS_ACCESS_KEY_ID" in redact(str(missing.value))
 
 
 def test_missing_credentials_and_bad_endpoints(monkeypatch, fake):

@@ -11,11 +11,12 @@ from typing import TYPE_CHECKING, Any
 
 import typer
 
+from broker.cli.database_waits import wait_for_database, waited_out
 from broker.cli.exits import BAD_INPUT, FAILED, OVER_BUDGET, PROVIDER, fail
 from broker.cli.formats import count, hours
 from broker.cli.options import CatalogOption, OverlaysOption, PoolsOption, WideOption
 from broker.cli.render import Column, Output, render, state_colour, usd
-from broker.cli.session import PolicyOption, StateOption, runtime
+from broker.cli.session import PolicyOption, StateOption, runtime, state_path
 
 if TYPE_CHECKING:
     from broker.state.location import StateLocation
@@ -101,6 +102,7 @@ def run(
         except PortError as exc:
             fail(str(exc), BAD_INPUT)
     hook = RandomReclaims(reclaim_rate, seed) if reclaim_rate else None
+    wait_for_database(state_path(state), once)  # down at the start: waited for, as mid-run
     with runtime(state, catalog, pools, overlays, policy, time_scale, holder=holder) as rt:
         served = None if metrics_port is None else _serve_metrics(rt, metrics_port, metrics_host)
         try:
@@ -201,7 +203,7 @@ def _loop(
     told: set[tuple[str, str]] = set()  # waits already printed
     while True:
         began = time.perf_counter()
-        report = _pass(rt, once)
+        report = waited_out(rt.controller.run_pass, once)
         if on_pass is not None:
             on_pass(time.perf_counter() - began)
         if report.blocked:  # e.g. credentials: no later pass can do better
@@ -217,7 +219,7 @@ def _loop(
                 print(f"{name} {outcome}", file=sys.stderr)
         if once:
             return
-        queued, active = _pass(rt, once, lambda: (rt.store.queued(), rt.controller.active()))
+        queued, active = waited_out(lambda: (rt.store.queued(), rt.controller.active()), once)
         if not active and not queued:
             return
         pause = poll  # the controller polls its providers between passes
@@ -239,34 +241,6 @@ def _loop(
                 fail(f"gave up after {limit_s:g} s with work still in flight", FAILED)
             pause = min(pause, left + poll)
         time.sleep(pause)
-
-
-DB_RETRY_S = (1.0, 2.0, 5.0, 10.0, 30.0)  # waits for a state database that is down
-
-
-def _pass(rt, once: bool, step: Callable[[], Any] | None = None) -> Any:
-    """One pass (or `step`), waiting out a state database that is down: `broker run`
-    says so once, tries again after 1, 2, 5, 10, then every 30 s, and goes on where it
-    was once the database is back (a write lost with the connection is not half done:
-    the next pass sees what committed). With --once it fails, one line, exit 1."""
-    from broker.state.backend import StateUnavailable
-
-    step = step or rt.controller.run_pass
-    tries = 0
-    while True:
-        try:
-            result = step()
-        except StateUnavailable as exc:
-            if once:
-                fail(str(exc), FAILED)
-            wait = DB_RETRY_S[min(tries, len(DB_RETRY_S) - 1)]
-            print(f"broker: {exc}; trying again in {wait:g} s", file=sys.stderr)
-            tries += 1
-            time.sleep(wait)
-            continue
-        if tries:
-            print("broker: the state database is back", file=sys.stderr)
-        return result
 
 
 def demo(

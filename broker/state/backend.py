@@ -35,6 +35,11 @@ class StateUnavailable(StateError):
     the URL's password masked."""
 
 
+class StateRefused(StateUnavailable):
+    """The state database answered and refused us (a wrong password, no such role or
+    database): waiting will not help, so `broker run` does not wait for it."""
+
+
 class CommitUnknown(StateUnavailable):
     """The connection dropped while a COMMIT was in flight: the write may or may not
     have happened, so it is not tried again blindly (the next read tells)."""

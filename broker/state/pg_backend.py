@@ -29,7 +29,7 @@ from urllib.parse import unquote, urlsplit
 
 from broker.clock import Clock
 from broker.state import schema
-from broker.state.backend import StateUnavailable, backoff_delays
+from broker.state.backend import StateRefused, StateUnavailable, backoff_delays
 from broker.state.location import DatabaseUrl
 from broker.state.model import StateError, ts_text
 from broker.state.pg_pipeline import PendingResult
@@ -37,6 +37,15 @@ from broker.state.pg_pipeline import PendingResult
 MIGRATION_LOCK = 0x62726F6B6572  # "broker": the advisory lock migrations take
 CONNECT_TIMEOUT_S = 10
 STATEMENT_TIMEOUT_S = 300  # no statement of the broker's runs this long: a stuck one fails
+REFUSED_CLASSES = ("28", "3D")  # SQLSTATE: invalid authorization, no such database
+# libpq gives a refusal at connect no SQLSTATE, only the server's text (FATAL: ...)
+REFUSED_TEXTS = (
+    "authentication failed",
+    "no password supplied",
+    "does not exist",
+    "no pg_hba.conf entry",
+    "permission denied",
+)
 
 
 class DriverMissing(StateError):
@@ -131,6 +140,8 @@ class PostgresBackend:
             try:
                 return psycopg.connect(self.location.url, **self.connect_options())
             except psycopg.OperationalError as exc:
+                if refused(exc):  # the server answered no: asking again won't help
+                    raise StateRefused(self.unavailable(exc).args[0]) from None
                 pause = next(delays, None)
                 if pause is None:
                     raise self.unavailable(exc) from None
@@ -368,3 +379,15 @@ def connected(location: DatabaseUrl) -> Iterator[PgConnection]:
         yield conn
     finally:
         conn.close()
+
+
+def refused(exc: Exception) -> bool:
+    """Whether a failed connect is the server refusing us (a wrong password, no such
+    role or database) rather than a server that is down, starting or full: the SQLSTATE
+    when there is one, else the server's (English) text. Unrecognised: not refused, so
+    `broker run` waits, as it does for a database that is down."""
+    sqlstate = exc.sqlstate if isinstance(exc, _driver().Error) else None
+    if sqlstate:
+        return sqlstate[:2] in REFUSED_CLASSES
+    text = str(exc).lower()
+    return "fatal:" in text and any(marker in text for marker in REFUSED_TEXTS)

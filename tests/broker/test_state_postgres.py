@@ -190,6 +190,49 @@ def test_broker_run_waits_for_the_database_and_goes_on(postgres_cluster, tmp_pat
         assert len(store.attempts()) == 3 and len(store.ledger()) == 3
 
 
+def test_broker_run_started_while_the_database_is_down_waits_for_it(postgres_cluster, tmp_path):
+    url = postgres_cluster.fresh_database()
+    jobs = tmp_path / "jobs"
+    jobs.mkdir()
+    (jobs / "job-0.yaml").write_text(JOB.format(i=0, examples=REPO / "examples"))
+    env = dict(os.environ, BROKER_STATE=url, XDG_STATE_HOME=str(tmp_path / "xdg-state"))
+    broker = [sys.executable, "-m", "broker"]
+    subprocess.run([*broker, "submit", str(jobs)], env=env, check=True, capture_output=True)
+    log = tmp_path / "run.log"
+    postgres_cluster.stop()
+    try:
+        with log.open("w") as err:
+            run = subprocess.Popen([*broker, "run", "--poll", "0.1"], env=env, stderr=err)
+        try:
+            assert wait_until(lambda: "trying again" in log.read_text(), 60), log.read_text()
+            assert run.poll() is None  # waiting, not exited
+        finally:
+            postgres_cluster.start()
+        assert run.wait(timeout=180) == 0, log.read_text()
+    finally:
+        if run.poll() is None:
+            run.kill()
+            run.wait()
+    said = log.read_text()
+    assert "the state database is back" in said and "Traceback" not in said
+    assert postgres_cluster.password not in said
+    with StateStore.open(url, FixedClock(T0)) as store:
+        assert {j.state for j in store.jobs()} == {JobState.SUCCEEDED}
+
+
+def test_broker_run_does_not_wait_for_a_database_that_refuses_it(postgres_cluster, tmp_path):
+    target = postgres_cluster.fresh_database().replace(postgres_cluster.password, "Wr0ng-pass")
+    env = dict(os.environ, BROKER_STATE=target, XDG_STATE_HOME=str(tmp_path / "xdg-state"))
+    done = subprocess.run(
+        [sys.executable, "-m", "broker", "run"], env=env, capture_output=True, text=True,
+        timeout=60,
+    )  # fmt: skip
+    assert done.returncode == 1, done.stderr
+    lines = done.stderr.strip().splitlines()
+    assert len(lines) == 1 and "password authentication failed" in lines[0], done.stderr
+    assert "trying again" not in done.stderr and "Wr0ng-pass" not in done.stderr
+
+
 def test_two_machines_submitting_one_new_name_make_one_job(postgres_cluster):
     """No row to lock yet: the second insert of run 1 hits the unique index, and the
     write runs again (`retried`), finding the first's job unchanged."""
@@ -288,3 +331,25 @@ def test_a_write_pipelines_its_statements_and_a_failed_one_rolls_it_back(postgre
         assert not store._conn.in_transaction
         store.transition(job, JobState.QUEUED, "again")  # the connection writes again
         assert store.job(job).state is JobState.QUEUED
+
+
+@pytest.mark.parametrize(
+    ("text", "is_refused"),
+    [
+        ('failed: FATAL:  password authentication failed for user "me"', True),
+        ('failed: FATAL:  database "nosuchdb" does not exist', True),
+        ('failed: FATAL:  role "nobody" does not exist', True),
+        ('failed: FATAL:  no pg_hba.conf entry for host "10.0.0.9"', True),
+        ("failed: Connection refused\n\tIs the server running on that host?", False),
+        ("failed: FATAL:  the database system is starting up", False),
+        ("failed: FATAL:  sorry, too many clients already", False),
+        ("failed: timeout expired", False),
+    ],
+)
+def test_a_refusal_is_told_from_a_database_that_is_down(text, is_refused):
+    psycopg = pytest.importorskip("psycopg", reason="psycopg is the postgres extra")
+    from broker.state.pg_backend import refused
+
+    assert refused(psycopg.OperationalError(f"connection to server at 127.0.0.1 {text}")) is (
+        is_refused
+    )

@@ -149,7 +149,7 @@ class Observing:
         # lease in its own transaction (LeaseHeld: another controller closes it), with the
         # pass's others; a close that writes more (a checkpoint, a re-queue) claims first.
         later = instance.state == "succeeded"
-        if not later and (not self._still_open(attempt) or not self.store.claim(job.id, "finish")):
+        if not later and not self._claimed_open(job, attempt, "finish"):
             return  # another controller closes it (or closed it since the pass read it)
         writes: list[Callable[[], object]] = []
         try:
@@ -189,16 +189,23 @@ class Observing:
             except ProviderError as exc:
                 report.cannot_reach(known[0].provider_id, exc)
                 return None
-        if not self._still_open(attempt) or not self.store.claim(job.id, "launch"):
+        if not self._claimed_open(job, attempt, "launch"):
             return None  # another controller is launching it (its lease is live), or closed it
         return self._start(job, attempt, report)
 
-    def _still_open(self, attempt: Attempt) -> bool:
-        """Whether the attempt is open now, read afresh before a step is claimed: the pass
-        read the open attempts once, and another controller may have closed one since."""
+    def _claimed_open(self, job: Job, attempt: Attempt, step: str) -> bool:
+        """Whether this controller holds the job's `step` and the attempt is still open.
+        The pass read the open attempts once, and another controller may have closed one
+        since: the lease is taken first and the attempt read afresh under it, and a lease
+        on an attempt found closed is given back (never left on a finished job)."""
         from broker.state import OPEN_ATTEMPT
 
-        return self.store.attempt(attempt.id).state in OPEN_ATTEMPT
+        if not self.store.claim(job.id, step):
+            return False
+        if self.store.attempt(attempt.id).state in OPEN_ATTEMPT:
+            return True
+        self.store.release(job.id)
+        return False
 
     def _record_members(self, attempt_id: str, instance: Instance) -> None:
         """Keep a gang's nodes as last seen (ranks, places, states) for `broker status`;

@@ -170,7 +170,7 @@ def test_observing(rt, monkeypatch):
 
 def test_finishing(rt, monkeypatch):
     real = Controller._finish
-    pick = lambda self, job, attempt, instance: job.id  # noqa: E731
+    pick = lambda self, job, *rest: job.id  # noqa: E731
     monkeypatch.setattr(Controller, "_finish", raising_for(rt, real, pick))
     drain(rt, bad_ends=True)
     assert_nine_ran(rt)

@@ -215,3 +215,52 @@ def test_a_budget_counts_the_shared_ledger_and_every_controllers_open_attempts(p
     over = TeamLimits("capped", MONTH, monthly_budget=1.0, committed={running: 0.5})
     with pytest.raises(TeamLimitReached, match=r"\$0\.65 committed"):
         b.start_attempt(late, on(expected=0.01), over)
+
+
+class _RivalClosesAfterEachRead:
+    """A's store, with B closing the attempt (when B can take its lease) right after each
+    read A makes of it: the worst moment for a check made before a claim."""
+
+    def __init__(self, mine: StateStore, rival: StateStore, job: str) -> None:
+        self.mine, self.rival, self.job = mine, rival, job
+
+    def claim(self, job_id: str, step: str) -> bool:
+        return self.mine.claim(job_id, step)
+
+    def release(self, job_id: str) -> None:
+        self.mine.release(job_id)
+
+    def attempt(self, attempt_id: str):
+        found = self.mine.attempt(attempt_id)
+        if self.rival.claim(self.job, "finish"):
+            self.rival.finish_attempt(attempt_id, "succeeded", 0, job_to=Q.SUCCEEDED)
+        return found
+
+
+@pytest.mark.parametrize("step", ["launch", "finish"])
+def test_a_step_is_never_claimed_on_an_attempt_another_controller_closed(pair, step):
+    """A pass reads the open attempts once; another controller may close one before this
+    one claims its next step. Whatever the interleaving, this controller never ends up
+    holding a lease on a closed attempt (a lease left on a finished job)."""
+    from types import SimpleNamespace
+
+    from broker.controller.observing import Observing
+
+    a, b = pair
+    job = submit(a, "one")
+    assert a.transition(job, Q.PLANNED, expect=Q.QUEUED)
+    attempt_id = a.start_attempt(job, on())
+    assert a.attempt_running(attempt_id, {"provider_id": "i-1"})
+    seen = a.attempt(attempt_id)  # what A's pass read: open
+    racing = SimpleNamespace(store=_RivalClosesAfterEachRead(a, b, job))
+    claimed = Observing._claimed_open(racing, a.job(job), seen, step)
+    closed = a.attempt(attempt_id).ended_at is not None
+    held_by_a = [lease.job_id for lease in a.leases() if lease.holder == "A"]
+    assert not (closed and held_by_a), "a lease left on a closed attempt"
+    assert claimed == (not closed) and bool(held_by_a) == claimed
+    if claimed:  # B closes it once A is done; a later claim of A's is then given back
+        a.release(job)
+        assert b.claim(job, "finish")
+        assert b.finish_attempt(attempt_id, "succeeded", 0, job_to=Q.SUCCEEDED)
+    assert not Observing._claimed_open(SimpleNamespace(store=a), a.job(job), seen, step)
+    assert a.leases() == [] and a.job(job).state is Q.SUCCEEDED

@@ -1,0 +1,45 @@
+"""The rows a write transaction has locked and read, kept for the rest of that write.
+
+Inside a write the job and attempt rows it read cannot change but by the write itself (on
+PostgreSQL they are locked `FOR UPDATE`; SQLite's writers take turns), so a second read
+of one (a state check after a claim, the lease's release, a version waiting to settle)
+would only cost a round trip to the server. A write's own updates of a kept row
+(`StateStore._update`, the lease it takes or drops) are applied to what is kept, and the
+whole is dropped when the write ends (commit, rollback, savepoint undone): nothing kept
+outlives the transaction that locked it.
+
+Part of `StateStore` (broker.state.store), whose `_write` opens and drops `_rows`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from broker.state.backend import Connection
+
+
+class HeldRows:
+    """A write's kept rows (a part of `StateStore`)."""
+
+    _conn: Connection
+    _rows: dict[tuple[str, str], Any] | None  # (table, id) -> row, while a write is open
+
+    def _held(self, table: str, key: str) -> Any:
+        """The row of `table` with id `key` that this write already locked and read, as its
+        own updates left it (None when it has not): inside a write the row cannot change
+        but by this write (it is locked `FOR UPDATE` on PostgreSQL; SQLite's writers take
+        turns), so reading it again would only cost a round trip."""
+        return self._rows.get((table, key)) if self._rows is not None else None
+
+    def _hold_row(self, table: str, key: str, row: Any) -> Any:
+        """Remember a row this write locked and read (`_held`); `row` itself."""
+        if self._rows is not None and self._conn.in_transaction:
+            self._rows[(table, key)] = row
+        return row
+
+    def _keep_held(self, table: str, key: Any, columns: Mapping[str, Any]) -> None:
+        """This write updated `columns` of a row it holds: what `_held` gives, updated too."""
+        held = self._held(table, key) if isinstance(key, str) else None
+        if held is not None and self._rows is not None:
+            self._rows[(table, key)] = {**dict(held), **columns}

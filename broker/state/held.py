@@ -18,6 +18,16 @@ from typing import Any
 
 from broker.state.backend import Connection
 
+# A job's row as a write reads it: the row, its lease (`holder`, `expires_at`; None when
+# it has none) and its attempts' count and latest number (`attempts_made`,
+# `latest_attempt`), in one round trip (`StateStore._job_row`, the lease's claim).
+JOB_HELD = (
+    "SELECT j.*, l.holder, l.expires_at,"
+    " (SELECT COUNT(*) FROM attempts a WHERE a.job_id = j.id) AS attempts_made,"
+    " (SELECT MAX(a.number) FROM attempts a WHERE a.job_id = j.id) AS latest_attempt"
+    " FROM jobs j LEFT JOIN leases l ON l.job_id = j.id WHERE j.id = ?"
+)
+
 
 class HeldRows:
     """A write's kept rows (a part of `StateStore`)."""

@@ -30,6 +30,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
+from broker.state.held import JOB_HELD
 from broker.state.model import JobState, StateError, UnknownJob, parse_ts, ts_text
 
 if TYPE_CHECKING:
@@ -39,10 +40,7 @@ DEFAULT_LEASE_SECONDS = 60.0
 # Job states in which a step is half done: the holder keeps its lease through them.
 STEP_STATES = (JobState.PLANNED, JobState.LAUNCHING, JobState.INTERRUPTED, JobState.MIGRATING)
 
-_CLAIM = (  # the whole job row: the write that claims keeps it (`StateStore._held`)
-    "SELECT j.*, l.holder, l.expires_at FROM jobs j"
-    " LEFT JOIN leases l ON l.job_id = j.id WHERE j.id = ?"
-)
+_CLAIM = JOB_HELD  # the whole job row: the write that claims keeps it (broker.state.held)
 _LOCK = {"sqlite": "", "postgresql": " FOR UPDATE OF j SKIP LOCKED"}
 _TAKE = (
     "INSERT INTO leases (job_id, holder, step, taken_at, heartbeat_at, expires_at)"

@@ -28,7 +28,7 @@ from typing import Any, TypeVar
 from broker.clock import Clock
 from broker.state.attempts import AttemptWrites
 from broker.state.backend import Backend, CommitUnknown, Connection, StateUnavailable, retried
-from broker.state.held import HeldRows
+from broker.state.held import JOB_HELD, HeldRows
 from broker.state.leases import LeaseWrites
 from broker.state.location import DatabaseUrl, StateLocation, parse_location
 from broker.state.model import (
@@ -341,15 +341,12 @@ class StateStore(RunWrites, AttemptWrites, LeaseWrites, StateReads, HeldRows):
         return self._backend.for_update if self._conn.in_transaction else ""
 
     def _job_row(self, job_id: str) -> Any:
-        """The job's row, with its lease's `holder` and `expires_at` (None when it has
-        none: `_claim` reads them from here), locked inside a write."""
+        """The job's row with its lease and its attempts' count (`JOB_HELD`: `_claim`,
+        `start_attempt` and `_is_latest` read them from here), locked inside a write."""
         held = self._held("jobs", job_id)
         if held is not None:
             return held
-        sql = (
-            "SELECT j.*, l.holder, l.expires_at FROM jobs j"
-            " LEFT JOIN leases l ON l.job_id = j.id WHERE j.id = ?"
-        )
+        sql = JOB_HELD
         if self._conn.in_transaction and self._backend.for_update:
             sql += " FOR UPDATE OF j"
         row = self._conn.execute(sql, (job_id,)).fetchone()
@@ -371,6 +368,9 @@ class StateStore(RunWrites, AttemptWrites, LeaseWrites, StateReads, HeldRows):
         return self._hold_row("attempts", attempt_id, row)
 
     def _is_latest(self, att: Any) -> bool:
+        held = self._held("jobs", att["job_id"])
+        if held is not None:
+            return bool(held["latest_attempt"] == att["number"])
         (latest,) = self._conn.execute(
             "SELECT MAX(number) FROM attempts WHERE job_id = ?", (att["job_id"],)
         ).fetchone()

@@ -8,6 +8,14 @@ would only cost a round trip to the server. A write's own updates of a kept row
 whole is dropped when the write ends (commit, rollback, savepoint undone): nothing kept
 outlives the transaction that locked it.
 
+What a row was read *with* (a job's lease, its attempts' count: `JOB_HELD`) is kept only
+when the statement that read it began with the job's row already locked by this write.
+On PostgreSQL a statement that waits for a row lock (or takes one on a row committed
+after the statement began) returns the row as committed but reads the other tables as
+they were when it began: a lease or an attempt that the other writer added would be
+missed. So the locking read of a job keeps the row alone (`counts_dropped`), and a
+count not kept is read by a query of its own, after the lock (`_held_count`).
+
 Part of `StateStore` (broker.state.store), whose `_write` opens and drops `_rows`.
 """
 
@@ -18,9 +26,9 @@ from typing import Any
 
 from broker.state.backend import Connection
 
-# A job's row as a write reads it: the row, its lease (`holder`, `expires_at`; None when
-# it has none) and its attempts' count and latest number (`attempts_made`,
-# `latest_attempt`), in one round trip (`StateStore._job_row`, the lease's claim).
+# A job's row as a lease's claim reads it: the row, its lease (`holder`, `expires_at`;
+# None when it has none) and its attempts' count and latest number (`attempts_made`,
+# `latest_attempt`), in one round trip.
 JOB_HELD = (
     "SELECT j.*, l.holder, l.expires_at,"
     " (SELECT COUNT(*) FROM attempts a WHERE a.job_id = j.id) AS attempts_made,"
@@ -53,3 +61,17 @@ class HeldRows:
         held = self._held(table, key) if isinstance(key, str) else None
         if held is not None and self._rows is not None:
             self._rows[(table, key)] = {**dict(held), **columns}
+
+    def _held_count(self, job_id: str, name: str) -> int | None:
+        """`attempts_made` or `latest_attempt` of a job this write holds, when it was read
+        after the job's row was locked (else None: the caller queries it)."""
+        held = self._held("jobs", job_id)
+        if held is None or name not in held.keys():
+            return None
+        return held[name]
+
+
+def counts_dropped(row: Any) -> dict[str, Any]:
+    """A job row read by the statement that locked it, without what it was read with
+    but cannot vouch for (the module docstring): the attempts' count and latest number."""
+    return {k: row[k] for k in row.keys() if k not in ("attempts_made", "latest_attempt")}

@@ -30,7 +30,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
-from broker.state.held import JOB_HELD
+from broker.state.held import JOB_HELD, counts_dropped
 from broker.state.model import JobState, StateError, UnknownJob, parse_ts, ts_text
 
 if TYPE_CHECKING:
@@ -193,15 +193,17 @@ class LeaseWrites:
         holder whose expiry passed is an event of the job, naming both."""
         if self._holder is None:
             return
-        row = self._held("jobs", job_id)  # locked already by this write: its lease is read
-        if row is None:
+        if self._held("jobs", job_id) is not None:  # locked by this write: read it afresh
+            row = self._conn.execute(JOB_HELD, (job_id,)).fetchone()
+            self._hold_row("jobs", job_id, row)  # with its counts (broker.state.held)
+        else:
             row = self._conn.execute(claim_sql(self.dialect), (job_id,)).fetchone()
             if row is None:
                 sql = "SELECT 1 FROM jobs WHERE id = ?"
                 if self._conn.execute(sql, (job_id,)).fetchone() is None:
                     raise UnknownJob(f"no job {job_id!r}")
                 raise LeaseHeld(job_id, "another transaction", None)  # PostgreSQL: row locked
-            self._hold_row("jobs", job_id, row)
+            self._hold_row("jobs", job_id, counts_dropped(row))
         holder, expires = row["holder"], row["expires_at"]
         mine = self._holder.id
         if holder is not None and holder != mine:
@@ -228,8 +230,8 @@ class LeaseWrites:
         assert self._holder is not None
         sql = "DELETE FROM leases WHERE job_id = ? AND holder = ?"
         self._conn.execute(sql, (job_id, self._holder.id))
-        held = self._held("jobs", job_id)
-        if held is not None and held["holder"] == self._holder.id:
+        held = self._held("jobs", job_id)  # with its lease when claimed in this write
+        if held is not None and "holder" in held.keys() and held["holder"] == self._holder.id:
             self._keep_held("jobs", job_id, {"holder": None, "expires_at": None})
 
     def _lease_end(self, now: str) -> str:

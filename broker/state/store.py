@@ -28,7 +28,7 @@ from typing import Any, TypeVar
 from broker.clock import Clock
 from broker.state.attempts import AttemptWrites
 from broker.state.backend import Backend, CommitUnknown, Connection, StateUnavailable, retried
-from broker.state.held import JOB_HELD, HeldRows
+from broker.state.held import HeldRows
 from broker.state.leases import LeaseWrites
 from broker.state.location import DatabaseUrl, StateLocation, parse_location
 from broker.state.model import (
@@ -341,14 +341,10 @@ class StateStore(RunWrites, AttemptWrites, LeaseWrites, StateReads, HeldRows):
         return self._backend.for_update if self._conn.in_transaction else ""
 
     def _job_row(self, job_id: str) -> Any:
-        """The job's row with its lease and its attempts' count (`JOB_HELD`: `_claim`,
-        `start_attempt` and `_is_latest` read them from here), locked inside a write."""
         held = self._held("jobs", job_id)
         if held is not None:
             return held
-        sql = JOB_HELD
-        if self._conn.in_transaction and self._backend.for_update:
-            sql += " FOR UPDATE OF j"
+        sql = f"SELECT * FROM jobs WHERE id = ?{self._locked()}"
         row = self._conn.execute(sql, (job_id,)).fetchone()
         if row is None:
             raise UnknownJob(f"no job {job_id!r}")
@@ -368,9 +364,9 @@ class StateStore(RunWrites, AttemptWrites, LeaseWrites, StateReads, HeldRows):
         return self._hold_row("attempts", attempt_id, row)
 
     def _is_latest(self, att: Any) -> bool:
-        held = self._held("jobs", att["job_id"])
-        if held is not None:
-            return bool(held["latest_attempt"] == att["number"])
+        latest = self._held_count(att["job_id"], "latest_attempt")
+        if latest is not None:
+            return bool(latest == att["number"])
         (latest,) = self._conn.execute(
             "SELECT MAX(number) FROM attempts WHERE job_id = ?", (att["job_id"],)
         ).fetchone()

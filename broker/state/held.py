@@ -16,7 +16,7 @@ they were when it began: a lease or an attempt that the other writer added would
 missed. So the locking read of a job keeps the row alone (`counts_dropped`), and a
 count not kept is read by a query of its own, after the lock (`_held_count`).
 
-Part of `StateStore` (broker.state.store), whose `_write` opens and drops `_rows`.
+Part of `StateStore` (broker.state.store), whose `_write` opens and drops `_held_rows`.
 """
 
 from __future__ import annotations
@@ -41,26 +41,26 @@ class HeldRows:
     """A write's kept rows (a part of `StateStore`)."""
 
     _conn: Connection
-    _rows: dict[tuple[str, str], Any] | None  # (table, id) -> row, while a write is open
+    _held_rows: dict[tuple[str, str], Any] | None  # (table, id) -> row, while a write is open
 
     def _held(self, table: str, key: str) -> Any:
         """The row of `table` with id `key` that this write already locked and read, as its
         own updates left it (None when it has not): inside a write the row cannot change
         but by this write (it is locked `FOR UPDATE` on PostgreSQL; SQLite's writers take
         turns), so reading it again would only cost a round trip."""
-        return self._rows.get((table, key)) if self._rows is not None else None
+        return self._held_rows.get((table, key)) if self._held_rows is not None else None
 
     def _hold_row(self, table: str, key: str, row: Any) -> Any:
         """Remember a row this write locked and read (`_held`); `row` itself."""
-        if self._rows is not None and self._conn.in_transaction:
-            self._rows[(table, key)] = row
+        if self._held_rows is not None and self._conn.in_transaction:
+            self._held_rows[(table, key)] = row
         return row
 
     def _keep_held(self, table: str, key: Any, columns: Mapping[str, Any]) -> None:
         """This write updated `columns` of a row it holds: what `_held` gives, updated too."""
         held = self._held(table, key) if isinstance(key, str) else None
-        if held is not None and self._rows is not None:
-            self._rows[(table, key)] = {**dict(held), **columns}
+        if held is not None and self._held_rows is not None:
+            self._held_rows[(table, key)] = {**dict(held), **columns}
 
     def _held_count(self, job_id: str, name: str) -> int | None:
         """`attempts_made` or `latest_attempt` of a job this write holds, when it was read

@@ -109,7 +109,7 @@ class StateStore(RunWrites, AttemptWrites, LeaseWrites, StateReads, HeldRows):
         self._together = False  # inside `together`: writes are savepoints of its transaction
         self._texts: dict[str, str] = {}  # text -> redacted (`_redacted`)
         self._jobs_read: dict[tuple, Job] = {}  # a job row's values -> its Job (`_job_of`)
-        self._rows = None  # the rows the open write locked (broker.state.held)
+        self._held_rows = None  # the rows the open write locked (broker.state.held)
 
     @property
     def dialect(self) -> str:
@@ -221,12 +221,12 @@ class StateStore(RunWrites, AttemptWrites, LeaseWrites, StateReads, HeldRows):
     def _write(self) -> Iterator[str]:
         """One write transaction; yields "now" read under the lock, so times follow commits.
         Inside `together`, a savepoint of its transaction."""
-        self._rows = {}  # rows this write locked and read, as it left them (`_held`)
+        self._held_rows = {}  # rows this write locked and read, as it left them (`_held`)
         try:
             with self._transaction() as now:
                 yield now
         finally:
-            self._rows = None
+            self._held_rows = None
 
     @contextmanager
     def _transaction(self) -> Iterator[str]:

@@ -95,7 +95,7 @@ def test_a_write_undone_keeps_nothing(postgres_cluster) -> None:
             store._set(job, now, state=JobState.PLANNED)
             assert store._held("jobs", job)["state"] is JobState.PLANNED
             raise RuntimeError("undone")
-        assert store._rows is None
+        assert store._held_rows is None
         assert store.job(job).state is JobState.QUEUED
         assert store.transition(job, JobState.PLANNED, "again", expect=JobState.QUEUED)
 

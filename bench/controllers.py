@@ -107,7 +107,9 @@ def drain(location: str, controllers: int, lease_seconds: float, seconds: float)
     args = ("run", "--poll", "0.05", "--lease-seconds", str(lease_seconds))
     start = time.perf_counter()
     procs = [
-        subprocess.Popen(broker(*args), env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+        subprocess.Popen(
+            broker(*args), env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+        )
         for _ in range(controllers)
     ]
     try:

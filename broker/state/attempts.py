@@ -52,6 +52,8 @@ class AttemptWrites:
     _event: Callable[..., None]
     _fresh_id: Callable[[str, str], str]
     _job_row: Callable[[str], Any]
+    _keep_held: Callable[[str, Any, Mapping[str, Any]], None]
+    _held_count: Callable[[str, str], int | None]
     _locked: Callable[[], str]
     _job_state: Callable[[str], JobState]
     _attempt_row: Callable[[str], Any]
@@ -91,12 +93,16 @@ class AttemptWrites:
             self._claim(job_id, now, "launch")
             if limits is not None:
                 check_limits(self._conn, limits, placed, self.dialect)
-            sql = "SELECT COUNT(*) + 1 FROM attempts WHERE job_id = ?"
-            (number,) = self._conn.execute(sql, (job_id,)).fetchone()
+            made = self._held_count(job_id, "attempts_made")  # read by the claim, if any
+            if made is None:
+                sql = "SELECT COUNT(*) FROM attempts WHERE job_id = ?"
+                (made,) = self._conn.execute(sql, (job_id,)).fetchone()
+            number = made + 1
             attempt_id = self._fresh_id("a-", "attempts")
             attempt |= {"id": attempt_id, "job_id": job_id, "number": number}
             attempt |= {"version": row["version"], "state": AttemptState.LAUNCHING}
             self._insert("attempts", attempt | {"started_at": now})
+            self._keep_held("jobs", job_id, {"attempts_made": number, "latest_attempt": number})
             data = {"attempt": attempt_id, "number": number, "market": market}
             data["price_per_hour_usd"] = attempt["price_per_hour_usd"]
             reason = f"attempt {number} on {placed.where}"

@@ -28,8 +28,9 @@ import sqlite3
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime, timedelta
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
+from broker.state.held import JOB_HELD, counts_dropped
 from broker.state.model import JobState, StateError, UnknownJob, parse_ts, ts_text
 
 if TYPE_CHECKING:
@@ -39,10 +40,7 @@ DEFAULT_LEASE_SECONDS = 60.0
 # Job states in which a step is half done: the holder keeps its lease through them.
 STEP_STATES = (JobState.PLANNED, JobState.LAUNCHING, JobState.INTERRUPTED, JobState.MIGRATING)
 
-_CLAIM = (
-    "SELECT j.id, j.state, l.holder, l.expires_at FROM jobs j"
-    " LEFT JOIN leases l ON l.job_id = j.id WHERE j.id = ?"
-)
+_CLAIM = JOB_HELD  # the whole job row: the write that claims keeps it (broker.state.held)
 _LOCK = {"sqlite": "", "postgresql": " FOR UPDATE OF j SKIP LOCKED"}
 _TAKE = (
     "INSERT INTO leases (job_id, holder, step, taken_at, heartbeat_at, expires_at)"
@@ -125,6 +123,10 @@ class LeaseWrites:
     _conn: sqlite3.Connection
     _write: Callable[[], AbstractContextManager[str]]
     _event: Callable[..., None]
+    _job_row: Callable[[str], Any]
+    _held: Callable[[str, str], Any]
+    _hold_row: Callable[[str, str, Any], Any]
+    _keep_held: Callable[[str, Any, Any], None]
     _holder: Holder | None
     dialect: str
 
@@ -191,12 +193,17 @@ class LeaseWrites:
         holder whose expiry passed is an event of the job, naming both."""
         if self._holder is None:
             return
-        row = self._conn.execute(claim_sql(self.dialect), (job_id,)).fetchone()
-        if row is None:
-            exists = self._conn.execute("SELECT 1 FROM jobs WHERE id = ?", (job_id,)).fetchone()
-            if exists is None:
-                raise UnknownJob(f"no job {job_id!r}")
-            raise LeaseHeld(job_id, "another transaction", None)  # PostgreSQL: row locked
+        if self._held("jobs", job_id) is not None:  # locked by this write: read it afresh
+            row = self._conn.execute(JOB_HELD, (job_id,)).fetchone()
+            self._hold_row("jobs", job_id, row)  # with its counts (broker.state.held)
+        else:
+            row = self._conn.execute(claim_sql(self.dialect), (job_id,)).fetchone()
+            if row is None:
+                sql = "SELECT 1 FROM jobs WHERE id = ?"
+                if self._conn.execute(sql, (job_id,)).fetchone() is None:
+                    raise UnknownJob(f"no job {job_id!r}")
+                raise LeaseHeld(job_id, "another transaction", None)  # PostgreSQL: row locked
+            self._hold_row("jobs", job_id, counts_dropped(row))
         holder, expires = row["holder"], row["expires_at"]
         mine = self._holder.id
         if holder is not None and holder != mine:
@@ -210,19 +217,22 @@ class LeaseWrites:
             self._event(job_id, None, now, "lease_taken_over", message, data)
         until = self._lease_end(now)
         self._conn.execute(_TAKE, (job_id, mine, step, now, now, until))
+        self._keep_held("jobs", job_id, {"holder": mine, "expires_at": until})
 
     def _rest_lease(self, job_id: str) -> None:
         """Release this holder's lease on a job that is at rest (no step half done)."""
         if self._holder is None:
             return
-        (state,) = self._conn.execute("SELECT state FROM jobs WHERE id = ?", (job_id,)).fetchone()
-        if JobState(state) not in STEP_STATES:
+        if JobState(self._job_row(job_id)["state"]) not in STEP_STATES:
             self._drop_lease(job_id)
 
     def _drop_lease(self, job_id: str) -> None:
         assert self._holder is not None
         sql = "DELETE FROM leases WHERE job_id = ? AND holder = ?"
         self._conn.execute(sql, (job_id, self._holder.id))
+        held = self._held("jobs", job_id)  # with its lease when claimed in this write
+        if held is not None and "holder" in held.keys() and held["holder"] == self._holder.id:
+            self._keep_held("jobs", job_id, {"holder": None, "expires_at": None})
 
     def _lease_end(self, now: str) -> str:
         assert self._holder is not None

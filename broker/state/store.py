@@ -28,6 +28,7 @@ from typing import Any, TypeVar
 from broker.clock import Clock
 from broker.state.attempts import AttemptWrites
 from broker.state.backend import Backend, CommitUnknown, Connection, StateUnavailable, retried
+from broker.state.held import HeldRows
 from broker.state.leases import LeaseWrites
 from broker.state.location import DatabaseUrl, StateLocation, parse_location
 from broker.state.model import (
@@ -90,7 +91,7 @@ def _insert_event(
     )
 
 
-class StateStore(RunWrites, AttemptWrites, LeaseWrites, StateReads):
+class StateStore(RunWrites, AttemptWrites, LeaseWrites, StateReads, HeldRows):
     """Durable broker state. Open with `StateStore.open(path, clock)`; a controller then
     writes as a lease holder (`hold_as`: broker.state.leases)."""
 
@@ -108,6 +109,7 @@ class StateStore(RunWrites, AttemptWrites, LeaseWrites, StateReads):
         self._together = False  # inside `together`: writes are savepoints of its transaction
         self._texts: dict[str, str] = {}  # text -> redacted (`_redacted`)
         self._jobs_read: dict[tuple, Job] = {}  # a job row's values -> its Job (`_job_of`)
+        self._held_rows = None  # the rows the open write locked (broker.state.held)
 
     @property
     def dialect(self) -> str:
@@ -219,6 +221,16 @@ class StateStore(RunWrites, AttemptWrites, LeaseWrites, StateReads):
     def _write(self) -> Iterator[str]:
         """One write transaction; yields "now" read under the lock, so times follow commits.
         Inside `together`, a savepoint of its transaction."""
+        self._held_rows = {}  # rows this write locked and read, as it left them (`_held`)
+        try:
+            with self._transaction() as now:
+                yield now
+        finally:
+            self._held_rows = None
+
+    @contextmanager
+    def _transaction(self) -> Iterator[str]:
+        """`_write`'s transaction, or its savepoint inside `together`."""
         if self._together:
             if not self._conn.in_transaction:
                 self._backend.begin(self._conn)
@@ -293,6 +305,7 @@ class StateStore(RunWrites, AttemptWrites, LeaseWrites, StateReads):
         self._conn.execute(sql, tuple(columns.values()))
 
     def _update(self, table: str, where: Mapping[str, Any], columns: Mapping[str, Any]) -> None:
+        self._keep_held(table, where.get("id"), columns)
         assigns = ", ".join(f"{name} = ?" for name in columns)
         match = " AND ".join(f"{name} = ?" for name in where)
         sql = f"UPDATE {table} SET {assigns} WHERE {match}"
@@ -328,23 +341,32 @@ class StateStore(RunWrites, AttemptWrites, LeaseWrites, StateReads):
         return self._backend.for_update if self._conn.in_transaction else ""
 
     def _job_row(self, job_id: str) -> Any:
+        held = self._held("jobs", job_id)
+        if held is not None:
+            return held
         sql = f"SELECT * FROM jobs WHERE id = ?{self._locked()}"
         row = self._conn.execute(sql, (job_id,)).fetchone()
         if row is None:
             raise UnknownJob(f"no job {job_id!r}")
-        return row
+        return self._hold_row("jobs", job_id, row)
 
     def _job_state(self, job_id: str) -> JobState:
         return JobState(self._job_row(job_id)["state"])
 
     def _attempt_row(self, attempt_id: str) -> Any:
+        held = self._held("attempts", attempt_id)
+        if held is not None:
+            return held
         sql = f"SELECT * FROM attempts WHERE id = ?{self._locked()}"
         row = self._conn.execute(sql, (attempt_id,)).fetchone()
         if row is None:
             raise UnknownAttempt(f"no attempt {attempt_id!r}")
-        return row
+        return self._hold_row("attempts", attempt_id, row)
 
     def _is_latest(self, att: Any) -> bool:
+        latest = self._held_count(att["job_id"], "latest_attempt")
+        if latest is not None:
+            return bool(latest == att["number"])
         (latest,) = self._conn.execute(
             "SELECT MAX(number) FROM attempts WHERE job_id = ?", (att["job_id"],)
         ).fetchone()

@@ -39,7 +39,7 @@ COMMANDS: dict[str, str] = {
     "cancel": "status:cancel",
     "logs": "status:logs",
     "run": "run:run",
-    "demo": "run:demo",
+    "demo": "demo:demo",
     "cost-report": "report:cost_report",
     "check": "check:check",
     "pricing": "pricing:app",

@@ -156,7 +156,8 @@ runtime:
 """
 
 
-def test_broker_run_waits_for_the_database_and_goes_on(postgres_cluster, tmp_path):
+@pytest.mark.parametrize("down", ["while it runs", "as it starts"])
+def test_broker_run_waits_for_the_database_and_goes_on(postgres_cluster, tmp_path, down):
     url = postgres_cluster.fresh_database()
     jobs = tmp_path / "jobs"
     jobs.mkdir()
@@ -166,12 +167,16 @@ def test_broker_run_waits_for_the_database_and_goes_on(postgres_cluster, tmp_pat
     broker = [sys.executable, "-m", "broker"]
     subprocess.run([*broker, "submit", str(jobs)], env=env, check=True, capture_output=True)
     log = tmp_path / "run.log"
-    with log.open("w") as err:
-        run = subprocess.Popen([*broker, "run", "--poll", "0.1"], env=env, stderr=err, text=True)
-    try:
-        with StateStore.open(url, FixedClock(T0)) as store:
-            assert wait_until(lambda: any(j.state is JobState.RUNNING for j in store.jobs()), 60)
+    if down == "as it starts":
         postgres_cluster.stop()
+    try:
+        with log.open("w") as err:
+            run = subprocess.Popen([*broker, "run", "--poll", "0.1"], env=env, stderr=err)
+        if down == "while it runs":
+            with StateStore.open(url, FixedClock(T0)) as store:
+                running = lambda: any(j.state is JobState.RUNNING for j in store.jobs())  # noqa: E731
+                assert wait_until(running, 60)
+            postgres_cluster.stop()
         try:
             assert wait_until(lambda: "trying again" in log.read_text(), 60), log.read_text()
             assert run.poll() is None  # still waiting, not exited
@@ -188,36 +193,6 @@ def test_broker_run_waits_for_the_database_and_goes_on(postgres_cluster, tmp_pat
     with StateStore.open(url, FixedClock(T0)) as store:
         assert {j.state for j in store.jobs()} == {JobState.SUCCEEDED}
         assert len(store.attempts()) == 3 and len(store.ledger()) == 3
-
-
-def test_broker_run_started_while_the_database_is_down_waits_for_it(postgres_cluster, tmp_path):
-    url = postgres_cluster.fresh_database()
-    jobs = tmp_path / "jobs"
-    jobs.mkdir()
-    (jobs / "job-0.yaml").write_text(JOB.format(i=0, examples=REPO / "examples"))
-    env = dict(os.environ, BROKER_STATE=url, XDG_STATE_HOME=str(tmp_path / "xdg-state"))
-    broker = [sys.executable, "-m", "broker"]
-    subprocess.run([*broker, "submit", str(jobs)], env=env, check=True, capture_output=True)
-    log = tmp_path / "run.log"
-    postgres_cluster.stop()
-    try:
-        with log.open("w") as err:
-            run = subprocess.Popen([*broker, "run", "--poll", "0.1"], env=env, stderr=err)
-        try:
-            assert wait_until(lambda: "trying again" in log.read_text(), 60), log.read_text()
-            assert run.poll() is None  # waiting, not exited
-        finally:
-            postgres_cluster.start()
-        assert run.wait(timeout=180) == 0, log.read_text()
-    finally:
-        if run.poll() is None:
-            run.kill()
-            run.wait()
-    said = log.read_text()
-    assert "the state database is back" in said and "Traceback" not in said
-    assert postgres_cluster.password not in said
-    with StateStore.open(url, FixedClock(T0)) as store:
-        assert {j.state for j in store.jobs()} == {JobState.SUCCEEDED}
 
 
 def test_broker_run_does_not_wait_for_a_database_that_refuses_it(postgres_cluster, tmp_path):

@@ -170,13 +170,13 @@ class Planning:
         without a placement waits for."""
         from broker.controller.isolation import isolate
         from broker.planner.plan import plan_many
-        from broker.recovery import adjust_index, cooling_places, recent_reclaims
+        from broker.recovery import cooling_places, recent_reclaims
 
         now = self.clock.now()
         offered = self.index_of(self.provider)
         reclaims = recent_reclaims(self.store, now)
         scale = self.settings.cooldown_scale
-        index = self._pools(adjust_index(offered, self.store, now, scale, reclaims))
+        index = self._pools(self.adjusted_offers(now, offered, reclaims))
         specs: dict[str, JobSpec] = {}  # steered once per pass, whoever plans it
 
         def plan(jobs: list[Job]) -> list[Decision]:
@@ -190,6 +190,37 @@ class Planning:
         cooling = cooling_places(reclaims, now, scale)
         waits = self._cooling(jobs, decisions, specs, offered, cooling) if cooling else {}
         return Plans(jobs, decisions, broken, waits)
+
+    def adjusted_offers(
+        self, now: datetime, offered: OfferIndex | None = None, reclaims: list | None = None
+    ) -> OfferIndex:
+        """The offers a pass at `now` plans on before pools and gangs: as the provider sells
+        them (`offered`, asked when not given), spot closed where it cools down after
+        `reclaims` (read when not given), learned interruption rates. The simulator's
+        refusal proof (broker.sim.refusal) asks the same."""
+        from broker.recovery import adjust_index, recent_reclaims
+
+        offered = self.index_of(self.provider) if offered is None else offered
+        reclaims = recent_reclaims(self.store, now) if reclaims is None else reclaims
+        return adjust_index(offered, self.store, now, self.settings.cooldown_scale, reclaims)
+
+    def places(self, spec: JobSpec, adjusted: OfferIndex, now: datetime) -> bool:
+        """Whether a pass would place `spec` alone on `adjusted` (`adjusted_offers`), with
+        the pools and gangs a pass adds."""
+        from broker.planner.plan import plan_many
+
+        (decision,) = plan_many([spec], self._gangs(self._pools(adjusted), [spec]), now)
+        return bool(decision.placements)
+
+    def spec_to_plan(self, job: Job, now: datetime) -> JobSpec:
+        """The spec a pass would plan for `job` now (`_steered_spec`), asked without
+        recording the spot policy's choice: a question, not a pass."""
+        saved = dict(self._steered)
+        try:
+            return self._steered_spec(job, now)
+        finally:
+            self._steered.clear()
+            self._steered.update(saved)
 
     def _gangs(self, index: OfferIndex, specs: list[JobSpec]) -> OfferIndex:
         """`index` with the provider's gang limits when a job of `specs` is a gang

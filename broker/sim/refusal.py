@@ -21,7 +21,7 @@ memo of it ever hits. What is exact instead is a bound over an interval [now, T]
 So if the planner, asked at now with every place at the lower of its two rates, has no
 placement for the job, it has none at any pass in [now, T], and those passes do nothing.
 The largest such T is found by doubling then bisection (a bigger interval only lowers
-the bound). The spec planned is the controller's own (`_steered_spec`), so the spot
+the bound). The spec planned is the controller's own (`Planning.spec_to_plan`), so the spot
 policy's say is what the pass would plan with; its answer changing later is the
 cadence's own wake (`first_change`).
 """
@@ -62,7 +62,7 @@ def refused_through(
 
     runs = len(store_runs(controller.store, at(now)))
     start = grid_index_after(now, step) - 1  # `now` counts as this index
-    first = _adjusted(controller, at(now))
+    first = controller.adjusted_offers(at(now))
 
     def refused(k: int) -> bool:
         """Refused at every pass from now through the grid's index `start + k`."""
@@ -71,10 +71,10 @@ def refused_through(
             return False
         if k and len(store_runs(controller.store, at(later))) != runs:
             return False  # a run left the window in between: the rates jumped
-        index = first if k == 0 else _lowest_rates(first, _adjusted(controller, at(later)))
+        index = first if k == 0 else _lowest_rates(first, controller.adjusted_offers(at(later)))
         if index is None:
             return False
-        return not _placements(controller, spec, index, at(now))
+        return not controller.places(spec, index, at(now))
 
     if not refused(0):
         return None
@@ -96,31 +96,15 @@ def refused_through(
 
 def _spec_now(controller: Controller, job: Job, when: datetime) -> JobSpec | None:
     """The spec the controller's pass would plan now (None: planning it raises, which
-    the pass must see). Asking records the policy's choice in the controller's memory;
-    a skipped pass records none, so the memory is put back as it was."""
+    the pass must see)."""
     from broker.controller.isolation import not_one_jobs
 
-    saved = dict(controller._steered)
     try:
-        return controller._steered_spec(job, when)
+        return controller.spec_to_plan(job, when)
     except Exception as exc:  # noqa: BLE001 (the pass would hold it: let the pass run)
         if not_one_jobs(exc):
             raise
         return None
-    finally:
-        controller._steered.clear()
-        controller._steered.update(saved)
-
-
-def _adjusted(controller: Controller, when: datetime) -> OfferIndex:
-    """The index the controller's pass plans on at `when` (`Planning._decisions`), but
-    for the pools and gangs added after."""
-    from broker.recovery import adjust_index, recent_reclaims
-
-    offered = controller.index_of(controller.provider)
-    reclaims = recent_reclaims(controller.store, when)
-    scale = controller.settings.cooldown_scale
-    return adjust_index(offered, controller.store, when, scale, reclaims)
 
 
 def _lowest_rates(first: OfferIndex, last: OfferIndex) -> OfferIndex | None:
@@ -151,12 +135,3 @@ def _lowest_rates(first: OfferIndex, last: OfferIndex) -> OfferIndex | None:
     numbers["spot_interruption_rate"] = np.fmin(ra, rb)
     table = OfferTable(numbers, a.codes, a.categories)
     return OfferIndex(table, extra_countries=first.extra_countries)
-
-
-def _placements(controller: Controller, spec: JobSpec, index: OfferIndex, now: datetime) -> bool:
-    """Whether the planner, as the pass asks it (`Planning._decisions`), places `spec`."""
-    from broker.planner.plan import plan_many
-
-    planned = controller._gangs(controller._pools(index), [spec])
-    (decision,) = plan_many([spec], planned, now)
-    return bool(decision.placements)

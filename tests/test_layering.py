@@ -43,8 +43,10 @@ SDK_EXCEPTIONS = {
     # The live price sources are in the bottom room (a price refresh needs no provider),
     # which cannot import providers/: with AWS credentials they read the Pricing API and
     # spot history through boto3, and GCP's billing catalog takes ADC through google.auth.
-    ("pricing/sources/aws.py", "boto3"),
     ("pricing/sources/aws.py", "botocore"),
+    ("pricing/sources/aws_session.py", "boto3"),
+    ("pricing/sources/aws_session.py", "botocore"),
+    ("pricing/sources/aws_spot.py", "botocore"),
     ("pricing/sources/gcp.py", "google"),
     # Checkpoint storage (base install) takes AWS keys from botocore's chain when it is
     # installed, else from the environment; providers/aws/ itself cannot be imported
@@ -142,7 +144,7 @@ CASES = [
     ("providers/a.py", "from libcloud.storage.types import Provider", "libcloud belongs under"),
     ("providers/storage/a.py", "from libcloud.storage.types import Provider", None),
     ("pricing/sources/gcp.py", "import google.auth", None),  # the two allowed price sources
-    ("pricing/sources/aws.py", "import boto3", None),
+    ("pricing/sources/aws_session.py", "import boto3", None),
     ("pricing/sources/azure.py", "import azure.identity", "azure belongs under"),
     ("pricing/a.py", "import googleapiclient\nimport azurefile", None),  # other top names
 ]

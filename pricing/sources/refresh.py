@@ -37,7 +37,7 @@ from pricing.catalog import (
     write_offers_csv,
 )
 from pricing.schema import COLUMN_NAMES, SchemaError
-from pricing.sources import aws, azure, gcp, interruption
+from pricing.sources import aws, aws_spot, azure, gcp, interruption
 from pricing.sources.base import Context, Fetched
 from pricing.sources.fetch import Http, MissingCredentials, SourceError
 from pricing.sources.shapes import Shape, catalog_shapes
@@ -67,7 +67,9 @@ SOURCES: dict[str, SourceInfo] = {
         SourceInfo(
             aws.ON_DEMAND, "aws", ("on-demand",), lambda: aws.api_endpoint() or aws.bulk_url()
         ),
-        SourceInfo(aws.SPOT, "aws", ("spot",), lambda: aws.ec2_endpoint() or "ec2 (public)"),
+        SourceInfo(
+            aws_spot.SPOT, "aws", ("spot",), lambda: aws_spot.ec2_endpoint() or "ec2 (public)"
+        ),
         SourceInfo(azure.NAME, "azure", BOTH, azure.endpoint),
         SourceInfo(gcp.NAME, "gcp", BOTH, gcp.endpoint),
         SourceInfo(interruption.NAME, "aws", (), interruption.endpoint),
@@ -154,7 +156,7 @@ def refresh(
     def aws_job() -> None:
         run(aws.ON_DEMAND, aws.fetch_on_demand)
         types = _spot_types(runs[aws.ON_DEMAND][1], previous, shapes["aws"])
-        run(aws.SPOT, lambda ctx: aws.fetch_spot(ctx, types))
+        run(aws_spot.SPOT, lambda ctx: aws_spot.fetch_spot(ctx, types))
 
     def advisor_job() -> None:
         run(
@@ -194,8 +196,8 @@ def refresh(
     if written:
         table = OfferTable.from_columns({c: [row[c] for row in rows] for c in COLUMN_NAMES})
         write_offers_csv(table, catalog)
-        if aws.SPOT in fetched:
-            _write_history(spot_history_path(catalog), fetched[aws.SPOT].extra["history"])
+        if aws_spot.SPOT in fetched:
+            _write_history(spot_history_path(catalog), fetched[aws_spot.SPOT].extra["history"])
     record(status_path(catalog), outcomes, now.isoformat(timespec="seconds"), catalog)
     return RefreshResult(
         catalog,
@@ -352,7 +354,7 @@ def _fill_rates(
         row["source"] = f"{source}{interruption.RATE_TAG}{rate.source}" if rate else source
 
 
-def _write_history(path: Path, series: list[aws.SpotSeries]) -> None:
+def _write_history(path: Path, series: list[aws_spot.SpotSeries]) -> None:
     import csv
 
     rows = [s.row() for s in series]

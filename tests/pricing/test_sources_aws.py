@@ -7,7 +7,7 @@ from decimal import Decimal
 
 import pytest
 
-from pricing.sources import aws
+from pricing.sources import aws, aws_spot
 from pricing.sources.base import Context
 from pricing.sources.fetch import Http, MissingCredentials, SourceError
 from pricing.sources.shapes import aws_shape
@@ -97,7 +97,7 @@ POINTS = {
 def test_spot_prices_per_zone_are_the_latest_of_30_days(aws_env):
     types = {"us-east-1": {"p4d.24xlarge": SHAPE, "g5.xlarge": G5}, "us-west-2": {"g5.xlarge": G5}}
     with seeded_spot_history(POINTS, page_size=2) as seen:
-        found = aws.fetch_spot(context(), types)
+        found = aws_spot.fetch_spot(context(), types)
     offers = by_place(found)
     assert offers[("us-east-1", "us-east-1a", "p4d.24xlarge")].spot == Decimal("10.000000")
     assert offers[("us-east-1", "us-east-1b", "p4d.24xlarge")].spot == Decimal("7.500000")
@@ -121,23 +121,23 @@ def test_a_region_the_account_has_not_enabled_is_skipped_not_fatal(aws_env):
     # (us-west-2 plays the opt-in region: a region moto has not loaded yet costs seconds)
     types = {"us-east-1": {"p4d.24xlarge": SHAPE}, "us-west-2": {"g5.xlarge": G5}}
     with seeded_spot_history(POINTS, refuse={"us-west-2": "OptInRequired"}):
-        found = aws.fetch_spot(context(("*",)), types)
+        found = aws_spot.fetch_spot(context(("*",)), types)
     assert found.regions == {"us-east-1"}
     assert found.notes == ["us-west-2: not enabled for this account (OptInRequired); skipped"]
     with seeded_spot_history(POINTS, refuse={"us-east-1": "AuthFailure"}):
         with pytest.raises(SourceError, match="every region refused"):
-            aws.fetch_spot(context(), {"us-east-1": {"p4d.24xlarge": SHAPE}})
+            aws_spot.fetch_spot(context(), {"us-east-1": {"p4d.24xlarge": SHAPE}})
 
 
 def test_spot_needs_credentials(price_fake):
     with pytest.raises(MissingCredentials, match="DescribeSpotPriceHistory"):
-        aws.fetch_spot(context(), {"us-east-1": {"p4d.24xlarge": SHAPE}})
+        aws_spot.fetch_spot(context(), {"us-east-1": {"p4d.24xlarge": SHAPE}})
 
 
 def test_spot_refused_by_ec2_says_why(aws_env):
     with aws_fakes.failing_ec2("describe_spot_price_history", "UnauthorizedOperation"):
         with pytest.raises(SourceError, match="UnauthorizedOperation.*permission denied"):
-            aws.fetch_spot(context(), {"us-east-1": {"p4d.24xlarge": SHAPE}})
+            aws_spot.fetch_spot(context(), {"us-east-1": {"p4d.24xlarge": SHAPE}})
 
 
 def test_gpu_families_map_to_canonical_gpus():

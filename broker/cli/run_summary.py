@@ -8,18 +8,23 @@ from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from broker.state import StateStore
+    from broker.state.listing import JobListing
 
 
 def run_summary(store: StateStore, since: datetime, still: int) -> str:
-    """One line: jobs that ended since `since` by outcome, the cost and GPU-hours of the
-    attempts that ended since then, and how many jobs are still queued or running."""
+    """One line: the jobs this run ended by outcome, the cost and GPU-hours of the
+    attempts it closed, and how many jobs are still queued or running. "This run": its
+    store's own writes, not another controller's on the same queue; a job a user
+    cancelled counts when this run closed its last attempt."""
     from broker.cli.formats import usd
     from broker.state.model import total
 
+    here = store.ended_here()
     listing = store.listing(since=since, attempts=True)
-    ended = [a for a in listing.attempts if a.ended_at is not None and a.ended_at >= since]
+    ended = [a for a in listing.attempts if a.id in here.attempts]
+    last = {(a.job_id, a.number) for a in ended}
     jobs = store.listing(since=since).jobs
-    done = [j for j in jobs if j.ended_at is not None and j.ended_at >= since]
+    done = [j for j in jobs if j.id in here.jobs or _closed_last(j, last)]
     outcomes: dict[str, int] = {}
     for job in done:
         outcomes[str(job.state)] = outcomes.get(str(job.state), 0) + 1
@@ -33,3 +38,8 @@ def run_summary(store: StateStore, since: datetime, still: int) -> str:
         f"broker run: {len(done)} job(s) finished ({said}); {len(ended)} attempt(s) ended, "
         f"cost {usd(cost)} USD, {usd(gpu_hours)} GPU-hours{clock}{left}"
     )
+
+
+def _closed_last(job: JobListing, closed: set[tuple[str, int]]) -> bool:
+    """Whether `job` has ended and its latest attempt is one of `closed`."""
+    return job.ended_at is not None and (job.id, job.attempts) in closed

@@ -55,6 +55,7 @@ class AttemptWrites:
     _keep_held: Callable[[str, Any, Mapping[str, Any]], None]
     _held_count: Callable[[str, str], int | None]
     _locked: Callable[[], str]
+    _ending: list[tuple[str, str]]  # what the open write ends (broker.state.ended)
     _job_state: Callable[[str], JobState]
     _attempt_row: Callable[[str], Any]
     _is_latest: Callable[[Any], bool]
@@ -180,6 +181,7 @@ class AttemptWrites:
             ended = {"state": AttemptState(outcome), "ended_at": now, "exit_code": exit_code}
             ended |= {"reason": reason, "billed_hours": hours_text(hours)}
             self._update("attempts", {"id": attempt_id}, ended)
+            self._ending.append(("attempt", attempt_id))
             for columns in rows:
                 ids = {"job_id": job_id, "attempt_id": attempt_id, "created_at": now}
                 self._insert("ledger", columns | ids)

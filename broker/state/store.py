@@ -28,12 +28,14 @@ from typing import Any, TypeVar
 from broker.clock import Clock
 from broker.state.attempts import AttemptWrites
 from broker.state.backend import Backend, CommitUnknown, Connection, StateUnavailable, retried
+from broker.state.ended import Ended
 from broker.state.held import HeldRows
 from broker.state.leases import LeaseWrites
 from broker.state.location import DatabaseUrl, StateLocation, parse_location
 from broker.state.model import (
     IN_FLIGHT,
     OPEN_ATTEMPT,
+    TERMINAL,
     IllegalTransition,
     Job,
     JobState,
@@ -110,6 +112,12 @@ class StateStore(RunWrites, AttemptWrites, LeaseWrites, StateReads, HeldRows):
         self._texts: dict[str, str] = {}  # text -> redacted (`_redacted`)
         self._jobs_read: dict[tuple, Job] = {}  # a job row's values -> its Job (`_job_of`)
         self._held_rows = None  # the rows the open write locked (broker.state.held)
+        self._ended = Ended()  # what this store's own writes ended (`ended_here`)
+        self._ending: list[tuple[str, str]] = []  # ... in the open write, until it commits
+
+    def ended_here(self) -> Ended:
+        """The jobs and attempts this store's own writes ended since it was opened."""
+        return self._ended
 
     @property
     def dialect(self) -> str:
@@ -222,9 +230,11 @@ class StateStore(RunWrites, AttemptWrites, LeaseWrites, StateReads, HeldRows):
         """One write transaction; yields "now" read under the lock, so times follow commits.
         Inside `together`, a savepoint of its transaction."""
         self._held_rows = {}  # rows this write locked and read, as it left them (`_held`)
+        self._ending = []
         try:
             with self._transaction() as now:
                 yield now
+            self._ended.note(self._ending)  # kept only once the write went through
         finally:
             self._held_rows = None
 
@@ -402,6 +412,8 @@ class StateStore(RunWrites, AttemptWrites, LeaseWrites, StateReads, HeldRows):
             self._set(job_id, now, state=to, pending_version=None)
         else:
             self._set(job_id, now, state=to)
+        if to in TERMINAL:
+            self._ending.append(("job", job_id))
         message = f"{current} -> {to}" + (f": {reason}" if reason else "")
         payload = {**data, **extra, "from": current, "to": to, "reason": reason}
         self._event(job_id, attempt_id, now, "transition", message, payload)

@@ -201,7 +201,7 @@ def _read_small_csv(path: Path) -> OfferTable:
         len(row) != len(header) for row in body
     ):
         return _read_csv_rows(path, text)
-    cells = list(zip(*body)) or [()] * len(header)
+    cells = list(zip(*body, strict=True)) or [()] * len(header)
     columns: dict[str, list] = {}
     try:
         for name in COLUMN_NAMES:

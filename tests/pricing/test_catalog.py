@@ -18,7 +18,8 @@ from pricing.catalog import (
     read_offers_csv,
     write_offers_csv,
 )
-from pricing.schema import COLUMN_NAMES, Offer, SchemaError, conform
+from pricing.offer import Offer
+from pricing.schema import COLUMN_NAMES, SchemaError, conform
 from pricing.synthetic import synthetic_offers
 from pricing.table import OfferTable, concat
 from tests.fakes.offers import ROWS, write_catalog

@@ -179,7 +179,7 @@ class OfferTable:
         import numpy as np
         from numpy.lib.format import read_array
 
-        handle = open(path, "rb") if isinstance(path, Path) else path  # noqa: SIM115
+        handle = open(path, "rb") if isinstance(path, str | os.PathLike) else path  # noqa: SIM115
         with handle:
             head = read_array(handle, allow_pickle=False)  # ValueError: not an .npy array
             if head.shape != (2,) or int(head[0]) != TABLE_FORMAT:

@@ -83,7 +83,7 @@ def big_catalog(target_rows: int) -> tuple[Path, str]:
 def query_mix(index, count: int):
     import random
 
-    from pricing.query import OfferQuery
+    from pricing.offer_query import OfferQuery
 
     rng = random.Random(42)
     gpus = [None] + index.gpus()

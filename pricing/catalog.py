@@ -165,7 +165,7 @@ def _load_cache(cache: Path) -> OfferTable | None:
         if table is not None:
             table.check()  # as the CSV was checked: a cache written by other code, or tampered
         return table
-    except Exception:  # BadZipFile, zlib.error, a bad CRC, a short array: it is only a copy
+    except Exception:  # not an array, a bad CRC, a short array: it is only a copy
         return None
 
 
@@ -178,16 +178,50 @@ def _cache_path(path: Path) -> Path | None:
         return None
     key = f"{TABLE_FORMAT}:{path.resolve()}:{stat.st_size}:{stat.st_mtime_ns}"
     digest = hashlib.sha1(key.encode()).hexdigest()[:20]
-    return user_cache_dir() / "catalogs" / f"{digest}.npz"
+    return user_cache_dir() / "catalogs" / f"{digest}.table"
 
 
 def _read_small_csv(path: Path) -> OfferTable:
     """Parse a small catalog with the csv module (no pandas import), checking every cell;
-    a bad one is a SchemaError naming file, line and column."""
+    a bad one is a SchemaError naming file, line and column. A catalog whose rows are
+    all plain (every row as long as the header, every number a number) is read a column
+    at a time; any other goes through `_read_csv_rows`, which finds the line to name."""
+    import csv
+    import io
+    import math
+
+    text = _catalog_text(path)
+    try:
+        rows = list(csv.reader(io.StringIO(text, newline="")))
+    except csv.Error:
+        return _read_csv_rows(path, text)
+    header = rows[0] if rows else []
+    body = [row for row in rows[1:] if row]
+    if any(name not in header for name in COLUMN_NAMES) or any(
+        len(row) != len(header) for row in body
+    ):
+        return _read_csv_rows(path, text)
+    cells = list(zip(*body, strict=True)) or [()] * len(header)
+    columns: dict[str, list] = {}
+    try:
+        for name in COLUMN_NAMES:
+            column = cells[header.index(name)]
+            if name in FLOAT_COLUMNS:
+                columns[name] = [float(cell) if cell else math.nan for cell in column]
+            else:
+                columns[name] = list(column)
+        return OfferTable.from_columns(columns)
+    except (ValueError, RowError, SchemaError):  # a cell that is no number, or not sane
+        return _read_csv_rows(path, text)
+
+
+def _read_csv_rows(path: Path, text: str) -> OfferTable:
+    """`_read_small_csv` row by row, keeping the line each row starts on: the error of a
+    catalog that is not plain names its file, line and column."""
     import csv
     import io
 
-    reader = csv.reader(io.StringIO(_catalog_text(path), newline=""))
+    reader = csv.reader(io.StringIO(text, newline=""))
     header = next(reader, [])
     missing = [name for name in COLUMN_NAMES if name not in header]
     if missing:

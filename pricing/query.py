@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
 from fnmatch import fnmatchcase
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING
 
 from pricing.gpus import canonical_gpu
 from pricing.regions import REGION_COUNTRY
@@ -22,57 +22,11 @@ from pricing.userio.suggest import hint
 if TYPE_CHECKING:
     import numpy as np
 
-Market = Literal["any", "spot", "on-demand"]
-SortKey = Literal["price", "price-per-gpu"]
+    from pricing.offer_query import Market, OfferQuery, OfferSelection
 
 
 class QueryError(ValueError):
     """A query names something the catalog does not know (with a did-you-mean)."""
-
-
-@dataclass(frozen=True)
-class OfferQuery:
-    """What a user asks of the catalog. Counts are "at least" unless `exact`."""
-
-    gpu: str | None = None
-    gpu_count: float | None = None
-    exact: bool = False
-    clouds: tuple[str, ...] = ()
-    regions: tuple[str, ...] = ()  # globs such as "us-*"
-    countries: tuple[str, ...] = ()
-    market: Market = "any"
-    max_price: float | None = None  # USD/hour for the instance, in the chosen market
-    min_gpu_memory: float | None = None  # GiB per GPU
-    sort: SortKey = "price"
-    limit: int | None = None
-
-
-@dataclass(frozen=True)
-class OfferSelection:
-    """The answer to a query: chosen rows in order, with the price used for each."""
-
-    offers: OfferTable  # the selected rows, sorted
-    country: np.ndarray
-    market: np.ndarray  # "spot" or "on-demand": the market `price` is for
-    price: np.ndarray  # USD/hour for the instance
-    price_per_gpu: np.ndarray
-
-    def __len__(self) -> int:
-        return len(self.price)
-
-    def records(self) -> list[dict[str, Any]]:
-        """Rows as dicts: every offers column plus country, market, price, price_per_gpu."""
-        rows = self.offers.records()
-        extra = zip(
-            self.country.tolist(),
-            self.market.tolist(),
-            self.price.tolist(),
-            self.price_per_gpu.tolist(),
-            strict=True,
-        )
-        for row, (country, market, price, per_gpu) in zip(rows, extra, strict=True):
-            row.update(country=country, market=market, price=price, price_per_gpu=per_gpu)
-        return rows
 
 
 @dataclass
@@ -216,6 +170,8 @@ class OfferIndex:
     def query(self, query: OfferQuery) -> OfferSelection:
         """Matching offers with `price`, `market` and `price_per_gpu`, sorted, limited."""
         import numpy as np
+
+        from pricing.offer_query import OfferSelection
 
         query = self.validate(query)
         rows = self.rows(query)

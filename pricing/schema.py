@@ -1,4 +1,5 @@
-"""The offers table: its columns, their types, and the row type `Offer`.
+"""The offers table: its columns and their types (the row type `Offer` is in
+`pricing.offer`: a plan, which handles whole columns, does not build that class).
 
 Every catalog (bundled snapshot, imported SkyPilot files, on-prem pools, live
 refresh) produces a DataFrame with exactly these columns so that one set of
@@ -8,7 +9,6 @@ vectorised queries serves them all. A price that is not known is missing
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:  # pandas is imported lazily: `broker --help` must not load it
@@ -43,41 +43,6 @@ INTERCONNECTS: tuple[str, ...] = ("nvlink", "infiniband", "efa")
 
 class SchemaError(ValueError):
     """A catalog table does not have the offers schema."""
-
-
-@dataclass(frozen=True, slots=True)
-class Offer:
-    """One purchasable unit: a row of the offers table, for code that handles one."""
-
-    cloud: str
-    region: str
-    zone: str
-    instance_type: str
-    accelerator: str
-    accelerator_count: float
-    accelerator_memory_gib: float
-    vcpus: float
-    memory_gib: float
-    interconnect: str
-    price_on_demand: float | None
-    price_spot: float | None
-    spot_interruption_rate: float | None
-    capacity: float | None
-    source: str
-    as_of: str
-
-    @classmethod
-    def from_row(cls, row: dict) -> Offer:
-        """Build from a table row, turning NaN into None."""
-        values = {}
-        for name in COLUMN_NAMES:
-            value = row[name]
-            if name in FLOAT_COLUMNS:
-                value = None if value is None or value != value else float(value)
-            else:
-                value = "" if value is None or value != value else str(value)
-            values[name] = value
-        return cls(**values)
 
 
 def empty_offers() -> pd.DataFrame:

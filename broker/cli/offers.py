@@ -89,7 +89,8 @@ def offers(
 ) -> None:
     """List GPU offers across clouds and on-prem pools, cheapest first."""
     from pricing.gpus import UnknownGpu, parse_gpu_request
-    from pricing.query import OfferQuery, QueryError
+    from pricing.offer_query import OfferQuery
+    from pricing.query import QueryError
     from pricing.userio.settings import resolve_positive_int
 
     if sort not in ("price", "price-per-gpu"):

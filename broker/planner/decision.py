@@ -5,7 +5,10 @@ tests assert on them."""
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field, fields
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
+
+if TYPE_CHECKING:
+    from broker.planner.hints import Hint  # made only when nothing is feasible
 
 MarketName = Literal["spot", "on-demand"]
 
@@ -97,15 +100,6 @@ class Rejections(dict):
     def __missing__(self, key: tuple[str, int]) -> Rejection:
         made = self[key] = Rejection(*key)
         return made
-
-
-@dataclass(frozen=True, slots=True)
-class Hint:
-    """What relaxing one constraint would buy when nothing is feasible."""
-
-    constraint: str  # e.g. "placement.max_price_per_hour"
-    suggestion: str  # e.g. "raise it to 32.78"
-    cheapest_cost: float | None  # expected cost of the best placement once relaxed
 
 
 @dataclass(frozen=True, slots=True)

@@ -7,16 +7,26 @@ jobs are planned as one batch.
 
 from __future__ import annotations
 
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from datetime import datetime
 from typing import TYPE_CHECKING
 
-from broker.planner.decision import Hint, Placement
+from broker.planner.decision import Placement
 from broker.planner.plan import plan_many
 from broker.spec import Amount, Budget, JobSpec, RuntimeEstimate
 
 if TYPE_CHECKING:
     from pricing.query import OfferIndex
+
+
+@dataclass(frozen=True, slots=True)
+class Hint:
+    """What relaxing one constraint would buy when nothing is feasible (a `Decision`'s
+    `hints`; defined here, not beside `Decision`: a plan with placements never makes one)."""
+
+    constraint: str  # e.g. "placement.max_price_per_hour"
+    suggestion: str  # e.g. "raise it to 32.78"
+    cheapest_cost: float | None  # expected cost of the best placement once relaxed
 
 
 def _relaxations(job: JobSpec) -> list[tuple[str, JobSpec]]:

@@ -172,7 +172,7 @@ def _git_repo(folder: Path, env: dict[str, str]) -> None:
 
 
 def _corrupt_cache(catalog: Path, env: dict[str, str]) -> None:
-    """Garbage where the compiled cache of `catalog` lives (BadZipFile, if read as is)."""
+    """Garbage where the compiled cache of `catalog` lives (no `.npy` array, if read as is)."""
     saved = os.environ.get("XDG_CACHE_HOME")
     os.environ["XDG_CACHE_HOME"] = env["XDG_CACHE_HOME"]
     try:

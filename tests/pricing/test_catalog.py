@@ -11,13 +11,15 @@ import pytest
 
 from pricing.catalog import (
     BUNDLED_CATALOG,
+    _read_csv_rows,
     _read_small_csv,
     load_catalog,
     read_offer_table,
     read_offers_csv,
     write_offers_csv,
 )
-from pricing.schema import COLUMN_NAMES, Offer, SchemaError, conform
+from pricing.offer import Offer
+from pricing.schema import COLUMN_NAMES, SchemaError, conform
 from pricing.synthetic import synthetic_offers
 from pricing.table import OfferTable, concat
 from tests.fakes.offers import ROWS, write_catalog
@@ -79,7 +81,7 @@ def test_offer_row_type_turns_nan_into_none():
 def test_compiled_cache_is_used_and_invalidated(tmp_path, isolated_user_dirs):
     path = write_catalog(tmp_path / "offers.csv")
     first = read_offer_table(path)
-    caches = list((isolated_user_dirs / "cache" / "broker" / "catalogs").glob("*.npz"))
+    caches = list((isolated_user_dirs / "cache" / "broker" / "catalogs").glob("*.table"))
     assert len(caches) == 1
     again = read_offer_table(path)  # from the cache
     assert _same(again, first)
@@ -104,6 +106,18 @@ def test_small_and_large_parsers_agree(tmp_path):
     pd.testing.assert_frame_equal(small.to_frame(), large.to_frame())
 
 
+def test_column_and_row_readers_agree(tmp_path):
+    # A plain catalog is read a column at a time; the row reader, which the others go
+    # through for their located errors, must give the same table.
+    offers = synthetic_offers(200, seed=7)
+    path = tmp_path / "offers.csv"
+    write_offers_csv(offers.sample(frac=1.0, random_state=3), path)
+    by_column = _read_small_csv(path)
+    by_row = _read_csv_rows(path, path.read_text())
+    pd.testing.assert_frame_equal(by_column.to_frame(), by_row.to_frame())
+    assert repr(by_column.records()) == repr(by_row.records())
+
+
 def test_small_parser_names_file_line_and_field(tmp_path):
     rows = list(ROWS)
     rows[2] = rows[2].replace("29.39", "twenty")
@@ -112,14 +126,14 @@ def test_small_parser_names_file_line_and_field(tmp_path):
         read_offer_table(path)
 
 
-def test_table_round_trips_through_concat_and_npz(tmp_path):
+def test_table_round_trips_through_concat_and_its_file(tmp_path):
     a = OfferTable.from_frame(synthetic_offers(50, seed=1))
     b = OfferTable.from_frame(synthetic_offers(30, seed=2))
     both = concat([a, b])
     assert len(both) == 80
     assert both.text("region").tolist() == a.text("region").tolist() + b.text("region").tolist()
-    both.save(tmp_path / "t.npz")
-    loaded = OfferTable.load(tmp_path / "t.npz")
+    both.save(tmp_path / "t.table")
+    loaded = OfferTable.load(tmp_path / "t.table")
     pd.testing.assert_frame_equal(loaded.to_frame(), both.to_frame())
 
 

@@ -10,7 +10,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from pricing.query import OfferIndex, OfferQuery, QueryError
+from pricing.offer_query import OfferQuery
+from pricing.query import OfferIndex, QueryError
 from pricing.regions import country_of
 from pricing.synthetic import synthetic_offers
 from pricing.table import OfferTable

@@ -39,6 +39,7 @@ from broker.spec import JobSpec
 
 if TYPE_CHECKING:
     from broker.manifest.spec_cache import SpecCache
+    from broker.manifest.templates import Templates
     from pricing.userio.errors import UserInputError
     from pricing.userio.reading import Limits
     from pricing.userio.yaml_reader import YamlDocument
@@ -113,15 +114,16 @@ def load_manifests(paths: Sequence[Path]) -> LoadResult:
     should not pass a CI check by finding nothing).
     """
     from broker.manifest.spec_cache import SpecCache, cache_dir
+    from broker.manifest.templates import Templates
     from pricing.userio.reading import Limits
 
     result = LoadResult()
     loaded: list[_Loaded] = []
-    cache = SpecCache(cache_dir())
-    limits = Limits.resolved()
+    readers = _Readers(SpecCache(cache_dir()), Templates(), Limits.resolved())
     seen: dict[str, bool] = {}  # absolute path -> is a manifest file
     with collector_paused(freeze=True):
-        _load_paths(paths, result, loaded, cache, seen, limits)
+        _load_paths(paths, result, loaded, readers, seen)
+    cache = readers.cache
     cache.flush()
     result.manifests.extend(_unique(loaded, result.errors))
     return result
@@ -131,11 +133,11 @@ def _load_paths(
     paths: Sequence[Path],
     result: LoadResult,
     loaded: list[_Loaded],
-    cache: SpecCache,
+    readers: _Readers,
     seen: dict[str, bool],
-    limits: Limits,
 ) -> None:
     """`load_manifests`' walk: every file of every path, each loaded once."""
+    cache, limits = readers.cache, readers.limits
     for path in map(Path, paths):
         in_directory = path.is_dir()
         files = _files_of(path)
@@ -147,7 +149,7 @@ def _load_paths(
             if key in seen:  # named twice within this path
                 continue
             result.files.append(file)
-            skipped = _load_file(file, text, in_directory, loaded, result.errors, cache, limits)
+            skipped = _load_file(file, text, in_directory, loaded, result.errors, readers)
             if skipped:
                 result.skipped.append(file)
             seen[key] = not skipped
@@ -200,6 +202,15 @@ def load_texts(texts: Sequence[tuple[str, Path]]) -> LoadResult:
     return result
 
 
+class _Readers(NamedTuple):
+    """What one load reads files with: the spec cache, the templates of the files parsed
+    so far (broker.manifest.templates) and the size and depth caps."""
+
+    cache: SpecCache
+    templates: Templates
+    limits: Limits
+
+
 class _Loaded(NamedTuple):
     """A valid manifest and where its name is (its node tree is not kept: memory and GC)."""
 
@@ -228,8 +239,7 @@ def _load_file(
     in_directory: bool,
     loaded: list[_Loaded],
     errors: list[UserInputError],
-    cache: SpecCache,
-    limits: Limits,
+    readers: _Readers,
 ) -> bool:
     """Load one file (its `text`, or the error reading it) into `loaded` and `errors`;
     True when it is skipped as not a manifest file."""
@@ -238,11 +248,15 @@ def _load_file(
         return False
     if in_directory and not _MENTIONS_BROKER_API.search(text):
         return True
-    known = _from_cache(path, text, cache)
+    known = _from_cache(path, text, readers.cache)
     if known is not None:
         loaded.extend(known)
         return False
-    return _parse_file(path, text, in_directory, loaded, errors, cache, limits.nesting_depth)
+    derived = readers.templates.derive(path, text)
+    if derived is not None:
+        loaded.append(_Loaded(*derived))
+        return False
+    return _parse_file(path, text, in_directory, loaded, errors, readers)
 
 
 def _from_cache(path: Path, text: str, cache: SpecCache) -> list[_Loaded] | None:
@@ -276,22 +290,25 @@ def _parse_file(
     in_directory: bool,
     loaded: list[_Loaded],
     errors: list[UserInputError],
-    cache: SpecCache,
-    max_depth: int,
+    readers: _Readers,
 ) -> bool:
-    """`_load_file` for a file not in the cache: parse and validate every document."""
+    """`_load_file` for a file not in the cache: parse and validate every document; a
+    file of one valid document becomes a template for the files after it."""
     from broker.manifest.spec_cache import FileEntry
     from pricing.userio.errors import UserInputError
     from pricing.userio.yaml_reader import iter_yaml_documents
 
     found: list[_Loaded] = []
     mistakes: list[UserInputError] = []
+    cache = readers.cache
     documents = claimed = 0
+    docs: list[YamlDocument] = []  # the first, while it is the only one
     try:
-        for doc in iter_yaml_documents(text, path, max_depth):
+        for doc in iter_yaml_documents(text, path, readers.limits.nesting_depth):
             documents += doc.data is not None
             claimed += _is_broker_document(doc.data)
             _load_document(doc, text, found, mistakes, cache)
+            docs = [doc] if not docs and not doc.index else []
     except UserInputError as exc:  # a syntax error, in a file that mentions a broker apiVersion
         mistakes.append(exc)
     else:
@@ -302,6 +319,8 @@ def _parse_file(
     if found and not mistakes:
         entries = [FileEntry(m.digest, m.index, m.line, at, span) for m, at, span in found]
         cache.put_file(text, entries)
+        if len(docs) == 1:
+            readers.templates.add(docs[0], text, found[0])
     loaded.extend(found)
     errors.extend(mistakes)
     return False

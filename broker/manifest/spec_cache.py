@@ -41,6 +41,7 @@ _SOURCES = (
     "broker/manifest/values.py",
     "broker/manifest/workdir.py",
     "broker/manifest/spec_cache.py",
+    "broker/manifest/templates.py",  # which files are read as copies of another
     "broker/spec.py",
     "pricing/gpus.py",
     "pricing/regions.py",

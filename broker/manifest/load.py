@@ -248,7 +248,7 @@ def _load_file(
         return False
     if in_directory and not _MENTIONS_BROKER_API.search(text):
         return True
-    known = _from_cache(path, text, readers.cache)
+    known = _from_cache(path, text, readers)
     if known is not None:
         loaded.extend(known)
         return False
@@ -259,20 +259,23 @@ def _load_file(
     return _parse_file(path, text, in_directory, loaded, errors, readers)
 
 
-def _from_cache(path: Path, text: str, cache: SpecCache) -> list[_Loaded] | None:
-    """The manifests of a file loaded before with the same text, if all are still cached."""
-    entries = cache.get_file(text)
+def _from_cache(path: Path, text: str, readers: _Readers) -> list[_Loaded] | None:
+    """The manifests of a file loaded before with the same text, if all are still cached
+    (a template file's template remembered again, for the copies after it)."""
+    entries = readers.cache.get_file(text)
     if not entries:
         return None
     found = []
     for entry in entries:
-        spec = _cached(cache, entry.digest, path)
+        spec = _cached(readers.cache, entry.digest, path)
         if spec is None:
             return None
         start, end = entry.span
         document = text[start:end] + "\n"
         manifest = Manifest(spec, path, entry.index, entry.line, entry.digest, document)
         found.append(_Loaded(manifest, entry.name_at, entry.span))
+    if len(entries) == 1 and entries[0].template is not None:
+        readers.templates.restore(text, found[0], entries[0].template)
     return found
 
 
@@ -317,10 +320,10 @@ def _parse_file(
         if not documents:
             mistakes.append(UserInputError(path, 0, 0, "", "no job manifest in this file"))
     if found and not mistakes:
-        entries = [FileEntry(m.digest, m.index, m.line, at, span) for m, at, span in found]
+        template = readers.templates.add(docs[0], text, found[0]) if len(docs) == 1 else None
+        stored = None if template is None else template.stored()
+        entries = [FileEntry(m.digest, m.index, m.line, at, s, stored) for m, at, s in found]
         cache.put_file(text, entries)
-        if len(docs) == 1:
-            readers.templates.add(docs[0], text, found[0])
     loaded.extend(found)
     errors.extend(mistakes)
     return False

@@ -81,6 +81,7 @@ class FileEntry(NamedTuple):
     line: int  # where its content starts
     name_at: tuple[int, int]  # line and column of its `name`
     span: tuple[int, int]  # where its text starts and ends in the file (characters)
+    template: Any = None  # what broker.manifest.templates keeps of a template file
 
 
 _TABLES = (
@@ -161,8 +162,9 @@ class SpecCache:
             return None
         try:
             entries = []
-            for d, i, line, at, span, spec in json.loads(stored):
-                entries.append(FileEntry(d, i, line, (at[0], at[1]), (span[0], span[1])))
+            for d, i, line, at, span, spec, template in json.loads(stored):
+                entry = FileEntry(d, i, line, (at[0], at[1]), (span[0], span[1]), template)
+                entries.append(entry)
                 if spec is not None:
                     self._decoded[d] = self._assembled(spec)
                     self._shared[d] = spec
@@ -171,7 +173,7 @@ class SpecCache:
             return None  # unreadable: parse the file
 
     def put_file(self, text: str, entries: list[FileEntry]) -> None:
-        rows = [[*entry, self._shared_form(entry.digest)] for entry in entries]
+        rows = [[*entry[:5], self._shared_form(entry.digest), entry.template] for entry in entries]
         self._files[self._digest(text)] = json.dumps(rows)
 
     def _shared_form(self, digest: str) -> list[Any] | None:

@@ -29,17 +29,25 @@ from typing import TYPE_CHECKING, Any
 
 from broker.manifest import checks
 from broker.manifest.digest import canonical_json, json_digest
+from broker.manifest.load import Manifest
 from broker.manifest.workdir import manifest_dir
 
 if TYPE_CHECKING:
     import yaml
 
-    from broker.manifest.load import Manifest
+    from broker.spec import JobSpec
     from pricing.userio.yaml_reader import YamlDocument
 
 # A value that scans as the same plain scalar wherever it stands (no indicator, space,
 # quote, `:` or `#`), and whose JSON is itself in quotes.
 _VALUE = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.\-/]*")
+# ... which YAML reads as a string: numbers, dates and `.inf` start with a digit, a sign
+# or a dot; of the words, only YAML 1.1's booleans and nulls are something else.
+_STRING = re.compile(r"[A-Za-z_][A-Za-z0-9_.\-/]*")
+_NOT_STRINGS = frozenset(
+    "yes Yes YES no No NO true True TRUE false False FALSE on On ON off Off OFF "
+    "null Null NULL".split()
+)
 _REST = re.compile(r"[ \t]*(?:#[^\r\n\x85\u2028\u2029]*)?")  # after a value on its line
 _OTHER_BREAKS = re.compile("[\r\x85\u2028\u2029]")
 _STR = "tag:yaml.org,2002:str"
@@ -69,6 +77,12 @@ class Template:
     length: int  # of the file's text
     _json: dict[tuple[int, ...], tuple[list[str], list[int]]] = field(default_factory=dict)
 
+    def stored(self) -> dict[str, Any]:
+        """What the spec cache keeps of it, with its file's row (`Templates.restore`):
+        so a folder loaded before derives its copies without importing YAML."""
+        slots = [[n, list(slot.path), slot.start, slot.end] for n, slot in self.slots.items()]
+        return {"slots": slots, "data": self.data}
+
     def json_parts(self, lines: tuple[int, ...]) -> tuple[list[str], list[int]]:
         """The canonical JSON around the values of the slots on `lines` (one piece more
         than values), and which value goes after each piece but the last."""
@@ -97,12 +111,28 @@ class Templates:
     def __init__(self) -> None:
         self._recent: list[Template] = []
 
-    def add(self, doc: YamlDocument, text: str, loaded: tuple[Manifest, tuple, tuple]) -> None:
+    def add(
+        self, doc: YamlDocument, text: str, loaded: tuple[Manifest, tuple, tuple]
+    ) -> Template | None:
         """Remember a file of one valid document, parsed in full, when it may be one."""
         template = template_of(doc, text, *loaded)
         if template is not None:
-            self._recent.insert(0, template)
-            del self._recent[MAX_TEMPLATES:]
+            self._remember(template)
+        return template
+
+    def restore(self, text: str, loaded: tuple[Manifest, tuple, tuple], stored: Any) -> None:
+        """Remember a template the spec cache kept (`Template.stored`) with its file."""
+        try:
+            slots = {n: Slot(tuple(path), start, end) for n, path, start, end in stored["slots"]}
+            data = stored["data"]
+        except (TypeError, ValueError, KeyError):
+            return  # unreadable: its copies are parsed
+        if isinstance(data, dict):
+            self._remember(Template(text.split("\n"), slots, *loaded, data, len(text)))
+
+    def _remember(self, template: Template) -> None:
+        self._recent.insert(0, template)
+        del self._recent[MAX_TEMPLATES:]
 
     def derive(self, path: Path, text: str) -> tuple[Manifest, tuple, tuple] | None:
         """The manifest of `text` as a copy of a template (with its name's place and
@@ -129,9 +159,20 @@ def template_of(
         return None
     lines = text.split("\n")
     slots = _slots(doc.node, lines)
-    if slots is None:
+    if slots is None or not _json_safe(doc.data):
         return None
     return Template(lines, slots, manifest, name_at, span, doc.data, len(text))
+
+
+def _json_safe(data: Any) -> bool:
+    """Whether `data` comes back from its JSON as it is (no date, which comes back a
+    string): the spec cache keeps a template's data as JSON."""
+    import json
+
+    try:
+        return json.loads(canonical_json(data)) == data
+    except (TypeError, ValueError):
+        return False
 
 
 def _slots(root: yaml.Node, lines: list[str]) -> dict[int, Slot] | None:
@@ -203,8 +244,7 @@ def _derived(
     if not changed:
         return None  # the same text twice: parsed, so that nothing is assumed
     paths = [slots[n].path for n in changed]
-    data = _with_values(template.data, paths, values)
-    spec = _spec(template, path, paths, values, data)
+    spec = _spec(template, path, paths, values)
     if spec is None:
         return None
     pieces, order = template.json_parts(tuple(changed))
@@ -213,38 +253,24 @@ def _derived(
     )
     start, end = template.span
     end += len(text) - template.length
-    manifest = replace(
-        template.manifest,
-        spec=spec,
-        path=path,
-        digest=json_digest(json_text),
-        text=text[start:end] + "\n",
-    )
+    model = template.manifest
+    text = text[start:end] + "\n"
+    manifest = Manifest(spec, path, model.index, model.line, json_digest(json_text), text)
     return manifest, template.name_at, (start, end)
 
 
 def _new_value(line: str, theirs: str, slot: Slot) -> str | None:
     """The value on a changed slot's line, when all else on it is unchanged."""
-    import yaml
-
     rest = theirs[slot.end :]
     if not (line.startswith(theirs[: slot.start]) and line.endswith(rest)):
         return None
     value = line[slot.start : len(line) - len(rest)]
-    if not value.isascii() or not _VALUE.fullmatch(value):
+    if not value.isascii() or not _STRING.fullmatch(value) or value in _NOT_STRINGS:
         return None
-    if _resolver().resolve(yaml.ScalarNode, value, (True, False)) != _STR:
-        return None  # a plain `true`, `null` or `12`: not a string in the copy
     return value
 
 
-def _resolver() -> yaml.resolver.Resolver:
-    import yaml
-
-    return yaml.resolver.Resolver()
-
-
-def _spec(template: Template, path: Path, paths: list, values: list[str], data: dict):
+def _spec(template: Template, path: Path, paths: list, values: list[str]) -> JobSpec | None:
     """The copy's spec: the template's with new labels, or `direct_spec` of its data."""
     from broker.manifest.direct import direct_spec
 
@@ -256,7 +282,7 @@ def _spec(template: Template, path: Path, paths: list, values: list[str], data: 
             )
         except ValueError:
             return None
-    return direct_spec(data, manifest_dir(path))
+    return direct_spec(_with_values(template.data, paths, values), manifest_dir(path))
 
 
 def _with_values(data: Any, paths: list, values: list) -> Any:

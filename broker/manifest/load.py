@@ -48,6 +48,7 @@ API_VERSION = "broker/v1"
 SUFFIXES = (".yaml", ".yml")
 # A cheap test, before parsing, of whether a file found in a directory may hold a manifest.
 _MENTIONS_BROKER_API = re.compile(r"""apiversion["']?\s*:\s*["']?broker/""", re.IGNORECASE)
+_MENTIONED = "apiVersion: broker/"  # what the pattern matches, as nearly every file says it
 
 
 @dataclass(frozen=True)
@@ -95,16 +96,26 @@ def find_manifest_files(paths: Sequence[Path]) -> list[Path]:
 
 def _files_of(path: Path) -> list[Path]:
     """`path` itself, or the YAML files under a directory, sorted by their path's parts."""
+    return [file for file, _ in _keyed_files(path)]
+
+
+def _keyed_files(path: Path) -> list[tuple[Path, str]]:
+    """`_files_of(path)`, each with its absolute path (`os.path.abspath`: the key that
+    tells a file named twice), made without normalising every path again."""
     if not path.is_dir():
-        return [path]
+        return [(path, os.path.abspath(path))]
     found: list[tuple[str, ...]] = []
     for root, dirs, names in os.walk(path):
         dirs[:] = [d for d in dirs if not d.startswith(".")]
         relative = os.path.relpath(root, path)
         parts = () if relative == os.curdir else tuple(relative.split(os.sep))
         found.extend((*parts, name) for name in names if name.endswith(SUFFIXES))
-    base = str(path)  # a Path made from one string: a third of joinpath's cost, same path
-    return [Path(os.path.join(base, *parts)) for parts in sorted(found)]
+    base, absolute = str(path), os.path.abspath(path)  # walk's names are never . or ..
+    # a Path made from one string: a third of joinpath's cost, same path
+    return [
+        (Path(os.path.join(base, *parts)), os.path.join(absolute, *parts))
+        for parts in sorted(found)
+    ]
 
 
 def load_manifests(paths: Sequence[Path]) -> LoadResult:
@@ -140,11 +151,11 @@ def _load_paths(
     cache, limits = readers.cache, readers.limits
     for path in map(Path, paths):
         in_directory = path.is_dir()
-        files = _files_of(path)
-        keys = [os.path.abspath(file) for file in files]
-        todo = [(file, key) for file, key in zip(files, keys, strict=True) if key not in seen]
+        keyed = _keyed_files(path)
+        keys = [key for _, key in keyed]
+        todo = [(file, key) for file, key in keyed if key not in seen]
         texts = [_read_text(file, limits) for file, _ in todo]
-        cache.prefetch_files([text for text in texts if isinstance(text, str)])  # one query
+        cache.expect([text for text in texts if isinstance(text, str)])  # looked up in bulk
         for (file, key), text in zip(todo, texts, strict=True):
             if key in seen:  # named twice within this path
                 continue
@@ -246,15 +257,15 @@ def _load_file(
     if not isinstance(text, str):
         errors.append(text)
         return False
-    if in_directory and not _MENTIONS_BROKER_API.search(text):
+    if in_directory and _MENTIONED not in text and not _MENTIONS_BROKER_API.search(text):
         return True
+    derived = readers.templates.derive(path, text)  # cheaper than a cached file's row
+    if derived is not None:
+        loaded.append(_Loaded(*derived))
+        return False
     known = _from_cache(path, text, readers)
     if known is not None:
         loaded.extend(known)
-        return False
-    derived = readers.templates.derive(path, text)
-    if derived is not None:
-        loaded.append(_Loaded(*derived))
         return False
     return _parse_file(path, text, in_directory, loaded, errors, readers)
 

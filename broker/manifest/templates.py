@@ -23,7 +23,7 @@ tests/broker/test_manifest_templates.py holds derived manifests equal to parsed 
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -64,18 +64,43 @@ class Slot:
     end: int
 
 
+@dataclass(frozen=True)
+class _Change:
+    """What copies that change the values on the same lines share."""
+
+    pieces: list[str]  # the canonical JSON around the new values (one more than values)
+    order: list[int]  # which value follows each piece but the last
+    paths: list[tuple[str | int, ...]]
+    labels: tuple[str, ...] | None  # the spec's fields they are, when all are labels
+
+
 @dataclass
 class Template:
     """A file parsed in full: what a copy of it shares with it."""
 
-    lines: list[str]
+    text: str
     slots: dict[int, Slot]  # 0-based line number -> the slot on it
     manifest: Manifest
     name_at: tuple[int, int]
     span: tuple[int, int]
     data: dict[str, Any]
-    length: int  # of the file's text
-    _json: dict[tuple[int, ...], tuple[list[str], list[int]]] = field(default_factory=dict)
+    # (line number, the text before it since the slot before, its text), then the rest
+    segments: list[tuple[int, str, str]] = field(init=False)
+    tail: str = field(init=False)
+    spec_fields: dict[str, Any] = field(init=False)  # its spec's, by name
+    _changes: dict[tuple[int, ...], _Change] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        lines = self.text.split("\n")
+        self.segments, done, at = [], 0, 0
+        for number, line in enumerate(lines):
+            if number in self.slots:
+                self.segments.append((number, self.text[done:at], line))
+                done = at + len(line)
+            at += len(line) + 1
+        self.tail = self.text[done:]
+        spec = self.manifest.spec
+        self.spec_fields = {f.name: getattr(spec, f.name) for f in fields(spec)}
 
     def stored(self) -> dict[str, Any]:
         """What the spec cache keeps of it, with its file's row (`Templates.restore`):
@@ -83,21 +108,24 @@ class Template:
         slots = [[n, list(slot.path), slot.start, slot.end] for n, slot in self.slots.items()]
         return {"slots": slots, "data": self.data}
 
-    def json_parts(self, lines: tuple[int, ...]) -> tuple[list[str], list[int]]:
-        """The canonical JSON around the values of the slots on `lines` (one piece more
-        than values), and which value goes after each piece but the last."""
-        known = self._json.get(lines)
+    def change(self, lines: tuple[int, ...]) -> _Change:
+        """What copies changing the values on `lines` share (worked out once)."""
+        known = self._changes.get(lines)
         if known is None:
+            paths = [self.slots[n].path for n in lines]
             raw = [f"\x00{i}\x00" for i in range(len(lines))]
-            data = _with_values(self.data, [self.slots[n].path for n in lines], raw)
             marks = [_quoted(mark) for mark in raw]
-            text = canonical_json(data)
+            text = canonical_json(_with_values(self.data, paths, raw))
             order = sorted(range(len(lines)), key=lambda i: text.index(marks[i]))
             pieces = []
             for i in order:
                 head, text = text.split(marks[i], 1)
                 pieces.append(head)
-            known = self._json[lines] = ([*pieces, text], order)
+            own = all(len(p) == 1 and p[0] in LABELS for p in paths)
+            labels = tuple(str(p[0]) for p in paths) if own else None
+            if self.manifest.spec.run.workdir is not None:
+                labels = None  # resolved against the copy's own folder: read again
+            known = self._changes[lines] = _Change([*pieces, text], order, paths, labels)
         return known
 
 
@@ -128,7 +156,7 @@ class Templates:
         except (TypeError, ValueError, KeyError):
             return  # unreadable: its copies are parsed
         if isinstance(data, dict):
-            self._remember(Template(text.split("\n"), slots, *loaded, data, len(text)))
+            self._remember(Template(text, slots, *loaded, data))
 
     def _remember(self, template: Template) -> None:
         self._recent.insert(0, template)
@@ -139,9 +167,8 @@ class Templates:
         its span), or None: parse it."""
         if not self._recent:
             return None
-        lines = text.split("\n")
         for template in self._recent:
-            derived = _derived(template, path, text, lines)
+            derived = _derived(template, path, text)
             if derived is not None:
                 return derived
         return None
@@ -161,7 +188,7 @@ def template_of(
     slots = _slots(doc.node, lines)
     if slots is None or not _json_safe(doc.data):
         return None
-    return Template(lines, slots, manifest, name_at, span, doc.data, len(text))
+    return Template(text, slots, manifest, name_at, span, doc.data)
 
 
 def _json_safe(data: Any) -> bool:
@@ -220,39 +247,36 @@ def _slot(node: yaml.Node, lines: list[str], path: tuple[str | int, ...]) -> Slo
     return Slot(path, start.column, end.column)
 
 
-def _derived(
-    template: Template, path: Path, text: str, lines: list[str]
-) -> tuple[Manifest, tuple, tuple] | None:
+def _derived(template: Template, path: Path, text: str) -> tuple[Manifest, tuple, tuple] | None:
     """`text` as a copy of `template`, or None when it is not one."""
-    ours = template.lines
-    if len(lines) != len(ours):
-        return None
     changed: list[int] = []
     values: list[str] = []
-    slots = template.slots
-    for number, (line, theirs) in enumerate(zip(lines, ours, strict=True)):
-        if line == theirs:
-            continue
-        slot = slots.get(number)
-        if slot is None:
+    at = 0
+    for number, before, theirs in template.segments:
+        if not text.startswith(before, at):
             return None
-        value = _new_value(line, theirs, slot)
-        if value is None:
-            return None
-        changed.append(number)
-        values.append(value)
-    if not changed:
-        return None  # the same text twice: parsed, so that nothing is assumed
-    paths = [slots[n].path for n in changed]
-    spec = _spec(template, path, paths, values)
+        at += len(before)
+        end = text.find("\n", at)
+        end = len(text) if end < 0 else end
+        if text[at:end] != theirs:
+            value = _new_value(text[at:end], theirs, template.slots[number])
+            if value is None:
+                return None
+            changed.append(number)
+            values.append(value)
+        at = end
+    if text[at:] != template.tail or not changed:
+        return None  # not a copy; or the same text twice: parsed, so nothing is assumed
+    change = template.change(tuple(changed))
+    spec = _spec(template, change, path, values)
     if spec is None:
         return None
-    pieces, order = template.json_parts(tuple(changed))
+    pieces = change.pieces
     json_text = pieces[0] + "".join(
-        '"' + values[i] + '"' + piece for i, piece in zip(order, pieces[1:], strict=True)
+        '"' + values[i] + '"' + piece for i, piece in zip(change.order, pieces[1:], strict=True)
     )
     start, end = template.span
-    end += len(text) - template.length
+    end += len(text) - len(template.text)
     model = template.manifest
     text = text[start:end] + "\n"
     manifest = Manifest(spec, path, model.index, model.line, json_digest(json_text), text)
@@ -270,19 +294,17 @@ def _new_value(line: str, theirs: str, slot: Slot) -> str | None:
     return value
 
 
-def _spec(template: Template, path: Path, paths: list, values: list[str]) -> JobSpec | None:
+def _spec(template: Template, change: _Change, path: Path, values: list[str]) -> JobSpec | None:
     """The copy's spec: the template's with new labels, or `direct_spec` of its data."""
     from broker.manifest.direct import direct_spec
 
-    spec = template.manifest.spec
-    if spec.run.workdir is None and all(len(p) == 1 and p[0] in LABELS for p in paths):
+    if change.labels is not None:
         try:
-            return replace(
-                spec, **{p[0]: checks.label(v) for p, v in zip(paths, values, strict=True)}
-            )
+            labels = {name: checks.label(v) for name, v in zip(change.labels, values, strict=True)}
         except ValueError:
             return None
-    return direct_spec(_with_values(template.data, paths, values), manifest_dir(path))
+        return type(template.manifest.spec)(**{**template.spec_fields, **labels})
+    return direct_spec(_with_values(template.data, change.paths, values), manifest_dir(path))
 
 
 def _with_values(data: Any, paths: list, values: list) -> Any:

@@ -107,7 +107,7 @@ def plan_manifests(
     ]
     banner = catalog_banner(view, date.today(), resolve_positive_int("freshness_days"))
     if output == Output.json:
-        documents = [d.as_dict() for d in decisions]
+        documents = _documents(decisions)
         write_json(documents[0] if len(documents) == 1 else {"jobs": documents})
     elif output == Output.csv:
         print(banner, file=sys.stderr)
@@ -121,6 +121,24 @@ def plan_manifests(
     infeasible = [d.job for d in decisions if not d.placements]
     if infeasible:
         fail(f"no feasible placement for: {', '.join(infeasible)}", NO_PLACEMENT)
+
+
+def _documents(decisions) -> list[dict]:
+    """Each decision's JSON document (`Decision.as_dict`); the jobs of one shared plan
+    (broker.planner.sharing) share its placements' lists, which write_json then writes
+    once: 10,000 jobs from one template are a few distinct plans."""
+    first: dict[tuple[int, int, int], dict] = {}  # ids of a plan's parts -> its document
+    documents = []
+    for decision in decisions:
+        key = (id(decision.placements), id(decision.rejected), id(decision.hints))
+        known = first.get(key)
+        if known is None:
+            document = first[key] = decision.as_dict()
+        else:
+            document = dict(known)
+            document["job"] = decision.job
+        documents.append(document)
+    return documents
 
 
 def _with_hints(decision, job, index, now):

@@ -110,3 +110,26 @@ def test_the_jobs_of_a_shared_plan_get_the_documents_their_decisions_give(tmp_pa
     documents = _documents(decisions)
     assert documents == [d.as_dict() for d in decisions]
     assert written({"jobs": documents}) == reference({"jobs": [d.as_dict() for d in decisions]})
+
+
+@given(
+    st.lists(
+        st.floats() | st.sampled_from([0.0, -0.0, 1.0, 0.5]) | st.integers(-3, 3) | st.none(),
+        max_size=30,
+    ),
+    st.sampled_from(["money", "figure", "count", "fixed"]),
+)
+def test_table_cells_format_each_float_once_as_each_would_be(values, kind):
+    """A table column's cells (each distinct float formatted once) are the formatter's
+    for every value: -0.0 (equal to 0.0, shown "-0.00"), NaN, ints among floats."""
+    from broker.cli import formats
+    from broker.cli.render import Column
+
+    fmt = {
+        "money": formats.Money(),
+        "figure": formats.Figure(),
+        "count": formats.Count(),
+        "fixed": formats.Fixed(2),
+    }[kind]
+    shown = fmt.for_values(values)
+    assert Column("x", "x", fmt).cells(values) == [shown(v) for v in values]

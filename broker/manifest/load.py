@@ -147,14 +147,19 @@ def _load_paths(
     readers: _Readers,
     seen: dict[str, bool],
 ) -> None:
-    """`load_manifests`' walk: every file of every path, each loaded once."""
+    """`load_manifests`' walk: every file of every path, each loaded once. Each file is
+    read by `pricing.userio.reading` (regular files only, within the YAML size cap,
+    strict UTF-8, a byte-order mark dropped), or its error kept at its name: a FIFO or
+    a device named `*.yaml` in a directory is an error, never a wait or an endless read."""
+    from pricing.userio.reading import read_texts
+
     cache, limits = readers.cache, readers.limits
     for path in map(Path, paths):
         in_directory = path.is_dir()
         keyed = _keyed_files(path)
         keys = [key for _, key in keyed]
         todo = [(file, key) for file, key in keyed if key not in seen]
-        texts = [_read_text(file, limits) for file, _ in todo]
+        texts = read_texts([file for file, _ in todo], "yaml", limits)
         cache.expect([text for text in texts if isinstance(text, str)])  # looked up in bulk
         for (file, key), text in zip(todo, texts, strict=True):
             if key in seen:  # named twice within this path
@@ -228,20 +233,6 @@ class _Loaded(NamedTuple):
     manifest: Manifest
     name_at: tuple[int, int]
     span: tuple[int, int]  # of its text in the file
-
-
-def _read_text(path: Path, limits: Limits) -> str | UserInputError:
-    """A file's text, read by `pricing.userio.reading` (regular files only, within the
-    YAML size cap, strict UTF-8, a byte-order mark dropped), or the error at its name: a
-    FIFO or a device named `*.yaml` in a directory is an error, never a wait or an
-    endless read."""
-    from pricing.userio.errors import UserInputError
-    from pricing.userio.reading import read_text
-
-    try:
-        return read_text(path, "yaml", limits)
-    except UserInputError as exc:
-        return exc
 
 
 def _load_file(

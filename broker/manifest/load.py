@@ -30,10 +30,11 @@ import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, NamedTuple
+from typing import TYPE_CHECKING, NamedTuple
 
 from broker.collector import collector_paused
 from broker.manifest.digest import manifest_digest
+from broker.manifest.documents import API_VERSION, document_span, is_broker_document, version_error
 from broker.manifest.workdir import MANIFEST_DIR, as_written, manifest_dir, resolved
 from broker.spec import JobSpec
 
@@ -44,7 +45,6 @@ if TYPE_CHECKING:
     from pricing.userio.reading import Limits
     from pricing.userio.yaml_reader import YamlDocument
 
-API_VERSION = "broker/v1"
 SUFFIXES = (".yaml", ".yml")
 # A cheap test, before parsing, of whether a file found in a directory may hold a manifest.
 _MENTIONS_BROKER_API = re.compile(r"""apiversion["']?\s*:\s*["']?broker/""", re.IGNORECASE)
@@ -311,7 +311,7 @@ def _parse_file(
     try:
         for doc in iter_yaml_documents(text, path, readers.limits.nesting_depth):
             documents += doc.data is not None
-            claimed += _is_broker_document(doc.data)
+            claimed += is_broker_document(doc.data)
             _load_document(doc, text, found, mistakes, cache)
             docs = [doc] if not docs and not doc.index else []
     except UserInputError as exc:  # a syntax error, in a file that mentions a broker apiVersion
@@ -331,16 +331,6 @@ def _parse_file(
     return False
 
 
-def _is_broker_document(data: Any) -> bool:
-    """Whether a document claims to be a manifest (with its `apiVersion` key in any case)."""
-    if not isinstance(data, dict):
-        return False
-    return any(
-        isinstance(key, str) and key.lower() == "apiversion" and str(value).startswith("broker/")
-        for key, value in data.items()
-    )
-
-
 def _load_document(
     doc: YamlDocument,
     text: str,
@@ -355,7 +345,7 @@ def _load_document(
         return
     # The version decides which schema applies: without the right one, say only that.
     if isinstance(data, dict) and data.get("apiVersion") != API_VERSION:
-        errors.append(_version_error(doc, data))
+        errors.append(version_error(doc, data))
         return
     try:
         digest = manifest_digest(data)
@@ -398,29 +388,6 @@ def _validated(doc: YamlDocument, errors: list[UserInputError]) -> JobSpec | Non
         errors.extend(validation_errors(doc, exc, JobManifest))
         return None
     return model.to_spec()
-
-
-def document_span(doc: YamlDocument, text: str) -> tuple[int, int]:
-    """Where a document's content starts and ends in its file: from its first node to
-    its last, surrounding white space left out (its text is that slice plus a newline)."""
-    start, end = doc.node.start_mark.index, doc.node.end_mark.index
-    while start < end and text[start].isspace():
-        start += 1
-    while end > start and text[end - 1].isspace():
-        end -= 1
-    return start, end
-
-
-def _version_error(doc: YamlDocument, data: dict[Any, Any]) -> UserInputError:
-    from pricing.userio.suggest import suggestion
-
-    if "apiVersion" in data:
-        message = f"unsupported apiVersion {data['apiVersion']!r}: expected {API_VERSION}"
-        return doc.error(("apiVersion",), message)
-    for key in data:
-        if close := suggestion(key, ["apiVersion"]):
-            return doc.error((key,), f"unknown field{close}", key=True)
-    return doc.error(("apiVersion",), f"not a job manifest: apiVersion: {API_VERSION} is missing")
 
 
 def _unique(loaded: list[_Loaded], errors: list[UserInputError]) -> list[Manifest]:

@@ -110,12 +110,19 @@ def _keyed_files(path: Path) -> list[tuple[Path, str]]:
         relative = os.path.relpath(root, path)
         parts = () if relative == os.curdir else tuple(relative.split(os.sep))
         found.extend((*parts, name) for name in names if name.endswith(SUFFIXES))
-    base, absolute = str(path), os.path.abspath(path)  # walk's names are never . or ..
-    # a Path made from one string: a third of joinpath's cost, same path
-    return [
-        (Path(os.path.join(base, *parts)), os.path.join(absolute, *parts))
-        for parts in sorted(found)
-    ]
+    # os.path.join of each, and a Path made from one string (a third of joinpath's cost):
+    # the walk's names are never empty, absolute, `.` or `..`, so no joined part is lost
+    base, absolute = (_joinable(name) for name in (str(path), os.path.abspath(path)))
+    keyed = []
+    for parts in sorted(found):
+        relative = os.sep.join(parts)
+        keyed.append((Path(base + relative), absolute + relative))
+    return keyed
+
+
+def _joinable(folder: str) -> str:
+    """`folder` as os.path.join puts a name after it (a separator unless it ends in one)."""
+    return folder if folder.endswith(os.sep) else folder + os.sep
 
 
 def load_manifests(paths: Sequence[Path]) -> LoadResult:

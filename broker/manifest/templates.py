@@ -84,21 +84,24 @@ class Template:
     name_at: tuple[int, int]
     span: tuple[int, int]
     data: dict[str, Any]
-    # (line number, the text before it since the slot before, its text), then the rest
-    segments: list[tuple[int, str, str]] = field(init=False)
-    tail: str = field(init=False)
+    numbers: tuple[int, ...] = field(init=False)  # the slots' lines, in order
+    written: tuple[str, ...] = field(init=False)  # their text here
+    # the text with each slot's line any line: a copy's lines there are its groups
+    pattern: re.Pattern[str] = field(init=False)
     spec_fields: dict[str, Any] = field(init=False)  # its spec's, by name
     _changes: dict[tuple[int, ...], _Change] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         lines = self.text.split("\n")
-        self.segments, done, at = [], 0, 0
+        self.numbers = tuple(sorted(self.slots))
+        self.written = tuple(lines[n] for n in self.numbers)
+        pieces, done, at = [], 0, 0
         for number, line in enumerate(lines):
             if number in self.slots:
-                self.segments.append((number, self.text[done:at], line))
+                pieces.append(re.escape(self.text[done:at]) + "([^\n]*)")
                 done = at + len(line)
             at += len(line) + 1
-        self.tail = self.text[done:]
+        self.pattern = re.compile("".join(pieces) + re.escape(self.text[done:]))
         spec = self.manifest.spec
         self.spec_fields = {f.name: getattr(spec, f.name) for f in fields(spec)}
 
@@ -249,24 +252,21 @@ def _slot(node: yaml.Node, lines: list[str], path: tuple[str | int, ...]) -> Slo
 
 def _derived(template: Template, path: Path, text: str) -> tuple[Manifest, tuple, tuple] | None:
     """`text` as a copy of `template`, or None when it is not one."""
+    match = template.pattern.fullmatch(text)
+    if match is None:
+        return None  # not a copy
+    lines = match.groups()
+    if lines == template.written:
+        return None  # the same text twice: parsed, so that nothing is assumed
     changed: list[int] = []
     values: list[str] = []
-    at = 0
-    for number, before, theirs in template.segments:
-        if not text.startswith(before, at):
-            return None
-        at += len(before)
-        end = text.find("\n", at)
-        end = len(text) if end < 0 else end
-        if text[at:end] != theirs:
-            value = _new_value(text[at:end], theirs, template.slots[number])
+    for number, line, theirs in zip(template.numbers, lines, template.written, strict=True):
+        if line != theirs:
+            value = _new_value(line, theirs, template.slots[number])
             if value is None:
                 return None
             changed.append(number)
             values.append(value)
-        at = end
-    if text[at:] != template.tail or not changed:
-        return None  # not a copy; or the same text twice: parsed, so nothing is assumed
     change = template.change(tuple(changed))
     spec = _spec(template, change, path, values)
     if spec is None:

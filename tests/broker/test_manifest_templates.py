@@ -158,3 +158,24 @@ def test_a_value_is_taken_as_a_string_only_when_yaml_reads_one(value):
     taken = templates._new_value(line, "name: job", templates.Slot(("name",), 6, 9))
     if taken is not None:
         assert yaml.safe_load(line) == {"name": taken}
+
+
+@pytest.mark.parametrize("spelled", ["jobs", "jobs/", "./jobs", "jobs/../jobs", "ABS"])
+def test_files_of_a_folder_are_keyed_by_their_absolute_path(tmp_path, monkeypatch, spelled):
+    """The walk's paths and keys, joined without os.path.join and abspath per file, are
+    what those give (a folder named with a trailing slash, `.`, `..`, absolutely)."""
+    import os
+
+    from broker.manifest.load import _keyed_files
+
+    monkeypatch.chdir(tmp_path)
+    for name in ("jobs/a.yaml", "jobs/sub/b.yml", "jobs/sub/deeper/c.yaml", "jobs/x.txt"):
+        (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / name).write_text("x")
+    folder = Path(str(tmp_path / "jobs") if spelled == "ABS" else spelled)
+    keyed = _keyed_files(folder)
+    assert [key for _, key in keyed] == [os.path.abspath(file) for file, _ in keyed]
+    assert [str(file) for file, _ in keyed] == [
+        os.path.join(str(folder), *parts)
+        for parts in (("a.yaml",), ("sub", "b.yml"), ("sub", "deeper", "c.yaml"))
+    ]

@@ -105,9 +105,13 @@ class Template:
         spec = self.manifest.spec
         self.spec_fields = {f.name: getattr(spec, f.name) for f in fields(spec)}
 
-    def stored(self) -> dict[str, Any]:
+    def stored(self) -> dict[str, Any] | None:
         """What the spec cache keeps of it, with its file's row (`Templates.restore`):
-        so a folder loaded before derives its copies without importing YAML."""
+        so a folder loaded before derives its copies without importing YAML. None when
+        its data holds anything `redact` would mask (a URI's password: the spec keeps
+        URIs without their user part, and the cache must not keep more than the spec)."""
+        if not _nothing_to_mask(self.data):
+            return None
         slots = [[n, list(slot.path), slot.start, slot.end] for n, slot in self.slots.items()]
         return {"slots": slots, "data": self.data}
 
@@ -130,6 +134,23 @@ class Template:
                 labels = None  # resolved against the copy's own folder: read again
             known = self._changes[lines] = _Change([*pieces, text], order, paths, labels)
         return known
+
+
+def _nothing_to_mask(data: Any) -> bool:
+    """Whether every text in `data` (keys too) is what `redact` leaves as it is."""
+    from pricing.userio.redact import redact
+
+    pending = [data]
+    while pending:
+        value = pending.pop()
+        if isinstance(value, dict):
+            pending.extend(value.keys())
+            pending.extend(value.values())
+        elif isinstance(value, list):
+            pending.extend(value)
+        elif isinstance(value, str) and redact(value) != value:
+            return False
+    return True
 
 
 def _quoted(mark: str) -> str:

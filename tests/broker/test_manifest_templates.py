@@ -179,3 +179,19 @@ def test_files_of_a_folder_are_keyed_by_their_absolute_path(tmp_path, monkeypatc
         os.path.join(str(folder), *parts)
         for parts in (("a.yaml",), ("sub", "b.yml"), ("sub", "deeper", "c.yaml"))
     ]
+
+
+def test_a_template_holding_a_password_is_not_kept_in_the_cache(tmp_path, monkeypatch):
+    """The cache keeps a spec's URIs without their user part: a template's data, which
+    holds them as written, is not kept when `redact` would mask any of it; its copies
+    load the same again (parsed, then derived from the parsed one)."""
+    from broker.manifest.spec_cache import cache_dir
+
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    secret = LLAMA.replace("s3://acme-ckpt/", "s3://ops:HunterPass42@acme-ckpt/")
+    folder = tmp_path / "jobs"
+    _write(folder, [secret.replace("name: llama-ft", f"name: job-{i}") for i in range(4)])
+    first, again = load_manifests([folder]).manifests, load_manifests([folder]).manifests
+    assert len(first) == 4 and again == first
+    stored = b"".join(path.read_bytes() for path in cache_dir().iterdir())
+    assert b"HunterPass42" not in stored and b"acme-ckpt" in stored

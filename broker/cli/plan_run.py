@@ -177,12 +177,16 @@ JOB_COLUMNS = (Column("job", "job", keep=3), Column("team", "team", keep=0))
 
 
 def _job_rows(decisions, jobs) -> list[dict]:
-    """Every job's placements, each row with its job and team."""
-    return [
-        {"job": d.job, "team": job.team, **row}
-        for d, job in zip(decisions, jobs, strict=True)
-        for row in _rows(d)
-    ]
+    """Every job's placements, each row with its job and team (the rows of a shared
+    plan's placements made once: broker.planner.sharing)."""
+    placed: dict[int, list[dict]] = {}  # id of a decision's placements -> their rows
+    rows = []
+    for d, job in zip(decisions, jobs, strict=True):
+        own = placed.get(id(d.placements))
+        if own is None:
+            own = placed[id(d.placements)] = _rows(d)
+        rows.extend({"job": d.job, "team": job.team, **row} for row in own)
+    return rows
 
 
 def learned_runtimes(jobs: list[JobSpec], state: str | None) -> list[JobSpec]:

@@ -88,7 +88,8 @@ class Template:
     written: tuple[str, ...] = field(init=False)  # their text here
     # the text with each slot's line any line: a copy's lines there are its groups
     pattern: re.Pattern[str] = field(init=False)
-    spec_fields: dict[str, Any] = field(init=False)  # its spec's, by name
+    spec_fields: list[Any] = field(init=False)  # its spec's, in order (all are __init__'s)
+    field_at: dict[str, int] = field(init=False)  # a spec field's place among them
     _changes: dict[tuple[int, ...], _Change] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
@@ -103,7 +104,9 @@ class Template:
             at += len(line) + 1
         self.pattern = re.compile("".join(pieces) + re.escape(self.text[done:]))
         spec = self.manifest.spec
-        self.spec_fields = {f.name: getattr(spec, f.name) for f in fields(spec)}
+        names = [f.name for f in fields(spec) if f.init]
+        self.spec_fields = [getattr(spec, name) for name in names]
+        self.field_at = {name: i for i, name in enumerate(names)}
 
     def stored(self) -> dict[str, Any] | None:
         """What the spec cache keeps of it, with its file's row (`Templates.restore`):
@@ -320,11 +323,13 @@ def _spec(template: Template, change: _Change, path: Path, values: list[str]) ->
     from broker.manifest.direct import direct_spec
 
     if change.labels is not None:
+        given = list(template.spec_fields)
         try:
-            labels = {name: checks.label(v) for name, v in zip(change.labels, values, strict=True)}
+            for name, value in zip(change.labels, values, strict=True):
+                given[template.field_at[name]] = checks.label(value)
         except ValueError:
             return None
-        return type(template.manifest.spec)(**{**template.spec_fields, **labels})
+        return type(template.manifest.spec)(*given)
     return direct_spec(_with_values(template.data, change.paths, values), manifest_dir(path))
 
 

@@ -305,7 +305,7 @@ def _parse_file(
     readers: _Readers,
 ) -> bool:
     """`_load_file` for a file not in the cache: parse and validate every document; a
-    file of one valid document becomes a template for the files after it."""
+    folder's file of one valid document becomes a template for the files after it."""
     from broker.manifest.spec_cache import FileEntry
     from pricing.userio.errors import UserInputError
     from pricing.userio.yaml_reader import iter_yaml_documents
@@ -329,7 +329,8 @@ def _parse_file(
         if not documents:
             mistakes.append(UserInputError(path, 0, 0, "", "no job manifest in this file"))
     if found and not mistakes:
-        template = readers.templates.add(docs[0], text, found[0]) if len(docs) == 1 else None
+        one = in_directory and len(docs) == 1  # a folder's file: its copies may follow
+        template = readers.templates.add(docs[0], text, found[0]) if one else None
         stored = None if template is None else template.stored()
         entries = [FileEntry(m.digest, m.index, m.line, at, s, stored) for m, at, s in found]
         cache.put_file(text, entries)

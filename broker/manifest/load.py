@@ -25,7 +25,6 @@ before comes from the spec cache (`broker.manifest.spec_cache`) without either.
 
 from __future__ import annotations
 
-import os
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -35,6 +34,9 @@ from typing import TYPE_CHECKING, NamedTuple
 from broker.collector import collector_paused
 from broker.manifest.digest import manifest_digest
 from broker.manifest.documents import API_VERSION, document_span, is_broker_document, version_error
+from broker.manifest.files import SUFFIXES as SUFFIXES  # where callers have found them
+from broker.manifest.files import find_manifest_files as find_manifest_files
+from broker.manifest.files import keyed_files
 from broker.manifest.workdir import MANIFEST_DIR, as_written, manifest_dir, resolved
 from broker.spec import JobSpec
 
@@ -45,7 +47,6 @@ if TYPE_CHECKING:
     from pricing.userio.reading import Limits
     from pricing.userio.yaml_reader import YamlDocument
 
-SUFFIXES = (".yaml", ".yml")
 # A cheap test, before parsing, of whether a file found in a directory may hold a manifest.
 _MENTIONS_BROKER_API = re.compile(r"""apiversion["']?\s*:\s*["']?broker/""", re.IGNORECASE)
 _MENTIONED = "apiVersion: broker/"  # what the pattern matches, as nearly every file says it
@@ -77,54 +78,6 @@ class LoadResult:
         return not self.errors
 
 
-def find_manifest_files(paths: Sequence[Path]) -> list[Path]:
-    """Files as given; directories searched recursively for *.yaml and *.yml, sorted.
-
-    Hidden directories (.git, .github, ...) are not searched. A file reached
-    twice (named and inside a named directory) is listed once, first place kept.
-    """
-    files: list[Path] = []
-    seen: set[str] = set()
-    for path in map(Path, paths):
-        for file in _files_of(path):
-            key = os.path.abspath(file)
-            if key not in seen:
-                seen.add(key)
-                files.append(file)
-    return files
-
-
-def _files_of(path: Path) -> list[Path]:
-    """`path` itself, or the YAML files under a directory, sorted by their path's parts."""
-    return [file for file, _ in _keyed_files(path)]
-
-
-def _keyed_files(path: Path) -> list[tuple[Path, str]]:
-    """`_files_of(path)`, each with its absolute path (`os.path.abspath`: the key that
-    tells a file named twice), made without normalising every path again."""
-    if not path.is_dir():
-        return [(path, os.path.abspath(path))]
-    found: list[tuple[str, ...]] = []
-    for root, dirs, names in os.walk(path):
-        dirs[:] = [d for d in dirs if not d.startswith(".")]
-        relative = os.path.relpath(root, path)
-        parts = () if relative == os.curdir else tuple(relative.split(os.sep))
-        found.extend((*parts, name) for name in names if name.endswith(SUFFIXES))
-    # os.path.join of each, and a Path made from one string (a third of joinpath's cost):
-    # the walk's names are never empty, absolute, `.` or `..`, so no joined part is lost
-    base, absolute = (_joinable(name) for name in (str(path), os.path.abspath(path)))
-    keyed = []
-    for parts in sorted(found):
-        relative = os.sep.join(parts)
-        keyed.append((Path(base + relative), absolute + relative))
-    return keyed
-
-
-def _joinable(folder: str) -> str:
-    """`folder` as os.path.join puts a name after it (a separator unless it ends in one)."""
-    return folder if folder.endswith(os.sep) else folder + os.sep
-
-
 def load_manifests(paths: Sequence[Path]) -> LoadResult:
     """Read every manifest under `paths` (files or directories); collect every error.
 
@@ -132,12 +85,11 @@ def load_manifests(paths: Sequence[Path]) -> LoadResult:
     should not pass a CI check by finding nothing).
     """
     from broker.manifest.spec_cache import SpecCache, cache_dir
-    from broker.manifest.templates import Templates
     from pricing.userio.reading import Limits
 
     result = LoadResult()
     loaded: list[_Loaded] = []
-    readers = _Readers(SpecCache(cache_dir()), Templates(), Limits.resolved())
+    readers = _Readers(SpecCache(cache_dir()), _templates(paths), Limits.resolved())
     seen: dict[str, bool] = {}  # absolute path -> is a manifest file
     with collector_paused(freeze=True):
         _load_paths(paths, result, loaded, readers, seen)
@@ -163,7 +115,7 @@ def _load_paths(
     cache, limits = readers.cache, readers.limits
     for path in map(Path, paths):
         in_directory = path.is_dir()
-        keyed = _keyed_files(path)
+        keyed = keyed_files(path)
         keys = [key for _, key in keyed]
         todo = [(file, key) for file, key in keyed if key not in seen]
         texts = read_texts([file for file, _ in todo], "yaml", limits)
@@ -227,11 +179,22 @@ def load_texts(texts: Sequence[tuple[str, Path]]) -> LoadResult:
 
 class _Readers(NamedTuple):
     """What one load reads files with: the spec cache, the templates of the files parsed
-    so far (broker.manifest.templates) and the size and depth caps."""
+    so far (broker.manifest.templates; None without a folder to load) and the size and
+    depth caps."""
 
     cache: SpecCache
-    templates: Templates
+    templates: Templates | None
     limits: Limits
+
+
+def _templates(paths: Sequence[Path]) -> Templates | None:
+    """Templates for a load of folders (copies of one file come in folders); none for
+    files named one by one, which spares `broker plan job.yaml` their module."""
+    if not any(Path(path).is_dir() for path in paths):
+        return None
+    from broker.manifest.templates import Templates
+
+    return Templates()
 
 
 class _Loaded(NamedTuple):
@@ -257,8 +220,9 @@ def _load_file(
         return False
     if in_directory and _MENTIONED not in text and not _MENTIONS_BROKER_API.search(text):
         return True
-    derived = readers.templates.derive(path, text)  # cheaper than a cached file's row
-    if derived is not None:
+    templates = readers.templates
+    derived = None if templates is None else templates.derive(path, text)
+    if derived is not None:  # cheaper than a cached file's row
         loaded.append(_Loaded(*derived))
         return False
     known = _from_cache(path, text, readers)
@@ -283,7 +247,7 @@ def _from_cache(path: Path, text: str, readers: _Readers) -> list[_Loaded] | Non
         document = text[start:end] + "\n"
         manifest = Manifest(spec, path, entry.index, entry.line, entry.digest, document)
         found.append(_Loaded(manifest, entry.name_at, entry.span))
-    if len(entries) == 1 and entries[0].template is not None:
+    if readers.templates is not None and len(entries) == 1 and entries[0].template is not None:
         readers.templates.restore(text, found[0], entries[0].template)
     return found
 
@@ -329,8 +293,8 @@ def _parse_file(
         if not documents:
             mistakes.append(UserInputError(path, 0, 0, "", "no job manifest in this file"))
     if found and not mistakes:
-        one = in_directory and len(docs) == 1  # a folder's file: its copies may follow
-        template = readers.templates.add(docs[0], text, found[0]) if one else None
+        templates = readers.templates if in_directory and len(docs) == 1 else None
+        template = None if templates is None else templates.add(docs[0], text, found[0])
         stored = None if template is None else template.stored()
         entries = [FileEntry(m.digest, m.index, m.line, at, s, stored) for m, at, s in found]
         cache.put_file(text, entries)

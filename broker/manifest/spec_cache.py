@@ -33,6 +33,7 @@ _SOURCES = (
     "broker/spec_codec.py",
     "broker/manifest/load.py",  # how a file's documents are found and located
     "broker/manifest/documents.py",
+    "broker/manifest/files.py",
     "broker/manifest/checks.py",
     "broker/manifest/digest.py",  # the key of a document's spec
     "broker/collector.py",

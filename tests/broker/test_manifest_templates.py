@@ -166,14 +166,14 @@ def test_files_of_a_folder_are_keyed_by_their_absolute_path(tmp_path, monkeypatc
     what those give (a folder named with a trailing slash, `.`, `..`, absolutely)."""
     import os
 
-    from broker.manifest.load import _keyed_files
+    from broker.manifest.files import keyed_files
 
     monkeypatch.chdir(tmp_path)
     for name in ("jobs/a.yaml", "jobs/sub/b.yml", "jobs/sub/deeper/c.yaml", "jobs/x.txt"):
         (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
         (tmp_path / name).write_text("x")
     folder = Path(str(tmp_path / "jobs") if spelled == "ABS" else spelled)
-    keyed = _keyed_files(folder)
+    keyed = keyed_files(folder)
     assert [key for _, key in keyed] == [os.path.abspath(file) for file, _ in keyed]
     assert [str(file) for file, _ in keyed] == [
         os.path.join(str(folder), *parts)

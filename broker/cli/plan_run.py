@@ -107,7 +107,7 @@ def plan_manifests(
     ]
     banner = catalog_banner(view, date.today(), resolve_positive_int("freshness_days"))
     if output == Output.json:
-        documents = [d.as_dict() for d in decisions]
+        documents = _documents(decisions)
         write_json(documents[0] if len(documents) == 1 else {"jobs": documents})
     elif output == Output.csv:
         print(banner, file=sys.stderr)
@@ -121,6 +121,24 @@ def plan_manifests(
     infeasible = [d.job for d in decisions if not d.placements]
     if infeasible:
         fail(f"no feasible placement for: {', '.join(infeasible)}", NO_PLACEMENT)
+
+
+def _documents(decisions) -> list[dict]:
+    """Each decision's JSON document (`Decision.as_dict`); the jobs of one shared plan
+    (broker.planner.sharing) share its placements' lists, which write_json then writes
+    once: 10,000 jobs from one template are a few distinct plans."""
+    first: dict[tuple[int, int, int], dict] = {}  # ids of a plan's parts -> its document
+    documents = []
+    for decision in decisions:
+        key = (id(decision.placements), id(decision.rejected), id(decision.hints))
+        known = first.get(key)
+        if known is None:
+            document = first[key] = decision.as_dict()
+        else:
+            document = dict(known)
+            document["job"] = decision.job
+        documents.append(document)
+    return documents
 
 
 def _with_hints(decision, job, index, now):
@@ -159,12 +177,16 @@ JOB_COLUMNS = (Column("job", "job", keep=3), Column("team", "team", keep=0))
 
 
 def _job_rows(decisions, jobs) -> list[dict]:
-    """Every job's placements, each row with its job and team."""
-    return [
-        {"job": d.job, "team": job.team, **row}
-        for d, job in zip(decisions, jobs, strict=True)
-        for row in _rows(d)
-    ]
+    """Every job's placements, each row with its job and team (the rows of a shared
+    plan's placements made once: broker.planner.sharing)."""
+    placed: dict[int, list[dict]] = {}  # id of a decision's placements -> their rows
+    rows = []
+    for d, job in zip(decisions, jobs, strict=True):
+        own = placed.get(id(d.placements))
+        if own is None:
+            own = placed[id(d.placements)] = _rows(d)
+        rows.extend({"job": d.job, "team": job.team, **row} for row in own)
+    return rows
 
 
 def learned_runtimes(jobs: list[JobSpec], state: str | None) -> list[JobSpec]:

@@ -19,7 +19,7 @@ import json
 import math
 import os
 import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from decimal import Decimal
@@ -65,11 +65,27 @@ class Column:
     def cells(self, values: Sequence[Any]) -> list[str]:
         """The column's values as shown to a human."""
         if isinstance(self.fmt, ColumnFormat):
-            shown = self.fmt.for_values(values)
-            return [shown(v) for v in values]
+            return _each_float_once(self.fmt.for_values(values), values)
         if self.fmt is not None:
             return [self.fmt(v) for v in values]
         return ["-" if missing(v) else str(v) for v in values]
+
+
+def _each_float_once(shown: Callable[[Any], str], values: Sequence[Any]) -> list[str]:
+    """`[shown(v) for v in values]`, each distinct float formatted once (a plan of
+    10,000 jobs repeats a few prices). Zero is not remembered: -0.0 equals 0.0 but
+    may show as "-0.00"."""
+    memo: dict[float, str] = {}
+    cells = []
+    for value in values:
+        if value.__class__ is float and value:
+            cell = memo.get(value)
+            if cell is None:
+                cell = memo[value] = shown(value)
+        else:
+            cell = shown(value)
+        cells.append(cell)
+    return cells
 
 
 _STATE_COLOURS = {
@@ -142,23 +158,51 @@ def write_json(document: Any, stream: TextIO | None = None) -> None:
     long list of rows (`plan` of a folder, `jobs --limit 0`) one compact row per line:
     still readable, and written by the C encoder (ten times faster)."""
     stream = stream or sys.stdout
-    ready = _json_ready(document)
-    if isinstance(ready, dict) and any(
-        isinstance(v, list) and len(v) > LONG_LIST for v in ready.values()
-    ):
+    if type(document) is dict and any(_long(v) for v in document.values()):
         compact = json.JSONEncoder(default=str, ensure_ascii=True).encode
         parts = []
-        for key, value in ready.items():
-            if isinstance(value, list) and len(value) > LONG_LIST:
-                items = ",\n    ".join(compact(item) for item in value)
+        for key, value in document.items():
+            if _long(value):
+                items = ",\n    ".join(_compact_items(value, compact))
                 parts.append(f"  {compact(key)}: [\n    {items}\n  ]")
             else:
-                text = json.dumps(value, indent=2, default=str).replace("\n", "\n  ")
-                parts.append(f"  {compact(key)}: {text}")
+                text = json.dumps(_json_ready(value), indent=2, default=str)
+                parts.append(f"  {compact(key)}: {text.replace(chr(10), chr(10) + '  ')}")
         stream.write("{\n" + ",\n".join(parts) + "\n}\n")
         return
-    json.dump(ready, stream, indent=2, default=str)
+    json.dump(_json_ready(document), stream, indent=2, default=str)
     stream.write("\n")
+
+
+def _long(value: Any) -> bool:
+    return (type(value) is list or type(value) is tuple) and len(value) > LONG_LIST
+
+
+_CONTAINERS = (list, tuple, dict)
+
+
+def _compact_items(items: Sequence[Any], compact: Callable[[Any], str]) -> Iterator[str]:
+    """Each item's compact JSON (`compact(_json_ready(item))`). An item holding lists or
+    mappings is written value by value, and a list or mapping object met again (the
+    placements that jobs of one shared plan hold) is encoded once."""
+    known: dict[int, str] = {}  # id -> JSON of a container of `items` (alive meanwhile)
+    for item in items:
+        if type(item) is not dict or not any(type(v) in _CONTAINERS for v in item.values()):
+            yield compact(_json_ready(item))
+            continue
+        if not all(type(key) is str for key in item):
+            yield compact(_json_ready(item))
+            continue
+        fields = []
+        for key, value in item.items():
+            if type(value) in _CONTAINERS:
+                text = known.get(id(value))
+                if text is None:
+                    text = known[id(value)] = compact(_json_ready(value))
+            else:
+                text = compact(_json_ready(value))
+            fields.append(f"{compact(key)}: {text}")
+        yield "{" + ", ".join(fields) + "}"
 
 
 def _csv_cell(value: Any) -> Any:

@@ -88,11 +88,11 @@ def _span(widths: Sequence[int]) -> int:
 
 
 def _natural(column: TextColumn) -> int:
-    return max([len(column.header), *(len(cell) for cell in column.cells)])
+    return max(len(column.header), _cells_width(column))
 
 
 def _cells_width(column: TextColumn) -> int:
-    return max((len(cell) for cell in column.cells), default=0)
+    return max(map(len, column.cells), default=0)
 
 
 def _word(column: TextColumn) -> int:
@@ -166,7 +166,9 @@ def _draw(columns: Sequence[TextColumn], widths: Sequence[int], colour: bool) ->
         heads.append(_pad(cells, w, c.numeric, BOLD if colour else ""))
     body = []
     for c, w in zip(columns, widths, strict=True):
-        cells = [cell if len(cell) <= w else _cut(cell, w) for cell in c.cells]
+        cells = c.cells
+        if _cells_width(c) > w:
+            cells = [cell if len(cell) <= w else _cut(cell, w) for cell in cells]
         padded = _pad(cells, w, c.numeric, "")
         if colour and c.colour is not None:
             styles = [c.colour(cell) for cell in c.cells]

@@ -19,7 +19,17 @@ def manifest_json_schema() -> dict[str, Any]:
 
 def manifest_digest(data: Any) -> str:
     """sha256 hex of a document's canonical JSON: sorted keys, no spaces, UTF-8."""
-    return hashlib.sha256(_CANONICAL_JSON.encode(data).encode("utf-8")).hexdigest()
+    return json_digest(canonical_json(data))
+
+
+def canonical_json(data: Any) -> str:
+    """A document's canonical JSON (what its digest is of)."""
+    return _CANONICAL_JSON.encode(data)
+
+
+def json_digest(text: str) -> str:
+    """sha256 hex of canonical JSON text in hand."""
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()
 
 
 def _json_default(value: object) -> str:

@@ -25,28 +25,31 @@ before comes from the spec cache (`broker.manifest.spec_cache`) without either.
 
 from __future__ import annotations
 
-import os
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, NamedTuple
+from typing import TYPE_CHECKING, NamedTuple
 
 from broker.collector import collector_paused
 from broker.manifest.digest import manifest_digest
+from broker.manifest.documents import API_VERSION, document_span, is_broker_document, version_error
+from broker.manifest.files import SUFFIXES as SUFFIXES  # where callers have found them
+from broker.manifest.files import find_manifest_files as find_manifest_files
+from broker.manifest.files import keyed_files
 from broker.manifest.workdir import MANIFEST_DIR, as_written, manifest_dir, resolved
 from broker.spec import JobSpec
 
 if TYPE_CHECKING:
     from broker.manifest.spec_cache import SpecCache
+    from broker.manifest.templates import Templates
     from pricing.userio.errors import UserInputError
     from pricing.userio.reading import Limits
     from pricing.userio.yaml_reader import YamlDocument
 
-API_VERSION = "broker/v1"
-SUFFIXES = (".yaml", ".yml")
 # A cheap test, before parsing, of whether a file found in a directory may hold a manifest.
 _MENTIONS_BROKER_API = re.compile(r"""apiversion["']?\s*:\s*["']?broker/""", re.IGNORECASE)
+_MENTIONED = "apiVersion: broker/"  # what the pattern matches, as nearly every file says it
 
 
 @dataclass(frozen=True)
@@ -75,37 +78,6 @@ class LoadResult:
         return not self.errors
 
 
-def find_manifest_files(paths: Sequence[Path]) -> list[Path]:
-    """Files as given; directories searched recursively for *.yaml and *.yml, sorted.
-
-    Hidden directories (.git, .github, ...) are not searched. A file reached
-    twice (named and inside a named directory) is listed once, first place kept.
-    """
-    files: list[Path] = []
-    seen: set[str] = set()
-    for path in map(Path, paths):
-        for file in _files_of(path):
-            key = os.path.abspath(file)
-            if key not in seen:
-                seen.add(key)
-                files.append(file)
-    return files
-
-
-def _files_of(path: Path) -> list[Path]:
-    """`path` itself, or the YAML files under a directory, sorted by their path's parts."""
-    if not path.is_dir():
-        return [path]
-    found: list[tuple[str, ...]] = []
-    for root, dirs, names in os.walk(path):
-        dirs[:] = [d for d in dirs if not d.startswith(".")]
-        relative = os.path.relpath(root, path)
-        parts = () if relative == os.curdir else tuple(relative.split(os.sep))
-        found.extend((*parts, name) for name in names if name.endswith(SUFFIXES))
-    base = str(path)  # a Path made from one string: a third of joinpath's cost, same path
-    return [Path(os.path.join(base, *parts)) for parts in sorted(found)]
-
-
 def load_manifests(paths: Sequence[Path]) -> LoadResult:
     """Read every manifest under `paths` (files or directories); collect every error.
 
@@ -117,11 +89,11 @@ def load_manifests(paths: Sequence[Path]) -> LoadResult:
 
     result = LoadResult()
     loaded: list[_Loaded] = []
-    cache = SpecCache(cache_dir())
-    limits = Limits.resolved()
+    readers = _Readers(SpecCache(cache_dir()), _templates(paths), Limits.resolved())
     seen: dict[str, bool] = {}  # absolute path -> is a manifest file
     with collector_paused(freeze=True):
-        _load_paths(paths, result, loaded, cache, seen, limits)
+        _load_paths(paths, result, loaded, readers, seen)
+    cache = readers.cache
     cache.flush()
     result.manifests.extend(_unique(loaded, result.errors))
     return result
@@ -131,23 +103,28 @@ def _load_paths(
     paths: Sequence[Path],
     result: LoadResult,
     loaded: list[_Loaded],
-    cache: SpecCache,
+    readers: _Readers,
     seen: dict[str, bool],
-    limits: Limits,
 ) -> None:
-    """`load_manifests`' walk: every file of every path, each loaded once."""
+    """`load_manifests`' walk: every file of every path, each loaded once. Each file is
+    read by `pricing.userio.reading` (regular files only, within the YAML size cap,
+    strict UTF-8, a byte-order mark dropped), or its error kept at its name: a FIFO or
+    a device named `*.yaml` in a directory is an error, never a wait or an endless read."""
+    from pricing.userio.reading import read_texts
+
+    cache, limits = readers.cache, readers.limits
     for path in map(Path, paths):
         in_directory = path.is_dir()
-        files = _files_of(path)
-        keys = [os.path.abspath(file) for file in files]
-        todo = [(file, key) for file, key in zip(files, keys, strict=True) if key not in seen]
-        texts = [_read_text(file, limits) for file, _ in todo]
-        cache.prefetch_files([text for text in texts if isinstance(text, str)])  # one query
+        keyed = keyed_files(path)
+        keys = [key for _, key in keyed]
+        todo = [(file, key) for file, key in keyed if key not in seen]
+        texts = read_texts([file for file, _ in todo], "yaml", limits)
+        cache.expect([text for text in texts if isinstance(text, str)])  # looked up in bulk
         for (file, key), text in zip(todo, texts, strict=True):
             if key in seen:  # named twice within this path
                 continue
             result.files.append(file)
-            skipped = _load_file(file, text, in_directory, loaded, result.errors, cache, limits)
+            skipped = _load_file(file, text, in_directory, loaded, result.errors, readers)
             if skipped:
                 result.skipped.append(file)
             seen[key] = not skipped
@@ -200,6 +177,26 @@ def load_texts(texts: Sequence[tuple[str, Path]]) -> LoadResult:
     return result
 
 
+class _Readers(NamedTuple):
+    """What one load reads files with: the spec cache, the templates of the files parsed
+    so far (broker.manifest.templates; None without a folder to load) and the size and
+    depth caps."""
+
+    cache: SpecCache
+    templates: Templates | None
+    limits: Limits
+
+
+def _templates(paths: Sequence[Path]) -> Templates | None:
+    """Templates for a load of folders (copies of one file come in folders); none for
+    files named one by one, which spares `broker plan job.yaml` their module."""
+    if not any(Path(path).is_dir() for path in paths):
+        return None
+    from broker.manifest.templates import Templates
+
+    return Templates()
+
+
 class _Loaded(NamedTuple):
     """A valid manifest and where its name is (its node tree is not kept: memory and GC)."""
 
@@ -208,57 +205,50 @@ class _Loaded(NamedTuple):
     span: tuple[int, int]  # of its text in the file
 
 
-def _read_text(path: Path, limits: Limits) -> str | UserInputError:
-    """A file's text, read by `pricing.userio.reading` (regular files only, within the
-    YAML size cap, strict UTF-8, a byte-order mark dropped), or the error at its name: a
-    FIFO or a device named `*.yaml` in a directory is an error, never a wait or an
-    endless read."""
-    from pricing.userio.errors import UserInputError
-    from pricing.userio.reading import read_text
-
-    try:
-        return read_text(path, "yaml", limits)
-    except UserInputError as exc:
-        return exc
-
-
 def _load_file(
     path: Path,
     text: str | UserInputError,
     in_directory: bool,
     loaded: list[_Loaded],
     errors: list[UserInputError],
-    cache: SpecCache,
-    limits: Limits,
+    readers: _Readers,
 ) -> bool:
     """Load one file (its `text`, or the error reading it) into `loaded` and `errors`;
     True when it is skipped as not a manifest file."""
     if not isinstance(text, str):
         errors.append(text)
         return False
-    if in_directory and not _MENTIONS_BROKER_API.search(text):
+    if in_directory and _MENTIONED not in text and not _MENTIONS_BROKER_API.search(text):
         return True
-    known = _from_cache(path, text, cache)
+    templates = readers.templates
+    derived = None if templates is None else templates.derive(path, text)
+    if derived is not None:  # cheaper than a cached file's row
+        loaded.append(_Loaded(*derived))
+        return False
+    known = _from_cache(path, text, readers)
     if known is not None:
         loaded.extend(known)
         return False
-    return _parse_file(path, text, in_directory, loaded, errors, cache, limits.nesting_depth)
+    return _parse_file(path, text, in_directory, loaded, errors, readers)
 
 
-def _from_cache(path: Path, text: str, cache: SpecCache) -> list[_Loaded] | None:
-    """The manifests of a file loaded before with the same text, if all are still cached."""
-    entries = cache.get_file(text)
+def _from_cache(path: Path, text: str, readers: _Readers) -> list[_Loaded] | None:
+    """The manifests of a file loaded before with the same text, if all are still cached
+    (a template file's template remembered again, for the copies after it)."""
+    entries = readers.cache.get_file(text)
     if not entries:
         return None
     found = []
     for entry in entries:
-        spec = _cached(cache, entry.digest, path)
+        spec = _cached(readers.cache, entry.digest, path)
         if spec is None:
             return None
         start, end = entry.span
         document = text[start:end] + "\n"
         manifest = Manifest(spec, path, entry.index, entry.line, entry.digest, document)
         found.append(_Loaded(manifest, entry.name_at, entry.span))
+    if readers.templates is not None and len(entries) == 1 and entries[0].template is not None:
+        readers.templates.restore(text, found[0], entries[0].template)
     return found
 
 
@@ -276,22 +266,25 @@ def _parse_file(
     in_directory: bool,
     loaded: list[_Loaded],
     errors: list[UserInputError],
-    cache: SpecCache,
-    max_depth: int,
+    readers: _Readers,
 ) -> bool:
-    """`_load_file` for a file not in the cache: parse and validate every document."""
+    """`_load_file` for a file not in the cache: parse and validate every document; a
+    folder's file of one valid document becomes a template for the files after it."""
     from broker.manifest.spec_cache import FileEntry
     from pricing.userio.errors import UserInputError
     from pricing.userio.yaml_reader import iter_yaml_documents
 
     found: list[_Loaded] = []
     mistakes: list[UserInputError] = []
+    cache = readers.cache
     documents = claimed = 0
+    docs: list[YamlDocument] = []  # the first, while it is the only one
     try:
-        for doc in iter_yaml_documents(text, path, max_depth):
+        for doc in iter_yaml_documents(text, path, readers.limits.nesting_depth):
             documents += doc.data is not None
-            claimed += _is_broker_document(doc.data)
+            claimed += is_broker_document(doc.data)
             _load_document(doc, text, found, mistakes, cache)
+            docs = [doc] if not docs and not doc.index else []
     except UserInputError as exc:  # a syntax error, in a file that mentions a broker apiVersion
         mistakes.append(exc)
     else:
@@ -300,21 +293,14 @@ def _parse_file(
         if not documents:
             mistakes.append(UserInputError(path, 0, 0, "", "no job manifest in this file"))
     if found and not mistakes:
-        entries = [FileEntry(m.digest, m.index, m.line, at, span) for m, at, span in found]
+        templates = readers.templates if in_directory and len(docs) == 1 else None
+        template = None if templates is None else templates.add(docs[0], text, found[0])
+        stored = None if template is None else template.stored()
+        entries = [FileEntry(m.digest, m.index, m.line, at, s, stored) for m, at, s in found]
         cache.put_file(text, entries)
     loaded.extend(found)
     errors.extend(mistakes)
     return False
-
-
-def _is_broker_document(data: Any) -> bool:
-    """Whether a document claims to be a manifest (with its `apiVersion` key in any case)."""
-    if not isinstance(data, dict):
-        return False
-    return any(
-        isinstance(key, str) and key.lower() == "apiversion" and str(value).startswith("broker/")
-        for key, value in data.items()
-    )
 
 
 def _load_document(
@@ -331,7 +317,7 @@ def _load_document(
         return
     # The version decides which schema applies: without the right one, say only that.
     if isinstance(data, dict) and data.get("apiVersion") != API_VERSION:
-        errors.append(_version_error(doc, data))
+        errors.append(version_error(doc, data))
         return
     try:
         digest = manifest_digest(data)
@@ -374,29 +360,6 @@ def _validated(doc: YamlDocument, errors: list[UserInputError]) -> JobSpec | Non
         errors.extend(validation_errors(doc, exc, JobManifest))
         return None
     return model.to_spec()
-
-
-def document_span(doc: YamlDocument, text: str) -> tuple[int, int]:
-    """Where a document's content starts and ends in its file: from its first node to
-    its last, surrounding white space left out (its text is that slice plus a newline)."""
-    start, end = doc.node.start_mark.index, doc.node.end_mark.index
-    while start < end and text[start].isspace():
-        start += 1
-    while end > start and text[end - 1].isspace():
-        end -= 1
-    return start, end
-
-
-def _version_error(doc: YamlDocument, data: dict[Any, Any]) -> UserInputError:
-    from pricing.userio.suggest import suggestion
-
-    if "apiVersion" in data:
-        message = f"unsupported apiVersion {data['apiVersion']!r}: expected {API_VERSION}"
-        return doc.error(("apiVersion",), message)
-    for key in data:
-        if close := suggestion(key, ["apiVersion"]):
-            return doc.error((key,), f"unknown field{close}", key=True)
-    return doc.error(("apiVersion",), f"not a job manifest: apiVersion: {API_VERSION} is missing")
 
 
 def _unique(loaded: list[_Loaded], errors: list[UserInputError]) -> list[Manifest]:

@@ -32,6 +32,8 @@ from pricing.userio.dirs import user_cache_dir
 _SOURCES = (
     "broker/spec_codec.py",
     "broker/manifest/load.py",  # how a file's documents are found and located
+    "broker/manifest/documents.py",
+    "broker/manifest/files.py",
     "broker/manifest/checks.py",
     "broker/manifest/digest.py",  # the key of a document's spec
     "broker/collector.py",
@@ -41,6 +43,7 @@ _SOURCES = (
     "broker/manifest/values.py",
     "broker/manifest/workdir.py",
     "broker/manifest/spec_cache.py",
+    "broker/manifest/templates.py",  # which files are read as copies of another
     "broker/spec.py",
     "pricing/gpus.py",
     "pricing/regions.py",
@@ -80,8 +83,10 @@ class FileEntry(NamedTuple):
     line: int  # where its content starts
     name_at: tuple[int, int]  # line and column of its `name`
     span: tuple[int, int]  # where its text starts and ends in the file (characters)
+    template: Any = None  # what broker.manifest.templates keeps of a template file
 
 
+_CHUNK = 500  # files looked up in one query
 _TABLES = (
     "CREATE TABLE IF NOT EXISTS specs (digest TEXT PRIMARY KEY, spec TEXT NOT NULL)",
     "CREATE TABLE IF NOT EXISTS files (digest TEXT PRIMARY KEY, entries TEXT NOT NULL)",
@@ -105,6 +110,8 @@ class SpecCache:
         self._decoded: dict[str, JobSpec] = {}  # digest -> spec, from a file's row
         self._parts: dict[tuple[str, str], Any] = {}  # (part, its JSON text) -> decoded
         self._fetched: dict[str, str | None] = {}  # file digest -> its row (prefetched)
+        self._expected: list[str] = []  # file texts to be asked for (`expect`)
+        self._positions: dict[int, int] = {}  # id of such a text -> its place in the list
         self._digests: dict[str, str] = {}  # file text -> its digest
         self._specs: dict[str, str] = {}  # written at flush
         self._files: dict[str, str] = {}
@@ -140,8 +147,8 @@ class SpecCache:
             return
         digests = [self._digest(text) for text in texts]
         try:
-            for begin in range(0, len(digests), 500):
-                chunk = digests[begin : begin + 500]
+            for begin in range(0, len(digests), _CHUNK):
+                chunk = digests[begin : begin + _CHUNK]
                 marks = ",".join("?" * len(chunk))
                 sql = f"SELECT digest, entries FROM files WHERE digest IN ({marks})"
                 self._fetched.update(conn.execute(sql, chunk).fetchall())
@@ -149,10 +156,21 @@ class SpecCache:
             pass
         self._fetched.update((d, None) for d in digests if d not in self._fetched)
 
+    def expect(self, texts: list[str]) -> None:
+        """Say which files `get_file` may be asked for, in order: the first asked for
+        is looked up with the next ones, a chunk at a time (one query each), when they
+        are asked for; files a load never asks the cache for (copies of a template,
+        broker.manifest.templates) are then not even hashed."""
+        self._expected = texts
+        self._positions = {id(text): i for i, text in enumerate(texts)}
+
     def get_file(self, text: str) -> list[FileEntry] | None:
         """The documents of a manifest file with this text, when it was loaded before
         (their specs are then known to `get` without another lookup)."""
         digest = self._digest(text)
+        at = self._positions.get(id(text))
+        if at is not None and digest not in self._fetched:
+            self.prefetch_files(self._expected[at : at + _CHUNK])
         stored = (
             self._fetched.pop(digest) if digest in self._fetched else self._read("files", digest)
         )
@@ -160,8 +178,9 @@ class SpecCache:
             return None
         try:
             entries = []
-            for d, i, line, at, span, spec in json.loads(stored):
-                entries.append(FileEntry(d, i, line, (at[0], at[1]), (span[0], span[1])))
+            for d, i, line, at, span, spec, template in json.loads(stored):
+                entry = FileEntry(d, i, line, (at[0], at[1]), (span[0], span[1]), template)
+                entries.append(entry)
                 if spec is not None:
                     self._decoded[d] = self._assembled(spec)
                     self._shared[d] = spec
@@ -170,7 +189,7 @@ class SpecCache:
             return None  # unreadable: parse the file
 
     def put_file(self, text: str, entries: list[FileEntry]) -> None:
-        rows = [[*entry, self._shared_form(entry.digest)] for entry in entries]
+        rows = [[*entry[:5], self._shared_form(entry.digest), entry.template] for entry in entries]
         self._files[self._digest(text)] = json.dumps(rows)
 
     def _shared_form(self, digest: str) -> list[Any] | None:
@@ -225,6 +244,7 @@ class SpecCache:
             self._decoded.clear()
             self._parts.clear()
             self._fetched.clear()
+            self._expected, self._positions = [], {}
             self._digests.clear()
             if conn is not None:
                 conn.close()

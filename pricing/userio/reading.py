@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import os
 import stat
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -137,6 +138,41 @@ def _read_upto(fd: int, size: int, cap: int) -> bytes:
 def read_text(path: Path | str, kind: str, limits: Limits | None = None) -> str:
     """The whole file as text: UTF-8, strictly, a byte-order mark dropped."""
     return decode(read_bytes(path, kind, limits), path)
+
+
+def read_texts(
+    paths: Sequence[Path | str], kind: str, limits: Limits | None = None
+) -> list[str | UserInputError]:
+    """`read_text` of each path, or the error it raises, in order: a folder's files in
+    one call. A plain file is read with the same checks, inlined (a tenth of the
+    per-file cost of a folder of small manifests); anything else (an error, a file that
+    is not regular, too large or not UTF-8) is read again by `read_text`, which says why."""
+    limits = limits or _default_limits(kind)
+    cap = limits.bytes_for(kind)
+    texts: list[str | UserInputError] = []
+    for path in paths:
+        text = None
+        try:
+            status = os.stat(path)
+            size = status.st_size if stat.S_ISREG(status.st_mode) else cap + 1
+            if size <= cap:
+                fd = os.open(path, _OPEN_FLAGS)
+                try:
+                    if stat.S_ISREG(os.fstat(fd).st_mode):
+                        data = _read_upto(fd, size, cap)
+                        if len(data) <= cap and b"\x00" not in data:
+                            text = data.decode("utf-8").removeprefix("\ufeff")
+                finally:
+                    os.close(fd)
+        except (OSError, UnicodeDecodeError):
+            text = None
+        if text is None:
+            try:
+                text = read_text(path, kind, limits)
+            except UserInputError as exc:
+                text = exc
+        texts.append(text)
+    return texts
 
 
 def decode(data: bytes, path: Path | str) -> str:

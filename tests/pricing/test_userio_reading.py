@@ -219,3 +219,53 @@ def test_a_large_file_comes_back_whole_and_one_byte_over_is_refused(tmp_path):
     cap = len(body) - 1
     with pytest.raises(UserInputError, match="over the"):
         read_bytes(path, "yaml", Limits(yaml_bytes=cap))
+
+
+FILE_KINDS = ("plain", "bom", "empty", "missing", "directory", "fifo", "large", "latin1", "nul",
+              "symlink", "dangling")  # fmt: skip
+
+
+@given(st.lists(st.sampled_from(FILE_KINDS), min_size=1, max_size=12))
+def test_reading_many_files_gives_what_reading_each_gives(tmp_path_factory, kinds):
+    """`read_texts` (a folder's files in one call) is `read_text` of each, its error in
+    place: the same text, or the same located error, file by file, in order."""
+    from pricing.userio.reading import read_texts
+
+    folder = tmp_path_factory.mktemp("many")
+    limits = Limits(yaml_bytes=64)
+    paths = []
+    for i, kind in enumerate(kinds):
+        path = folder / f"f{i}.yaml"
+        if kind in ("plain", "symlink"):
+            path.write_text(f"name: job-{i}\n")
+        elif kind == "bom":
+            path.write_bytes(b"\xef\xbb\xbfname: x\n")
+        elif kind == "empty":
+            path.write_bytes(b"")
+        elif kind == "directory":
+            path.mkdir()
+        elif kind == "fifo":
+            os.mkfifo(path)
+        elif kind == "large":
+            path.write_text("x" * 65)
+        elif kind == "latin1":
+            path.write_bytes(b"name: caf\xe9\n")
+        elif kind == "nul":
+            path.write_bytes(b"name: a\x00b\n")
+        if kind in ("symlink", "dangling"):
+            link = folder / f"link{i}.yaml"
+            link.symlink_to(path if kind == "symlink" else folder / "nowhere")
+            path = link
+        paths.append(path)
+
+    def each(path):
+        try:
+            return ("text", read_text(path, "yaml", limits))
+        except UserInputError as exc:
+            return ("error", str(exc))
+
+    many = [
+        ("text", t) if isinstance(t, str) else ("error", str(t))
+        for t in read_texts(paths, "yaml", limits)
+    ]
+    assert many == [each(path) for path in paths]

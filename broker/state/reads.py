@@ -11,7 +11,7 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from decimal import Decimal
-from typing import Any
+from typing import Any, NamedTuple
 
 from broker.state.backend import Backend, Connection
 from broker.state.listing import (
@@ -50,6 +50,16 @@ JOB_SELECT = (
     " JOIN job_versions v ON v.job_id = j.id AND v.version = j.version"
 )
 LEDGER_SELECT = "SELECT l.*, j.team FROM ledger l JOIN jobs j ON j.id = l.job_id"
+
+
+class EncodedSpec(NamedTuple):
+    """A job version's spec as the store keeps it (`StateStore.encoded_specs`)."""
+
+    job_id: str
+    version: int
+    key: str | None  # `broker.spec_codec.spec_key`; None: written before spec keys
+    name: str  # the job's, which its spec names too
+    team: str
 
 
 @dataclass(frozen=True, slots=True)
@@ -131,17 +141,31 @@ class StateReads(StateTallies):
             raise UnknownJob(f"job {job_id} has no version {number}")
         return version_of(row)
 
-    def encoded_specs(self, states: Iterable[JobState]) -> list[tuple[str, int, dict[str, Any]]]:
-        """(job id, version, its spec as broker.spec_codec encodes it) of every job in
-        `states`, in the version in force: one query for what a controller pass plans
-        (it decodes them, sharing equal parts, and keeps them)."""
+    def encoded_specs(self, states: Iterable[JobState]) -> list[EncodedSpec]:
+        """What names the spec of every job in `states`, in the version in force (its
+        `spec_key`, the job's name and team): one narrow query for what a controller
+        pass plans. Jobs from one template share a key, so the reader needs the text of
+        one version per key (`spec_texts`), and decodes it once (broker.controller.specs)."""
         where, params = _filters(("j.state", states))
         sql = (
-            "SELECT v.job_id, v.version, v.spec_json FROM jobs j"
+            "SELECT v.job_id, v.version, v.spec_key, j.name, j.team FROM jobs j"
             f" JOIN job_versions v ON v.job_id = j.id AND v.version = j.version{where}"
         )
-        rows = self._conn.execute(sql, params)
-        return [(r["job_id"], r["version"], json.loads(r["spec_json"])) for r in rows]
+        return [EncodedSpec(*row) for row in self._conn.execute(sql, params)]
+
+    def spec_texts(self, versions: Iterable[tuple[str, int]]) -> dict[tuple[str, int], str]:
+        """(job id, version) -> the version's spec as JSON text (broker.spec_codec's
+        encoding), one query per 500 jobs."""
+        wanted = set(versions)
+        ids = sorted({job_id for job_id, _ in wanted})
+        found: dict[tuple[str, int], str] = {}
+        for begin in range(0, len(ids), _PER_QUERY):
+            where, params = _filters(("job_id", ids[begin : begin + _PER_QUERY]))
+            sql = f"SELECT job_id, version, spec_json FROM job_versions{where}"
+            for job_id, version, text in self._conn.execute(sql, params):
+                if (job_id, version) in wanted:
+                    found[job_id, version] = text
+        return found
 
     def listed_runs(self, job_ids: Sequence[str]) -> dict[str, ListedRun]:
         """What `broker jobs` learns each run's runtime columns from (only that: no

@@ -22,6 +22,8 @@ from broker.spec import JobSpec
 from broker.spec_codec import PARTS, assemble, decode_part
 
 if TYPE_CHECKING:
+    from datetime import datetime
+
     from broker.state import Job, JobState, StateStore
     from broker.state.reads import EncodedSpec
 
@@ -37,6 +39,7 @@ class Specs:
         # spec key -> the fields of a spec of that key, decoded (a JobSpec's keywords)
         self._keyed: dict[str, dict[str, Any]] = {}
         self._parts: dict[tuple[str, str], Any] = {}  # (part, its JSON) -> decoded
+        self._submitted: dict[tuple[str, int], datetime] = {}  # when each was submitted
 
     def get(self, store: StateStore, job: Job) -> JobSpec:
         """The job's spec in the version in force (read alone when not loaded)."""
@@ -45,6 +48,13 @@ class Specs:
         if spec is None:
             spec = self._specs[key] = store.version(job.id, job.version).spec
         return spec
+
+    def submitted_at(self, store: StateStore, job_id: str, version: int) -> datetime:
+        """When the job's `version` was submitted (read alone when not loaded)."""
+        at = self._submitted.get((job_id, version))
+        if at is None:
+            at = self._submitted[job_id, version] = store.version(job_id, version).submitted_at
+        return at
 
     def load(self, store: StateStore, jobs: Iterable[Job], states: Iterable[JobState]) -> None:
         """Read, in one query, the specs of the jobs in `states` when one of `jobs` is
@@ -59,6 +69,7 @@ class Specs:
         texts = store.spec_texts(unread.values()) if unread else {}
         for row in rows:
             self._specs[row.job_id, row.version] = self._spec_of(row, texts)
+            self._submitted[row.job_id, row.version] = row.submitted_at
 
     def _spec_of(self, row: EncodedSpec, texts: dict[tuple[str, int], str]) -> JobSpec:
         """The spec of `row`: its key's, with the job's own name and team."""

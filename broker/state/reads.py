@@ -60,6 +60,7 @@ class EncodedSpec(NamedTuple):
     key: str | None  # `broker.spec_codec.spec_key`; None: written before spec keys
     name: str  # the job's, which its spec names too
     team: str
+    submitted_at: datetime  # the version's
 
 
 @dataclass(frozen=True, slots=True)
@@ -143,15 +144,20 @@ class StateReads(StateTallies):
 
     def encoded_specs(self, states: Iterable[JobState]) -> list[EncodedSpec]:
         """What names the spec of every job in `states`, in the version in force (its
-        `spec_key`, the job's name and team): one narrow query for what a controller
-        pass plans. Jobs from one template share a key, so the reader needs the text of
-        one version per key (`spec_texts`), and decodes it once (broker.controller.specs)."""
+        `spec_key`, the job's name and team, when it was submitted): one narrow query
+        for what a controller pass plans. Jobs from one template share a key, so the
+        reader needs the text of one version per key (`spec_texts`), and decodes it once
+        (broker.controller.specs)."""
         where, params = _filters(("j.state", states))
         sql = (
-            "SELECT v.job_id, v.version, v.spec_key, j.name, j.team FROM jobs j"
+            "SELECT v.job_id, v.version, v.spec_key, j.name, j.team, v.submitted_at FROM jobs j"
             f" JOIN job_versions v ON v.job_id = j.id AND v.version = j.version{where}"
         )
-        return [EncodedSpec(*row) for row in self._conn.execute(sql, params)]
+        rows = self._conn.execute(sql, params)
+        return [
+            EncodedSpec(job_id, version, key, name, team, datetime.fromisoformat(at))
+            for job_id, version, key, name, team, at in rows
+        ]
 
     def spec_texts(self, versions: Iterable[tuple[str, int]]) -> dict[tuple[str, int], str]:
         """(job id, version) -> the version's spec as JSON text (broker.spec_codec's

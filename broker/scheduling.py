@@ -71,7 +71,8 @@ def verdicts(
         if attempt.job_id in of_job:
             of_job[attempt.job_id].append(attempt)
     running = running_jobs(store, active, spec_of, of_job)
-    teams = store.job_teams()
+    teams = {job.id: job.team for job in (*queued, *active)}  # the others' read
+    teams |= store.job_teams({a.job_id for a in every} - teams.keys())
     usage_records = []
     for attempt in every:
         usage_records.append(

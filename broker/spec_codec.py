@@ -68,6 +68,22 @@ def _place_json(place: Place) -> dict[str, str]:
 PARTS = ("requirements", "run", "runtime", "checkpoint", "data", "budget")
 
 
+# An encoded spec's fields that name the job rather than say what it runs: two specs
+# equal but for them share a `spec_key`.
+NAMING = ("name", "team")
+
+
+def spec_key(data: dict[str, Any]) -> str:
+    """The digest of an encoded spec without its `NAMING` fields: jobs written from one
+    template share it, so a reader decodes one spec per key (`job_versions.spec_key`)."""
+    import hashlib
+
+    from broker.state.model import json_text
+
+    rest = {name: value for name, value in data.items() if name not in NAMING}
+    return hashlib.sha256(json_text(rest).encode()).hexdigest()[:32]
+
+
 def decode(data: dict[str, Any]) -> JobSpec:
     """The exact inverse of `encode`."""
     return assemble(data, {name: decode_part(name, data[name]) for name in PARTS})

@@ -48,7 +48,8 @@ class Closing:
         in that one write only puts it there, for the caller to make."""
         spec = self._spec(job)
         hours = self._billed_hours(instance)
-        failed = [a for a in self.store.attempts(job.id) if a.state == "failed"]
+        attempts = self.store.attempts(job.id)
+        failed = [a for a in attempts if a.state == "failed"]
         verdict = judge(
             Ending(
                 instance_state=instance.state,
@@ -60,16 +61,17 @@ class Closing:
                 max_restarts_on_error=spec.max_restarts_on_error,
             )
         )
-        reason, lost = verdict.reason, None
+        reason, lost, known = verdict.reason, None, (job, attempts)
         if verdict.outcome == "interrupted":
             lost = self.checkpoints.lost_work(job, attempt, instance, hours, self._told(attempt))
             reason += lost.text if lost is not None else ""
+            known = (job, None)  # its checkpoint recorded since: the attempts read again
         code = instance.exit_code
         share = lost.share if lost is not None else None
         one_write = later if verdict.outcome != "interrupted" else None  # else: a re-queue
         self._close(
             attempt, verdict.outcome, code, reason, hours, verdict.next_state, instance, share,
-            one_write,
+            one_write, known,
         )  # fmt: skip
         if verdict.outcome == "interrupted":
             # Back to the queue: the next plan prices moving the checkpoint from where it
@@ -90,11 +92,13 @@ class Closing:
         instance: Instance | None = None,
         lost_share: Decimal | None = None,
         later: list | None = None,
+        known: tuple[Job, list[Attempt] | None] | None = None,
     ) -> None:
         """End an attempt with its charges (time, data moved, the checkpoint's copy), and
         its instance rows as `instance` last reported (terminated: gone, or never up);
-        with `later`, the write is put there for the caller to make."""
-        entries = self._charges(attempt, hours, outcome)
+        with `later`, the write is put there for the caller to make. `known`: the job
+        and its attempts (None: not read), as the caller has just read them."""
+        entries = self._charges(attempt, hours, outcome, known)
         ended = instance.state if instance is not None else "terminated"
         write = partial(
             self.store.finish_attempt,
@@ -106,15 +110,26 @@ class Closing:
         else:
             later.append(write)
 
-    def _charges(self, attempt: Attempt, hours: Decimal | float, outcome: str) -> list[dict]:
+    def _charges(
+        self,
+        attempt: Attempt,
+        hours: Decimal | float,
+        outcome: str,
+        known: tuple[Job, list[Attempt] | None] | None = None,
+    ) -> list[dict]:
         """What ending `attempt` after `hours` of billed time with `outcome` is charged:
-        its time, the data it moved, the checkpoint's copy into it (ledger entries)."""
+        its time, the data it moved, the checkpoint's copy into it (ledger entries).
+        `known`: as `_close` has it (what is not given is read)."""
         from broker.recovery import with_checkpoint_at
         from broker.state.charges import attempt_charges
         from pricing.regions import Place
 
-        spec = self._spec(self.store.job(attempt.job_id)) if hours > 0 else None
-        earlier = self.store.attempts(attempt.job_id) if hours > 0 else []
+        job, earlier = known if known is not None else (None, None)
+        if hours > 0:
+            spec = self._spec(job if job is not None else self.store.job(attempt.job_id))
+            earlier = earlier if earlier is not None else self.store.attempts(attempt.job_id)
+        else:
+            spec, earlier = None, []
         moved = []
         here = attempt.placed_on
         if spec is not None and spec.checkpoint is not None:
@@ -180,7 +195,8 @@ class Closing:
         reason = error_reason(stage, exc)
         self.store.record_error(job.id, reason, attempt.id)
         instance, hours = self._stopped_instance(attempt)
-        failed = [a for a in self.store.attempts(job.id) if a.state == "failed"]
+        attempts = self.store.attempts(job.id)
+        failed = [a for a in attempts if a.state == "failed"]
         unexplained = sum(1 for a in failed if a.exit_code is None)
         live = self.store.job(job.id).state in _LIVE  # not cancelled meanwhile
         to = JobState.QUEUED if unexplained < INFRA_RETRIES and live else None

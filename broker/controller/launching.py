@@ -81,9 +81,10 @@ class Launching(Planning):
             with self.store.together():
                 for item in run:
                     self._consider(item, walk, report, starting)
+            started = _by_id(self.store.attempts_of(job.id for job, _, _ in starting))
             for job, attempt_id, where in starting:
                 with self._one_jobs(job, report):  # start_attempt took its lease: no claim
-                    self._start(job, self.store.attempt(attempt_id), report, up)
+                    self._start(job, started[attempt_id], report, up)
                     report.launched.append((job.name, where))
 
     def _preempt_for(self, item: Planned, walk: _Walk, report: PassReport) -> bool:
@@ -119,6 +120,9 @@ class Launching(Planning):
         job, verdict, best = item.job, item.verdict, item.best
         if verdict.category == ERROR:
             self._hold(job, verdict.reason, report)
+            return
+        if verdict.action == "launch" and self._first_free(item.decision, walk.room) is None:
+            _full(job, report)  # what `_place` finds: most of a long queue, read at a glance
             return
         with self._one_jobs(job, report):
             burst = False  # held for a pool, it takes its best cloud placement instead
@@ -159,7 +163,7 @@ class Launching(Planning):
             # A copy that can never succeed: start there from what its store holds.
         here = attempt.placed_on
         store = self.checkpoints.location(job.id, here.cloud, here.region)
-        submitted = self.store.version(job.id, attempt.version).submitted_at
+        submitted = self._specs.submitted_at(self.store, job.id, attempt.version)
         try:
             request = launch_request(job, attempt, spec, store, spec.runtime.deadline_at(submitted))
         except ValueError as exc:  # the job cannot run on this provider (e.g. no command)
@@ -221,8 +225,7 @@ class Launching(Planning):
 
         placement = first_cloud(decision) if burst else self._first_free(decision, room)
         if placement is None:
-            report.waiting[job.name] = FULL
-            report.waiting_for[job.name] = "capacity"
+            _full(job, report)
             return
         # on demand by the spot policy's call, not the price's: may go back to spot
         placed = PlacedOn.of(placement, steered=self._steered.get(job.id) == "on-demand")
@@ -284,7 +287,7 @@ class Launching(Planning):
             decision,
             self._spec(job),
             now=self.clock.now(),
-            submitted=self.store.version(job.id, job.version).submitted_at,
+            submitted=self._specs.submitted_at(self.store, job.id, job.version),
             queued_since=self._queued_since(job),
             free_gpus=free,
             running=running,
@@ -339,6 +342,17 @@ class _Walk:
     running: list | None = None  # the running jobs, read once, when a full pool first asks
     # pool -> GPUs of the jobs this pass left waiting for it
     ahead: dict[str, float] = field(default_factory=dict)
+
+
+def _full(job: Job, report: PassReport) -> None:
+    """`job` waits: every place its plan has is full this pass."""
+    report.waiting[job.name] = FULL
+    report.waiting_for[job.name] = "capacity"
+
+
+def _by_id(attempts_of: dict[str, list[Attempt]]) -> dict[str, Attempt]:
+    """The attempts of `StateStore.attempts_of`, by their ids."""
+    return {a.id: a for attempts in attempts_of.values() for a in attempts}
 
 
 def _runs(items: list[Planned]) -> list[list[Planned]]:

@@ -19,6 +19,7 @@ from broker.controller.isolation import ERROR, not_one_jobs
 from broker.controller.steering import steer
 from broker.dispatch.home import stays_home
 from broker.dispatch.market import spot_only
+from broker.dispatch.steered import steered
 from broker.recovery import checkpoint_place, with_checkpoint_at
 from broker.state import JobState
 from broker.state.placed import PlacedOn
@@ -277,9 +278,14 @@ class Planning:
         """The spec to plan now: its checkpoint where it lives, its market as its spot
         policy says (broker.dispatch.market), its spot kept home while it would wait
         there (broker.dispatch.home)."""
+        spec = self._spec(job)
+        if spec.checkpoint is None and not steered(
+            spec.requirements.spot, spec.runtime.deadline is not None
+        ):  # no home and no spot policy to ask: planned as it is (most of a queue)
+            self._steered[job.id] = ""
+            return spec
         from broker.controller.moving import moved_by_choice
 
-        spec = self._spec(job)
         # where its checkpoint lives; a job without one has no home (read only with one)
         home = checkpoint_place(self.store, job) if spec.checkpoint is not None else None
         spec = with_checkpoint_at(spec, home, self.checkpoints.stores is not None)

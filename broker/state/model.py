@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import json
 import math
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import UTC, date, datetime, timedelta
 from decimal import (
@@ -22,6 +22,7 @@ from decimal import (
     Rounded,
 )
 from enum import StrEnum
+from operator import itemgetter
 from typing import TYPE_CHECKING, Any, Literal
 
 from providers.gang import GangMember
@@ -314,6 +315,32 @@ def job_of(row: Any) -> Job:
         created_at=_at(row["created_at"]), updated_at=_at(row["updated_at"]),
         queued_at=_at(row["queued_at"]), run=row["run"], submitter=row["submitter"],
     )  # fmt: skip
+
+
+_JOB_COLUMNS = (
+    "id", "team", "name", "queue", "priority", "state", "version", "pending_version",
+    "digest", "created_at", "updated_at", "queued_at", "run", "submitter",
+)  # fmt: skip
+
+
+def job_maker(columns: Sequence[str]) -> Callable[[Sequence[Any]], Job]:
+    """`job_of` for rows of `columns` (a query's column names, the first of two of one
+    name winning, as a row read by name finds), read by position: what a pass reads
+    for every queued job."""
+    at: dict[str, int] = {}
+    for number, column in enumerate(columns):
+        at.setdefault(column, number)
+    values_of = itemgetter(*(at[name] for name in _JOB_COLUMNS))
+
+    def make(row: Sequence[Any]) -> Job:
+        (id_, team, name, queue, priority, state, version, pending, digest, created,
+         updated, queued, run, submitter) = values_of(row)  # fmt: skip
+        return Job(
+            id_, team, name, queue, priority, JobState(state), version, pending, digest,
+            _at(created), _at(updated), _at(queued), run, submitter,
+        )  # fmt: skip
+
+    return make
 
 
 def version_of(row: Any) -> JobVersion:

@@ -11,7 +11,7 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from decimal import Decimal
-from typing import Any
+from typing import Any, NamedTuple
 
 from broker.state.backend import Backend, Connection
 from broker.state.listing import (
@@ -52,6 +52,17 @@ JOB_SELECT = (
 LEDGER_SELECT = "SELECT l.*, j.team FROM ledger l JOIN jobs j ON j.id = l.job_id"
 
 
+class EncodedSpec(NamedTuple):
+    """A job version's spec as the store keeps it (`StateStore.encoded_specs`)."""
+
+    job_id: str
+    version: int
+    key: str | None  # `broker.spec_codec.spec_key`; None: written before spec keys
+    name: str  # the job's, which its spec names too
+    team: str
+    submitted_at: datetime  # the version's
+
+
 @dataclass(frozen=True, slots=True)
 class FinishedRun:
     """A succeeded run with its attempts and, per interrupted attempt, the share of its
@@ -70,7 +81,7 @@ class StateReads(StateTallies):
     _job_row: Callable[[str], Any]
     _attempt_row: Callable[[str], Any]
 
-    _job_of: Callable[[Any], Job]  # job_of, remembered (StateStore._job_of)
+    _jobs_of: Callable[[Iterable[Any]], list[Job]]  # job_of, remembered (StateStore)
 
     # rows to values (the simulator's store remembers them: broker.sim.store)
     _attempt_of = staticmethod(attempt_of)
@@ -112,13 +123,13 @@ class StateReads(StateTallies):
             ("j.state", states), ("j.team", team), ("j.queue", queue), ("j.submitter", submitter)
         )
         sql = f"{JOB_SELECT}{where} ORDER BY j.created_at, j.run, j.id"
-        return [self._job_of(r) for r in self._conn.execute(sql, params)]
+        return self._jobs_of(self._conn.execute(sql, params))
 
     def queued(self, queue: str | None = None) -> list[Job]:
         """Queued jobs in the order they should be considered: priority, then FIFO."""
         where, params = _filters(("j.state", [JobState.QUEUED]), ("j.queue", queue))
         sql = f"{JOB_SELECT}{where} ORDER BY j.priority DESC, j.queued_at, j.id"
-        return [self._job_of(r) for r in self._conn.execute(sql, params)]
+        return self._jobs_of(self._conn.execute(sql, params))
 
     def version(self, job_id: str, number: int | None = None) -> JobVersion:
         """One version of a job's manifest; by default the one in force."""
@@ -131,26 +142,55 @@ class StateReads(StateTallies):
             raise UnknownJob(f"job {job_id} has no version {number}")
         return version_of(row)
 
-    def encoded_specs(self, states: Iterable[JobState]) -> list[tuple[str, int, dict[str, Any]]]:
-        """(job id, version, its spec as broker.spec_codec encodes it) of every job in
-        `states`, in the version in force: one query for what a controller pass plans
-        (it decodes them, sharing equal parts, and keeps them)."""
+    def encoded_specs(self, states: Iterable[JobState]) -> list[EncodedSpec]:
+        """What names the spec of every job in `states`, in the version in force (its
+        `spec_key`, the job's name and team, when it was submitted): one narrow query
+        for what a controller pass plans. Jobs from one template share a key, so the
+        reader needs the text of one version per key (`spec_texts`), and decodes it once
+        (broker.controller.specs)."""
         where, params = _filters(("j.state", states))
         sql = (
-            "SELECT v.job_id, v.version, v.spec_json FROM jobs j"
+            "SELECT v.job_id, v.version, v.spec_key, j.name, j.team, v.submitted_at FROM jobs j"
             f" JOIN job_versions v ON v.job_id = j.id AND v.version = j.version{where}"
         )
         rows = self._conn.execute(sql, params)
-        return [(r["job_id"], r["version"], json.loads(r["spec_json"])) for r in rows]
+        return [
+            EncodedSpec(job_id, version, key, name, team, datetime.fromisoformat(at))
+            for job_id, version, key, name, team, at in rows
+        ]
+
+    def spec_texts(self, versions: Iterable[tuple[str, int]]) -> dict[tuple[str, int], str]:
+        """(job id, version) -> the version's spec as JSON text (broker.spec_codec's
+        encoding), one query per 500 jobs."""
+        wanted = set(versions)
+        ids = sorted({job_id for job_id, _ in wanted})
+        found: dict[tuple[str, int], str] = {}
+        for begin in range(0, len(ids), _PER_QUERY):
+            where, params = _filters(("job_id", ids[begin : begin + _PER_QUERY]))
+            sql = f"SELECT job_id, version, spec_json FROM job_versions{where}"
+            for job_id, version, text in self._conn.execute(sql, params):
+                if (job_id, version) in wanted:
+                    found[job_id, version] = text
+        return found
 
     def listed_runs(self, job_ids: Sequence[str]) -> dict[str, ListedRun]:
         """What `broker jobs` learns each run's runtime columns from (only that: no
         whole placement or spec is decoded; broker.state.listing.listed_runs)."""
         return listed_runs(self._conn, self._backend, job_ids)
 
-    def job_teams(self) -> dict[str, str]:
-        """Job id -> its team, for every job (what fair share needs to know of attempts)."""
-        return {r["id"]: r["team"] for r in self._conn.execute("SELECT id, team FROM jobs")}
+    def job_teams(self, job_ids: Iterable[str] | None = None) -> dict[str, str]:
+        """Job id -> its team, for every job, or for `job_ids` (one query per 500): what
+        fair share needs to know of attempts."""
+        if job_ids is None:
+            return {r["id"]: r["team"] for r in self._conn.execute("SELECT id, team FROM jobs")}
+        ids, teams = sorted(set(job_ids)), {}
+        for begin in range(0, len(ids), _PER_QUERY):
+            where, params = _filters(("id", ids[begin : begin + _PER_QUERY]))
+            teams |= {
+                r["id"]: r["team"]
+                for r in self._conn.execute(f"SELECT id, team FROM jobs{where}", params)
+            }
+        return teams
 
     def versions(self, job_id: str) -> list[JobVersion]:
         sql = "SELECT * FROM job_versions WHERE job_id = ? ORDER BY version"

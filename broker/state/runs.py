@@ -29,7 +29,15 @@ if TYPE_CHECKING:
     from broker.spec import JobSpec
     from broker.state.model import JobVersion
 
-_VERSION_COLUMNS = ("digest", "manifest_text", "spec_json", "queue", "priority", "submitted_at")
+_VERSION_COLUMNS = (
+    "digest",
+    "manifest_text",
+    "spec_json",
+    "spec_key",
+    "queue",
+    "priority",
+    "submitted_at",
+)
 
 
 class RunInFlight(StateError):
@@ -66,14 +74,16 @@ class RunWrites:
         finished one. `submitter` (default: `broker.users.current_user()`) is recorded on
         a new run and named in the events of a new version.
         """
-        from broker.spec_codec import encode
+        from broker.spec_codec import encode, spec_key
         from broker.users import current_user
         from pricing.userio.redact import redact
 
         team, name = spec.team, spec.name
         # The text is kept to be shown, redacted; the spec (what runs) is kept whole.
         version = {"digest": digest, "manifest_text": redact(manifest_text), "queue": spec.queue}
-        version |= {"spec_json": json_text(encode(spec)), "priority": spec.priority}
+        encoded = encode(spec)
+        version |= {"spec_json": json_text(encoded), "spec_key": spec_key(encoded)}
+        version["priority"] = spec.priority
         by = submitter if submitter is not None else current_user()
         with self._write() as now:
             version["submitted_at"] = now

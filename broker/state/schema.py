@@ -231,7 +231,14 @@ TEAM = Migration(
     ),
 )
 
-MIGRATIONS: list[Migration] = [INITIAL, LEDGER_PLACE, RUNS, GANG_MEMBERS, TEAM]
+SPEC_KEY = Migration(
+    6,
+    "job_versions: spec_key, the digest of the spec without its name and team",
+    # NULL on rows written before: a reader decodes those specs whole (broker.spec_codec).
+    ("ALTER TABLE job_versions ADD COLUMN spec_key TEXT",),
+)
+
+MIGRATIONS: list[Migration] = [INITIAL, LEDGER_PLACE, RUNS, GANG_MEMBERS, TEAM, SPEC_KEY]
 
 _BOOKKEEPING = """CREATE TABLE IF NOT EXISTS schema_migrations (
     version INTEGER PRIMARY KEY,

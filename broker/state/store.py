@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import os
 import secrets
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from pathlib import Path
 from types import TracebackType
@@ -42,7 +42,7 @@ from broker.state.model import (
     UnknownAttempt,
     UnknownJob,
     can_transition,
-    job_of,
+    job_maker,
     json_text,
     ts_text,
 )
@@ -110,7 +110,7 @@ class StateStore(RunWrites, AttemptWrites, LeaseWrites, StateReads, HeldRows):
         self._backend = backend
         self._together = False  # inside `together`: writes are savepoints of its transaction
         self._texts: dict[str, str] = {}  # text -> redacted (`_redacted`)
-        self._jobs_read: dict[tuple, Job] = {}  # a job row's values -> its Job (`_job_of`)
+        self._jobs_read: dict[tuple, Job] = {}  # a job row's values -> its Job (`_jobs_of`)
         self._held_rows = None  # the rows the open write locked (broker.state.held)
         self._ended = Ended()  # what this store's own writes ended (`ended_here`)
         self._ending: list[tuple[str, str]] = []  # ... in the open write, until it commits
@@ -329,10 +329,22 @@ class StateStore(RunWrites, AttemptWrites, LeaseWrites, StateReads, HeldRows):
         text, payload = self._redacted(message), redact_data(dict(data), self._redacted)
         _insert_event(self._conn, job_id, attempt_id, now, kind, text, payload)
 
-    def _job_of(self, row: Any) -> Job:
-        """`job_of(row)`, remembered by the row's values (up to `_JOBS_KEPT` rows): a
-        controller pass reads the whole queue, most of it as the pass before read it."""
-        return _kept(self._jobs_read, tuple(row), lambda: job_of(row), _JOBS_KEPT)
+    def _jobs_of(self, rows: Iterable[Any]) -> list[Job]:
+        """`job_of` of each row, remembered by the row's values (up to `_JOBS_KEPT`
+        rows): a controller pass reads the whole queue, most of it as the pass before
+        read it; a row not seen is read by position (`job_maker`)."""
+        memory, make, jobs = self._jobs_read, None, []
+        for row in rows:
+            values = tuple(row)
+            job = memory.get(values)
+            if job is None:
+                if make is None:
+                    make = job_maker(row.keys())
+                if len(memory) >= _JOBS_KEPT:
+                    memory.clear()
+                job = memory[values] = make(values)
+            jobs.append(job)
+        return jobs
 
     def _redacted(self, text: str) -> str:
         """`redact(text)`, remembered (a few thousand texts at most): events repeat the

@@ -412,7 +412,7 @@ def test_a_version_1_ledger_migrates_and_reports_by_the_attempts_place(state_loc
     monkeypatch.undo()
     with StateStore.open(path, clock) as new:
         (version,) = query(path, "SELECT MAX(version) FROM schema_migrations")[0]
-        assert version == len(schema.MIGRATIONS) == 5
+        assert version == len(schema.MIGRATIONS) == 6
         (entry,) = new.ledger()
         assert (entry.cloud, entry.region, entry.detail) == ("", "", "")
         (line,) = build_report(new, ["cloud"]).lines

@@ -508,6 +508,7 @@ def test_a_version_2_file_migrates_to_runs_keeping_every_row(sqlite_path, clock)
             "DELETE FROM schema_migrations WHERE version >= 3;"
             "ALTER TABLE instances DROP COLUMN members_json;"  # migration 4's
             "DROP TABLE leases;"  # migration 5's (its jobs column goes with the rebuild)
+            "ALTER TABLE job_versions DROP COLUMN spec_key;"  # migration 6's
             "CREATE TABLE old_jobs AS SELECT id, team, name, queue, priority, state, version,"
             " pending_version, created_at, updated_at, queued_at FROM jobs;"
             "DROP TABLE jobs;"

@@ -110,6 +110,8 @@ class SimStateStore(StateStore):
         """Open like `StateStore.open`, then let commits skip the disk flush."""
         store = cls.open(path, clock, new_id=new_id)
         store._conn.execute("PRAGMA synchronous = OFF")
+        store._conn.execute("PRAGMA journal_mode = MEMORY")
+        store._conn.execute("PRAGMA locking_mode = EXCLUSIVE")
         return store
 
     @contextmanager

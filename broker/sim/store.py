@@ -20,6 +20,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from datetime import datetime
 from enum import Enum
+from pathlib import Path
 from typing import Any
 
 from broker.state import StateStore
@@ -75,6 +76,20 @@ def _redacted(text: str) -> str:
     return redact(text)
 
 
+@functools.lru_cache(maxsize=4)
+def _migrated(at: datetime) -> bytes:
+    """The bytes of a new state file that `StateStore.open` created and migrated with its
+    clock at `at` (the migrations record when they ran), made once per process."""
+    import tempfile
+
+    from broker.clock import FixedClock
+
+    with tempfile.TemporaryDirectory(prefix="broker-sim-template-") as tmp:
+        file = Path(tmp) / "state.db"
+        StateStore.open(file, FixedClock(at)).close()  # its WAL checkpointed
+        return file.read_bytes()
+
+
 class SimStateStore(StateStore):
     """`StateStore` whose reads are remembered until the next write (see the module)."""
 
@@ -107,7 +122,12 @@ class SimStateStore(StateStore):
 
     @classmethod
     def open_fast(cls, path, clock, *, new_id: Callable[[], str]) -> SimStateStore:
-        """Open like `StateStore.open`, then let commits skip the disk flush."""
+        """Open like `StateStore.open` a new file, then let commits skip the disk flush and
+        keep the rollback journal in memory. The new file is a copy of one migrated at the
+        same moment (`_migrated`), so migrations run once per process, not once a run; the
+        open that follows finds it up to date, as it would find a file it migrated."""
+        if not Path(path).exists():
+            Path(path).write_bytes(_migrated(clock.now()))
         store = cls.open(path, clock, new_id=new_id)
         store._conn.execute("PRAGMA synchronous = OFF")
         store._conn.execute("PRAGMA journal_mode = MEMORY")

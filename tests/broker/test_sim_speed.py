@@ -28,7 +28,8 @@ HOME = ZONES[0]
 POLICIES = ("broker", "spot-failover", "uniform-progress", "on-demand")
 TABLES = {
     "jobs": "id", "job_versions": "job_id, version", "attempts": "id", "events": "id",
-    "ledger": "id", "instances": "cloud, provider_id",
+    "ledger": "id", "instances": "cloud, provider_id", "schema_migrations": "version",
+    "leases": "job_id", "sqlite_master": "type, name",
 }  # fmt: skip
 
 
@@ -45,8 +46,11 @@ def _flapping(flips: int, deadline: float = 30.0) -> Scenario:
 def _rows(workdir: Path) -> dict[str, list[tuple]]:
     conn = sqlite3.connect(workdir / "state.db")
     try:
-        return {t: conn.execute(f"SELECT * FROM {t} ORDER BY {o}").fetchall()
+        rows = {t: conn.execute(f"SELECT * FROM {t} ORDER BY {o}").fetchall()
                 for t, o in TABLES.items()}  # fmt: skip
+        for name in ("application_id", "user_version", "page_size", "foreign_keys"):
+            rows[name] = conn.execute(f"PRAGMA {name}").fetchall()
+        return rows
     finally:
         conn.close()
 

@@ -29,7 +29,7 @@ POLICIES = "broker,spot-failover,uniform-progress,on-demand"
 
 
 def main() -> None:
-    default = os.environ.get("BROKER_SHARED_DIR", str(Path(__file__).resolve().parents[2] / "shared"))  # fmt: skip
+    default = os.environ.get("BROKER_SHARED_DIR") or Path(__file__).resolve().parents[2] / "shared"
     parser = argparse.ArgumentParser()
     parser.add_argument("--shared", type=Path, default=Path(default))
     parser.add_argument("--detail", type=Path, default=None, help="every run's full result")

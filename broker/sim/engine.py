@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from broker.dispatch.cadence import grid_after
-from broker.sim.manifests import label, manifest_text
+from broker.sim.manifests import label, manifest_text, parsed
 from broker.sim.model import SimJob, SpotTrace
 from broker.sim.policies import SimPolicy
 
@@ -96,7 +96,6 @@ def _run(
 ) -> PolicyResult:
     from broker.clock import FixedClock
     from broker.controller import Controller
-    from broker.manifest.load import parse_manifest_text
     from broker.sim.cadence import Cadence
     from broker.sim.metrics import collect
     from broker.sim.provider import SimulatedProvider, Work
@@ -144,7 +143,7 @@ def _run(
             while submitted < len(pending) and pending[submitted][0].submit_hours <= now + 1e-9:
                 job, name = pending[submitted]
                 text = manifest_text(job, policy.spot, scenario.clouds, name=name)
-                (manifest,) = parse_manifest_text(text)
+                manifest = parsed(text)
                 result = store.submit(manifest.spec, text, manifest.digest)
                 every = job.checkpoint_minutes / 60 if job.checkpoint_minutes else None
                 provider.work[result.job_id] = Work(job.hours, job.gpu, every)

@@ -29,11 +29,11 @@ from broker.state.model import Attempt, Event, attempt_of, event_of
 
 def _settled(value: Any) -> Any:
     """An argument as the read gets it and as a key: a collection (of states, read as an
-    SQL `IN`, where order does not matter) as a tuple, keyed by its sorted texts."""
+    SQL `IN`, where order does not matter) as a tuple, keyed by its set."""
     if value is None or isinstance(value, (str, int, float, datetime, Enum)):
         return value, value
     items = tuple(value)
-    return items, ("in", tuple(sorted(str(v) for v in items)))
+    return items, ("in", frozenset(items))
 
 
 def _copy(value: Any) -> Any:
@@ -44,25 +44,35 @@ def _copy(value: Any) -> Any:
     return value
 
 
+_PLAIN = (str, int, type(None))  # arguments that are their own key
+
+
 def _remembered(read: Callable[..., Any]) -> Callable[..., Any]:
     """`read`, answered from memory when asked again before the next write."""
+    name = read.__name__
 
     @functools.wraps(read)
     def remembered(self: SimStateStore, *args: Any, **kwargs: Any) -> Any:
         if self._conn.in_transaction:  # inside a write: its own reads must see it
             return read(self, *args, **kwargs)
+        memo = self._memo
+        if not kwargs and all(type(a) in _PLAIN for a in args):  # most reads: ids only
+            key: tuple = (name, args)
+            if key not in memo:
+                memo[key] = read(self, *args)
+            return _copy(memo[key])
         settled = [_settled(a) for a in args]
         named = {k: _settled(v) for k, v in sorted(kwargs.items())}
         key = (
-            read.__name__,
+            name,
             tuple(k for _, k in settled),
             tuple((n, k) for n, (_, k) in named.items()),
         )
-        if key not in self._memo:
-            self._memo[key] = read(
+        if key not in memo:
+            memo[key] = read(
                 self, *(a for a, _ in settled), **{n: a for n, (a, _) in named.items()}
             )
-        return _copy(self._memo[key])
+        return _copy(memo[key])
 
     return remembered
 

@@ -9,7 +9,8 @@ the schema, the SQL and the decoding are the production store's, and every answe
 what the production store would give (its values are frozen dataclasses; lists and
 dicts are handed out as copies). Likewise a row is decoded once per content, and a text's
 redaction is remembered for the process, not only for one store. A simulator's store need
-not survive a power cut, so commits do not wait for the disk (`synchronous = OFF`).
+not survive a crash, so it is held in memory while the run lasts (a copy of a file migrated
+once per process) and written to its file when closed.
 """
 
 from __future__ import annotations
@@ -89,7 +90,8 @@ def _redacted(text: str) -> str:
 @functools.lru_cache(maxsize=4)
 def _migrated(at: datetime) -> bytes:
     """The bytes of a new state file that `StateStore.open` created and migrated with its
-    clock at `at` (the migrations record when they ran), made once per process."""
+    clock at `at` (the migrations record when they ran), made once per process; in
+    rollback-journal mode, as an in-memory database cannot be in WAL mode."""
     import tempfile
 
     from broker.clock import FixedClock
@@ -97,7 +99,12 @@ def _migrated(at: datetime) -> bytes:
     with tempfile.TemporaryDirectory(prefix="broker-sim-template-") as tmp:
         file = Path(tmp) / "state.db"
         StateStore.open(file, FixedClock(at)).close()  # its WAL checkpointed
-        return file.read_bytes()
+        conn = sqlite3.connect(file, isolation_level=None)
+        try:
+            conn.execute("PRAGMA journal_mode = DELETE")
+            return conn.serialize()
+        finally:
+            conn.close()
 
 
 class SimStateStore(StateStore):
@@ -109,6 +116,7 @@ class SimStateStore(StateStore):
         self._rows: dict[tuple, Any] = {}  # (decoder, row values) -> value
         self._changed = 0  # see `changes`
         self._leases_only = False  # inside a heartbeat
+        self._file: Path | None = None  # written when closed (`open_fast`: held in memory)
 
     # the reads the controller, recovery, steering and the cadence ask (each only reads)
     job = _remembered(StateStore.job)
@@ -132,17 +140,30 @@ class SimStateStore(StateStore):
 
     @classmethod
     def open_fast(cls, path, clock, *, new_id: Callable[[], str]) -> SimStateStore:
-        """Open like `StateStore.open` a new file, then let commits skip the disk flush and
-        keep the rollback journal in memory. The new file is a copy of one migrated at the
-        same moment (`_migrated`), so migrations run once per process, not once a run; the
-        open that follows finds it up to date, as it would find a file it migrated."""
-        if not Path(path).exists():
-            Path(path).write_bytes(_migrated(clock.now()))
-        store = cls.open(path, clock, new_id=new_id)
-        store._conn.execute("PRAGMA synchronous = OFF")
-        store._conn.execute("PRAGMA journal_mode = MEMORY")
-        store._conn.execute("PRAGMA locking_mode = EXCLUSIVE")
+        """A new state at `path`, held in memory while the simulation runs and written to
+        the file when closed: a copy of a file `StateStore.open` created and migrated at
+        the same moment (`_migrated`), so migrations run once per process, and no write
+        waits for a file's locks or journal. A simulator's store is thrown away; the
+        schema, the SQL and the rows are the production store's."""
+        from broker.state.model import StateError
+        from broker.state.sqlite_backend import SqliteBackend
+
+        file = Path(path)
+        if file.exists():
+            raise StateError(f"{file}: a simulation starts from a new state file")
+        conn = sqlite3.connect(":memory:", isolation_level=None)
+        conn.deserialize(_migrated(clock.now()))
+        conn.row_factory = sqlite3.Row
+        conn.execute("PRAGMA foreign_keys = ON")  # as StateStore.open sets it
+        store = cls(conn, clock, file, new_id, SqliteBackend(file))
+        store._file = file
         return store
+
+    def close(self) -> None:
+        """Close, writing the state to its file first (when opened by `open_fast`)."""
+        if self._file is not None:
+            self._file.write_bytes(self._conn.serialize())
+        super().close()
 
     @contextmanager
     def _write(self) -> Iterator[str]:

@@ -221,3 +221,29 @@ def test_the_fast_path_equals_the_reference_on_can_t_be_late_traces(
     assert fast[0] == reference[0]
     assert fast[1] == reference[1]
     assert passes[1] <= passes[0]
+
+
+def test_the_in_memory_store_is_a_state_file_once_closed(tmp_path):
+    """`open_fast` holds the state in memory and writes it when closed: the production
+    store opens that file (read-only: as it is) and reads what was written; a second
+    simulation into the same file is refused rather than mixed into it."""
+    from broker.manifest.load import parse_manifest_text
+    from broker.sim.manifests import manifest_text
+    from broker.state import StateStore
+    from broker.state.model import StateError
+
+    file = tmp_path / "state.db"
+    store = SimStateStore.open_fast(file, FixedClock(ORIGIN), new_id=lambda: "b")
+    text = manifest_text(SimJob("one", "nlp", 0.0, "V100", 1, 1.0, None), "prefer")
+    (manifest,) = parse_manifest_text(text)
+    job_id = store.submit(manifest.spec, text, manifest.digest).job_id
+    assert not file.exists()  # in memory while it runs
+    store.close()
+    reopened = StateStore.open(file, FixedClock(ORIGIN), read_only=True)
+    try:
+        assert [(j.id, j.state) for j in reopened.jobs()] == [(job_id, JobState.QUEUED)]
+        assert reopened.version(job_id).digest == manifest.digest
+    finally:
+        reopened.close()
+    with pytest.raises(StateError):
+        SimStateStore.open_fast(file, FixedClock(ORIGIN), new_id=lambda: "c")

@@ -69,8 +69,9 @@ def simulate(
     """Run `scenario` under `policy`; `progress` is told the share of jobs finished.
     `every_step`: pass at every step of the reconcile grid while a job is unfinished
     (the reference for the passes `broker.sim.cadence` skips; slow). `reference`: the
-    production store as it is and a pass at every trace step (the reference for the
-    shortcuts of `broker.sim.store` and `Cadence.idle_at`; slower, same result)."""
+    production store and planner as they are and a pass at every trace step (the
+    reference for the shortcuts of `broker.sim.store`, `broker.sim.plans` and
+    `Cadence.idle_at`; slower, same result)."""
     if workdir is None:
         shm = Path("/dev/shm")
         root = shm if shm.is_dir() and _writable(shm) else None
@@ -98,6 +99,7 @@ def _run(
     from broker.controller import Controller
     from broker.sim.cadence import Cadence
     from broker.sim.metrics import collect
+    from broker.sim.plans import remembered_plan_many
     from broker.sim.provider import SimulatedProvider, Work
     from broker.sim.store import SimStateStore
     from broker.state import StateStore
@@ -129,6 +131,7 @@ def _run(
         _index_of(policy),
         pool_gpus=dict(scenario.pool_gpus),
         settings=policy.settings(scenario.restart_hours, scenario.reconcile_hours),
+        planner=None if reference else remembered_plan_many,
     )
     cadence = Cadence(controller, provider, ORIGIN, scenario.reconcile_hours, every_step,
                       shortcuts=not reference)  # fmt: skip

@@ -247,3 +247,57 @@ def test_the_in_memory_store_is_a_state_file_once_closed(tmp_path):
         reopened.close()
     with pytest.raises(StateError):
         SimStateStore.open_fast(file, FixedClock(ORIGIN), new_id=lambda: "c")
+
+
+# --- the planner's answers remembered (broker.sim.plans) -------------------------------
+
+
+@settings(max_examples=25, deadline=None)
+@given(
+    seed=st.integers(0, 10_000),
+    hours=st.floats(0.5, 48.0),
+    deadline=st.none() | st.floats(1.0, 96.0),
+    spot=st.sampled_from(["prefer", "only", "never"]),
+    later=st.floats(0.0, 50.0),
+)
+def test_a_remembered_plan_is_the_planners_answer(seed, hours, deadline, spot, later):
+    """Asked twice, with the same specs on equal tables (not the same objects) and at
+    any moments, the remembered planner answers what `plan_many` answers then."""
+    from datetime import timedelta
+
+    from broker.manifest.load import parse_manifest_text
+    from broker.planner.plan import plan_many
+    from broker.sim.manifests import manifest_text
+    from broker.sim.plans import remembered_plan_many
+    from pricing.query import OfferIndex
+
+    job = SimJob("p", "nlp", 0.0, "V100", 1 + seed % 9, hours, deadline, checkpoint_minutes=10.0)
+    (manifest,) = parse_manifest_text(manifest_text(job, spot))
+    table = synthetic_offers()
+    for at in (ORIGIN, ORIGIN + timedelta(hours=later)):
+        for index in (OfferIndex(table), OfferIndex(table.take(list(range(len(table)))))):
+            expected = plan_many([manifest.spec], index, at)
+            assert remembered_plan_many([manifest.spec], index, at) == expected
+
+
+def test_a_remembered_plan_is_asked_again_when_the_table_changes():
+    """A table that differs in one figure (a learned rate) is another question."""
+    import numpy as np
+
+    from broker.manifest.load import parse_manifest_text
+    from broker.planner.plan import plan_many
+    from broker.sim.manifests import manifest_text
+    from broker.sim.plans import remembered_plan_many
+    from pricing.query import OfferIndex
+    from pricing.table import OfferTable
+
+    job = SimJob("q", "nlp", 0.0, "V100", 1, 40.0, 44.0, checkpoint_minutes=10.0)
+    (manifest,) = parse_manifest_text(manifest_text(job, "only"))
+    table = synthetic_offers()
+    first = remembered_plan_many([manifest.spec], OfferIndex(table), ORIGIN)
+    numbers = dict(table.numbers)
+    numbers["spot_interruption_rate"] = np.full(len(table), 3.0)  # spot now refused
+    risky = OfferIndex(OfferTable(numbers, table.codes, table.categories))
+    second = remembered_plan_many([manifest.spec], risky, ORIGIN)
+    assert second == plan_many([manifest.spec], risky, ORIGIN)
+    assert second != first

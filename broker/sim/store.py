@@ -117,6 +117,7 @@ class SimStateStore(StateStore):
         self._changed = 0  # see `changes`
         self._leases_only = False  # inside a heartbeat
         self._file: Path | None = None  # written when closed (`open_fast`: held in memory)
+        self._events: dict[str, list[Event]] = {}  # job id -> its events read so far
 
     # the reads the controller, recovery, steering and the cadence ask (each only reads)
     job = _remembered(StateStore.job)
@@ -126,7 +127,6 @@ class SimStateStore(StateStore):
     versions = _remembered(StateStore.versions)
     attempt = _remembered(StateStore.attempt)
     attempts = _remembered(StateStore.attempts)
-    events = _remembered(StateStore.events)
     ledger = _remembered(StateStore.ledger)
     checkpoints = _remembered(StateStore.checkpoints)
     lost_shares = _remembered(StateStore.lost_shares)
@@ -187,6 +187,16 @@ class SimStateStore(StateStore):
             return super().heartbeat()
         finally:
             self._leases_only = False
+
+    def events(self, job_id: str, after: int = 0) -> list[Event]:
+        """`StateStore.events`, reading only the events written since the job's last read:
+        events are only ever appended, with increasing ids (one writer, AUTOINCREMENT),
+        so those read before are still the job's first ones."""
+        if self._conn.in_transaction:  # inside a write: read as the production store does
+            return super().events(job_id, after)
+        known = self._events.setdefault(job_id, [])
+        known += super().events(job_id, known[-1].id if known else 0)
+        return [e for e in known if e.id > after] if after else list(known)
 
     def _redacted(self, text: str) -> str:
         """`StateStore._redacted`, remembered for the process (`_redacted`)."""

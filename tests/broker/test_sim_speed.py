@@ -301,3 +301,33 @@ def test_a_remembered_plan_is_asked_again_when_the_table_changes():
     second = remembered_plan_many([manifest.spec], risky, ORIGIN)
     assert second == plan_many([manifest.spec], risky, ORIGIN)
     assert second != first
+
+
+def test_a_jobs_events_read_again_are_the_production_stores(tmp_path):
+    """The simulator's store reads only the events written since a job's last read; what
+    it answers (with and without `after`) is what the production store answers."""
+    from broker.manifest.load import parse_manifest_text
+    from broker.sim.manifests import manifest_text
+    from broker.state import StateStore
+
+    clock = FixedClock(ORIGIN)
+    ids = iter(f"{i:012x}" for i in range(1, 99))
+    fast = SimStateStore.open_fast(tmp_path / "fast.db", clock, new_id=lambda: next(ids))
+    ids2 = iter(f"{i:012x}" for i in range(1, 99))
+    plain = StateStore.open(tmp_path / "plain.db", clock, new_id=lambda: next(ids2))
+    text = manifest_text(SimJob("ev", "nlp", 0.0, "V100", 1, 1.0, None), "prefer")
+    (manifest,) = parse_manifest_text(text)
+    try:
+        for store in (fast, plain):
+            store.submit(manifest.spec, text, manifest.digest)
+        (job,) = fast.jobs()
+        assert fast.events(job.id) == plain.events(job.id)
+        for store in (fast, plain):
+            store.transition(job.id, JobState.CANCELLED, "test")
+        first = plain.events(job.id)[0].id
+        assert fast.events(job.id) == plain.events(job.id)
+        assert len(fast.events(job.id)) == 2
+        assert fast.events(job.id, first) == plain.events(job.id, first)
+    finally:
+        fast.close()
+        plain.close()

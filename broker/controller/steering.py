@@ -142,10 +142,8 @@ def steer(
     "on-demand" or "wait"; "" when it is not asked) and the spec to plan: spot
     "never" when the policy says on-demand. `current`: the market running now."""
     requirements = spec.requirements
-    if not steered(requirements.spot, spec.runtime.deadline is not None):
-        return spec, ""
-    ask = market_ask(store, job, spec, now, settings)
-    choice = choose_market(ask, settings, current=current, spot_available=spot_available)
+    choice_at = choices(spec, job, store, settings, current=current, spot_available=spot_available)
+    choice = choice_at(now)
     if choice == "on-demand":
         return replace(spec, requirements=replace(requirements, spot="never")), choice
     return spec, choice

@@ -293,8 +293,19 @@ def _cbl_trace(file: str):
 def _cbl_run(task: tuple) -> tuple[float, int, float]:
     """One simulation: (file, start, deadline, restart, policy) -> (cost, misses, CPU
     seconds of the process for it)."""
+    from broker.sim.engine import simulate
+
+    scenario, policy = cbl_scenario(task)
+    started = time.process_time()
+    result = simulate(scenario, policy)
+    return result.total_cost, result.deadline_misses, time.process_time() - started
+
+
+def cbl_scenario(task: tuple):
+    """The scenario and policy of one Can't Be Late run (file, start, deadline, restart,
+    policy); bench/engine_speed.py times the same runs."""
     from broker.sim import policies
-    from broker.sim.engine import Scenario, simulate
+    from broker.sim.engine import Scenario
     from broker.sim.model import SimJob, SpotTrace
     from broker.sim.places import region_of
     from broker.sim.synthetic import synthetic_offers
@@ -312,9 +323,7 @@ def _cbl_run(task: tuple) -> tuple[float, int, float]:
         reconcile_hours=avail.step_hours, horizon_hours=deadline * 3,
     )  # fmt: skip
     (policy,) = policies.parse(item)
-    started = time.process_time()
-    result = simulate(scenario, policy)
-    return result.total_cost, result.deadline_misses, time.process_time() - started
+    return scenario, policy
 
 
 def _optimum(trace, window, on_demand_price: float) -> float:

@@ -89,6 +89,7 @@ class Planning:
     provider: Provider
     clock: Clock
     index_of: Callable[[Provider], OfferIndex]
+    planner: Callable[[list[JobSpec], OfferIndex, datetime], list[Decision]] | None
     policy: Policy | None
     pool_gpus: dict[tuple[str, str], float]
     settings: DispatchSettings
@@ -170,7 +171,6 @@ class Planning:
         planned, their plans, why the others could not be, and what cool-down each job
         without a placement waits for."""
         from broker.controller.isolation import isolate
-        from broker.planner.plan import plan_many
         from broker.recovery import cooling_places, recent_reclaims
 
         now = self.clock.now()
@@ -185,7 +185,7 @@ class Planning:
                 if job.id not in specs:
                     specs[job.id] = self._steered_spec(job, now)
             batch = [specs[job.id] for job in jobs]
-            return plan_many(batch, self._gangs(index, batch), now)
+            return self._plan_many(batch, self._gangs(index, batch), now)
 
         jobs, decisions, broken = isolate(queued, plan, _job_id, "planning", sorted(self._held))
         cooling = cooling_places(reclaims, now, scale)
@@ -208,9 +208,7 @@ class Planning:
     def places(self, spec: JobSpec, adjusted: OfferIndex, now: datetime) -> bool:
         """Whether a pass would place `spec` alone on `adjusted` (`adjusted_offers`), with
         the pools and gangs a pass adds."""
-        from broker.planner.plan import plan_many
-
-        (decision,) = plan_many([spec], self._gangs(self._pools(adjusted), [spec]), now)
+        (decision,) = self._plan_many([spec], self._gangs(self._pools(adjusted), [spec]), now)
         return bool(decision.placements)
 
     def spec_to_plan(self, job: Job, now: datetime) -> JobSpec:
@@ -222,6 +220,15 @@ class Planning:
         finally:
             self._steered.clear()
             self._steered.update(saved)
+
+    def _plan_many(self, specs: list[JobSpec], index: OfferIndex, now: datetime) -> list[Decision]:
+        """The planner's decisions: `plan_many`, or the `planner` this controller was given
+        (the same function of the same inputs; the simulator's remembers its answers)."""
+        if self.planner is not None:
+            return self.planner(specs, index, now)
+        from broker.planner.plan import plan_many
+
+        return plan_many(specs, index, now)
 
     def _gangs(self, index: OfferIndex, specs: list[JobSpec]) -> OfferIndex:
         """`index` with the provider's gang limits when a job of `specs` is a gang
@@ -250,7 +257,6 @@ class Planning:
         each job without a placement that would have one were no place cooling down:
         planned again, in one batch, on the cooling places alone, sold as the provider
         sells them (spot open); a job that plans there waits for them, and nowhere else."""
-        from broker.planner.plan import plan_many
         from broker.recovery import cooling_wait
         from pricing.query import OfferIndex
 
@@ -262,7 +268,7 @@ class Planning:
         now = self.clock.now()
         try:
             batch = [specs[job.id] for job in infeasible]
-            plans = plan_many(batch, self._gangs(reopened, batch), now)
+            plans = self._plan_many(batch, self._gangs(reopened, batch), now)
         except Exception as exc:  # noqa: BLE001 (it planned in the batch: this is only a hint)
             if not_one_jobs(exc):
                 raise

@@ -40,6 +40,7 @@ from providers.capabilities import Billing, Capacity, CheckpointStores, PoolShar
 
 if TYPE_CHECKING:
     from broker.learned_runtime import History
+    from broker.planner.decision import Decision
     from broker.queue import Policy
     from broker.spec import JobSpec
     from broker.state import Job, StateStore
@@ -88,6 +89,8 @@ class Controller(Observing, Launching, Closing, Budgets):
     pool_gpus: dict[tuple[str, str], float] = field(default_factory=dict)  # on-prem pools
     settings: DispatchSettings = field(default_factory=DispatchSettings)
     holder: Holder = field(default_factory=Holder.new)  # whose leases this controller takes
+    # the planner's plan_many (None: broker.planner.plan's); the simulator remembers answers
+    planner: Callable[[list[JobSpec], OfferIndex, datetime], list[Decision]] | None = None
     _specs: Specs = field(default_factory=Specs, init=False)  # decoded once, kept
     _learned: dict[tuple[str, int], JobSpec] = field(default_factory=dict, init=False)
     _steered: dict[str, str] = field(default_factory=dict, init=False)  # job id -> say

@@ -10,6 +10,7 @@ the pass interval to be true (docs/spot-policy.md), which is what the settings'
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import replace
 from datetime import datetime
 from typing import TYPE_CHECKING
@@ -36,6 +37,15 @@ def restart_overhead(spec: JobSpec, settings: DispatchSettings) -> float:
 
 def work_done(store: StateStore, job: Job, spec: JobSpec, now: datetime, overhead: float) -> float:
     """Hours of the job's work that survive a restart now (module docstring)."""
+    return _work_parts(store, job, spec, overhead)(now)
+
+
+def _work_parts(
+    store: StateStore, job: Job, spec: JobSpec, overhead: float
+) -> Callable[[datetime], float]:
+    """`work_done` at any moment while the store is as it is now: the attempts read once,
+    each reclaimed attempt's kept hours worked out once, added in the attempts' order (the
+    same float at every moment as `work_done` reading the store then)."""
     from broker.reports.lines import lost_share
     from broker.state import AttemptState
 
@@ -44,34 +54,77 @@ def work_done(store: StateStore, job: Job, spec: JobSpec, now: datetime, overhea
     reclaimed = any(a.state == AttemptState.INTERRUPTED for a in attempts)
     checkpoints = store.checkpoints() if reclaimed and checkpoint is not None else {}
     recorded = store.lost_shares(job.id) if reclaimed and checkpoint is not None else {}
-    done = 0.0
+    parts: list[float | datetime] = []  # kept hours, or running since
     for attempt in attempts:
         if attempt.state == AttemptState.INTERRUPTED and checkpoint is not None:
             share = lost_share(attempt, checkpoints.get(attempt.id), recorded.get(attempt.id))
             kept = 1 - float(share)
-            done += max(0.0, float(attempt.billed_hours or 0) * kept - overhead)
+            parts.append(max(0.0, float(attempt.billed_hours or 0) * kept - overhead))
         elif attempt.state == AttemptState.RUNNING and attempt.running_at is not None:
-            ran = (now - attempt.running_at).total_seconds() / 3600
-            done += max(0.0, ran - overhead)
-    return done
+            parts.append(attempt.running_at)
+
+    def done_at(now: datetime) -> float:
+        done = 0.0
+        for part in parts:
+            if isinstance(part, float):
+                done += part
+            else:
+                done += max(0.0, (now - part).total_seconds() / 3600 - overhead)
+        return done
+
+    return done_at
 
 
 def market_ask(
     store: StateStore, job: Job, spec: JobSpec, now: datetime, settings: DispatchSettings
 ) -> MarketAsk:
     """The job's situation now, in hours from its submission (it has a deadline)."""
+    return market_asks(store, job, spec, settings)(now)
+
+
+def market_asks(
+    store: StateStore, job: Job, spec: JobSpec, settings: DispatchSettings
+) -> Callable[[datetime], MarketAsk]:
+    """`market_ask` at any moment while the store is as it is now, its reads done once (a
+    question asked at many moments: `choices`)."""
     submitted = store.version(job.id, job.version).submitted_at
     deadline_at = spec.runtime.deadline_at(submitted)
     assert deadline_at is not None, "only jobs with a deadline are steered"
     overhead = restart_overhead(spec, settings)
     checkpoint = spec.checkpoint
-    return MarketAsk(
-        elapsed=(now - submitted).total_seconds() / 3600,
-        deadline=(deadline_at - submitted).total_seconds() / 3600,
-        work_total=spec.runtime.estimate_hours,
-        work_done=work_done(store, job, spec, now, overhead),
-        restart_hours=overhead,
-        checkpoint_hours=checkpoint.interval_minutes / 60 if checkpoint else None,
+    done_at = _work_parts(store, job, spec, overhead)
+    deadline = (deadline_at - submitted).total_seconds() / 3600
+    every = checkpoint.interval_minutes / 60 if checkpoint else None
+
+    def ask_at(now: datetime) -> MarketAsk:
+        return MarketAsk(
+            elapsed=(now - submitted).total_seconds() / 3600,
+            deadline=deadline,
+            work_total=spec.runtime.estimate_hours,
+            work_done=done_at(now),
+            restart_hours=overhead,
+            checkpoint_hours=every,
+        )
+
+    return ask_at
+
+
+def choices(
+    spec: JobSpec,
+    job: Job,
+    store: StateStore,
+    settings: DispatchSettings,
+    *,
+    current: str | None = None,
+    spot_available: bool = True,
+) -> Callable[[datetime], str]:
+    """`steer(...)`'s choice at any moment while the store is as it is now, its reads
+    done once: the simulator's cadence asks it at many moments (broker.dispatch.cadence)."""
+    if not steered(spec.requirements.spot, spec.runtime.deadline is not None):
+        return lambda now: ""
+    ask_at = market_asks(store, job, spec, settings)
+    return lambda now: choose_market(
+        ask_at(now), settings, current=current, spot_available=spot_available
     )
 
 
@@ -89,10 +142,8 @@ def steer(
     "on-demand" or "wait"; "" when it is not asked) and the spec to plan: spot
     "never" when the policy says on-demand. `current`: the market running now."""
     requirements = spec.requirements
-    if not steered(requirements.spot, spec.runtime.deadline is not None):
-        return spec, ""
-    ask = market_ask(store, job, spec, now, settings)
-    choice = choose_market(ask, settings, current=current, spot_available=spot_available)
+    choice_at = choices(spec, job, store, settings, current=current, spot_available=spot_available)
+    choice = choice_at(now)
     if choice == "on-demand":
         return replace(spec, requirements=replace(requirements, spot="never")), choice
     return spec, choice

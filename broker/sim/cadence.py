@@ -103,7 +103,7 @@ class Cadence:
 
     def _queued_wake(self, job: Job, now: float) -> float | None | object:
         from broker.controller.moving import moved_by_choice
-        from broker.controller.steering import steer
+        from broker.controller.steering import choices, steer
         from broker.dispatch.home import stays_home
         from broker.dispatch.market import spot_only
         from broker.recovery import checkpoint_place, with_checkpoint_at
@@ -139,14 +139,13 @@ class Cadence:
             return refused  # spot only: only an event, a cool-down or the refusal's end
         deadline = self._deadline(job, spec)
 
-        def said(t: float, available: bool) -> str:
-            return steer(spec, job, store, self._at(t), settings, spot_available=available)[1]
+        def said(available: bool) -> Callable[[float], str]:
+            choice_at = choices(spec, job, store, settings, spot_available=available)
+            return lambda t: choice_at(self._at(t))
 
-        wakes = [self._first_change((job.id, is_open), lambda t: said(t, is_open), now, deadline)]
+        wakes = [self._first_change((job.id, is_open), said(is_open), now, deadline)]
         if home is not None:  # stay-home also asks as if no spot were on sale
-            wakes.append(
-                self._first_change((job.id, None), lambda t: said(t, False), now, deadline)
-            )
+            wakes.append(self._first_change((job.id, None), said(False), now, deadline))
         found = [w for w in wakes if w is not None]
         wake = min(found) if found else grid_from(deadline, self.step)
         return wake if refused is None else min(wake, refused)
@@ -207,7 +206,7 @@ class Cadence:
     def _running_wake(self, job: Job, now: float) -> float | None:
         """When a policy-steered on-demand run would go back to spot (None: a plain run,
         nothing to wake it for)."""
-        from broker.controller.steering import steer
+        from broker.controller.steering import choices
         from broker.state import OPEN_ATTEMPT
 
         store = _Reads(self.controller.store)
@@ -218,13 +217,11 @@ class Cadence:
         settings = self.controller.settings
         is_open = self._spot_open(spec)
 
-        def said(t: float) -> str:
-            return steer(spec, job, store, self._at(t), settings, current="on-demand",
-                         spot_available=is_open)[1]  # fmt: skip
-
+        choice_at = choices(spec, job, store, settings, current="on-demand", spot_available=is_open)
         return self._first_change(
-            ("running", job.id, is_open), said, now, self._deadline(job, spec)
-        )
+            ("running", job.id, is_open), lambda t: choice_at(self._at(t)), now,
+            self._deadline(job, spec),
+        )  # fmt: skip
 
     def _first_change(
         self, key: tuple, said: Callable[[float], str], now: float, until: float

@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from broker.dispatch.cadence import grid_after
-from broker.sim.manifests import label, manifest_text
+from broker.sim.manifests import label, manifest_text, parsed
 from broker.sim.model import SimJob, SpotTrace
 from broker.sim.policies import SimPolicy
 
@@ -69,8 +69,9 @@ def simulate(
     """Run `scenario` under `policy`; `progress` is told the share of jobs finished.
     `every_step`: pass at every step of the reconcile grid while a job is unfinished
     (the reference for the passes `broker.sim.cadence` skips; slow). `reference`: the
-    production store as it is and a pass at every trace step (the reference for the
-    shortcuts of `broker.sim.store` and `Cadence.idle_at`; slower, same result)."""
+    production store and planner as they are and a pass at every trace step (the
+    reference for the shortcuts of `broker.sim.store`, `broker.sim.plans` and
+    `Cadence.idle_at`; slower, same result)."""
     if workdir is None:
         shm = Path("/dev/shm")
         root = shm if shm.is_dir() and _writable(shm) else None
@@ -96,9 +97,9 @@ def _run(
 ) -> PolicyResult:
     from broker.clock import FixedClock
     from broker.controller import Controller
-    from broker.manifest.load import parse_manifest_text
     from broker.sim.cadence import Cadence
     from broker.sim.metrics import collect
+    from broker.sim.plans import remembered_plan_many
     from broker.sim.provider import SimulatedProvider, Work
     from broker.sim.store import SimStateStore
     from broker.state import StateStore
@@ -130,6 +131,7 @@ def _run(
         _index_of(policy),
         pool_gpus=dict(scenario.pool_gpus),
         settings=policy.settings(scenario.restart_hours, scenario.reconcile_hours),
+        planner=None if reference else remembered_plan_many,
     )
     cadence = Cadence(controller, provider, ORIGIN, scenario.reconcile_hours, every_step,
                       shortcuts=not reference)  # fmt: skip
@@ -144,7 +146,7 @@ def _run(
             while submitted < len(pending) and pending[submitted][0].submit_hours <= now + 1e-9:
                 job, name = pending[submitted]
                 text = manifest_text(job, policy.spot, scenario.clouds, name=name)
-                (manifest,) = parse_manifest_text(text)
+                manifest = parsed(text)
                 result = store.submit(manifest.spec, text, manifest.digest)
                 every = job.checkpoint_minutes / 60 if job.checkpoint_minutes else None
                 provider.work[result.job_id] = Work(job.hours, job.gpu, every)

@@ -2,10 +2,15 @@
 
 from __future__ import annotations
 
+import functools
 import math
 import re
+from typing import TYPE_CHECKING
 
 from broker.sim.model import SimJob
+
+if TYPE_CHECKING:
+    from broker.manifest.load import Manifest
 
 GPUS_PER_NODE = 8
 
@@ -57,3 +62,13 @@ def manifest_text(
             f"  size_gb: {job.checkpoint_gb!r}",
         ]
     return "\n".join(lines) + "\n"
+
+
+@functools.lru_cache(maxsize=1 << 12)
+def parsed(text: str) -> Manifest:
+    """The one manifest of `text` (`parse_manifest_text`), parsed once per process: the
+    runs of a benchmark submit the same few texts again, and a Manifest is frozen."""
+    from broker.manifest.load import parse_manifest_text
+
+    (manifest,) = parse_manifest_text(text)
+    return manifest

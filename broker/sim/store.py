@@ -9,7 +9,8 @@ the schema, the SQL and the decoding are the production store's, and every answe
 what the production store would give (its values are frozen dataclasses; lists and
 dicts are handed out as copies). Likewise a row is decoded once per content, and a text's
 redaction is remembered for the process, not only for one store. A simulator's store need
-not survive a power cut, so commits do not wait for the disk (`synchronous = OFF`).
+not survive a crash, so it is held in memory while the run lasts (a copy of a file migrated
+once per process) and written to its file when closed.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from datetime import datetime
 from enum import Enum
+from pathlib import Path
 from typing import Any
 
 from broker.state import StateStore
@@ -28,11 +30,11 @@ from broker.state.model import Attempt, Event, attempt_of, event_of
 
 def _settled(value: Any) -> Any:
     """An argument as the read gets it and as a key: a collection (of states, read as an
-    SQL `IN`, where order does not matter) as a tuple, keyed by its sorted texts."""
+    SQL `IN`, where order does not matter) as a tuple, keyed by its set."""
     if value is None or isinstance(value, (str, int, float, datetime, Enum)):
         return value, value
     items = tuple(value)
-    return items, ("in", tuple(sorted(str(v) for v in items)))
+    return items, ("in", frozenset(items))
 
 
 def _copy(value: Any) -> Any:
@@ -43,25 +45,35 @@ def _copy(value: Any) -> Any:
     return value
 
 
+_PLAIN = (str, int, type(None))  # arguments that are their own key
+
+
 def _remembered(read: Callable[..., Any]) -> Callable[..., Any]:
     """`read`, answered from memory when asked again before the next write."""
+    name = read.__name__
 
     @functools.wraps(read)
     def remembered(self: SimStateStore, *args: Any, **kwargs: Any) -> Any:
         if self._conn.in_transaction:  # inside a write: its own reads must see it
             return read(self, *args, **kwargs)
+        memo = self._memo
+        if not kwargs and all(type(a) in _PLAIN for a in args):  # most reads: ids only
+            key: tuple = (name, args)
+            if key not in memo:
+                memo[key] = read(self, *args)
+            return _copy(memo[key])
         settled = [_settled(a) for a in args]
         named = {k: _settled(v) for k, v in sorted(kwargs.items())}
         key = (
-            read.__name__,
+            name,
             tuple(k for _, k in settled),
             tuple((n, k) for n, (_, k) in named.items()),
         )
-        if key not in self._memo:
-            self._memo[key] = read(
+        if key not in memo:
+            memo[key] = read(
                 self, *(a for a, _ in settled), **{n: a for n, (a, _) in named.items()}
             )
-        return _copy(self._memo[key])
+        return _copy(memo[key])
 
     return remembered
 
@@ -75,6 +87,26 @@ def _redacted(text: str) -> str:
     return redact(text)
 
 
+@functools.lru_cache(maxsize=4)
+def _migrated(at: datetime) -> bytes:
+    """The bytes of a new state file that `StateStore.open` created and migrated with its
+    clock at `at` (the migrations record when they ran), made once per process; in
+    rollback-journal mode, as an in-memory database cannot be in WAL mode."""
+    import tempfile
+
+    from broker.clock import FixedClock
+
+    with tempfile.TemporaryDirectory(prefix="broker-sim-template-") as tmp:
+        file = Path(tmp) / "state.db"
+        StateStore.open(file, FixedClock(at)).close()  # its WAL checkpointed
+        conn = sqlite3.connect(file, isolation_level=None)
+        try:
+            conn.execute("PRAGMA journal_mode = DELETE")
+            return conn.serialize()
+        finally:
+            conn.close()
+
+
 class SimStateStore(StateStore):
     """`StateStore` whose reads are remembered until the next write (see the module)."""
 
@@ -84,6 +116,8 @@ class SimStateStore(StateStore):
         self._rows: dict[tuple, Any] = {}  # (decoder, row values) -> value
         self._changed = 0  # see `changes`
         self._leases_only = False  # inside a heartbeat
+        self._file: Path | None = None  # written when closed (`open_fast`: held in memory)
+        self._events: dict[str, list[Event]] = {}  # job id -> its events read so far
 
     # the reads the controller, recovery, steering and the cadence ask (each only reads)
     job = _remembered(StateStore.job)
@@ -93,7 +127,6 @@ class SimStateStore(StateStore):
     versions = _remembered(StateStore.versions)
     attempt = _remembered(StateStore.attempt)
     attempts = _remembered(StateStore.attempts)
-    events = _remembered(StateStore.events)
     ledger = _remembered(StateStore.ledger)
     checkpoints = _remembered(StateStore.checkpoints)
     lost_shares = _remembered(StateStore.lost_shares)
@@ -107,10 +140,30 @@ class SimStateStore(StateStore):
 
     @classmethod
     def open_fast(cls, path, clock, *, new_id: Callable[[], str]) -> SimStateStore:
-        """Open like `StateStore.open`, then let commits skip the disk flush."""
-        store = cls.open(path, clock, new_id=new_id)
-        store._conn.execute("PRAGMA synchronous = OFF")
+        """A new state at `path`, held in memory while the simulation runs and written to
+        the file when closed: a copy of a file `StateStore.open` created and migrated at
+        the same moment (`_migrated`), so migrations run once per process, and no write
+        waits for a file's locks or journal. A simulator's store is thrown away; the
+        schema, the SQL and the rows are the production store's."""
+        from broker.state.model import StateError
+        from broker.state.sqlite_backend import SqliteBackend
+
+        file = Path(path)
+        if file.exists():
+            raise StateError(f"{file}: a simulation starts from a new state file")
+        conn = sqlite3.connect(":memory:", isolation_level=None)
+        conn.deserialize(_migrated(clock.now()))
+        conn.row_factory = sqlite3.Row
+        conn.execute("PRAGMA foreign_keys = ON")  # as StateStore.open sets it
+        store = cls(conn, clock, file, new_id, SqliteBackend(file))
+        store._file = file
         return store
+
+    def close(self) -> None:
+        """Close, writing the state to its file first (when opened by `open_fast`)."""
+        if self._file is not None:
+            self._file.write_bytes(self._conn.serialize())
+        super().close()
 
     @contextmanager
     def _write(self) -> Iterator[str]:
@@ -134,6 +187,16 @@ class SimStateStore(StateStore):
             return super().heartbeat()
         finally:
             self._leases_only = False
+
+    def events(self, job_id: str, after: int = 0) -> list[Event]:
+        """`StateStore.events`, reading only the events written since the job's last read:
+        events are only ever appended, with increasing ids (one writer, AUTOINCREMENT),
+        so those read before are still the job's first ones."""
+        if self._conn.in_transaction:  # inside a write: read as the production store does
+            return super().events(job_id, after)
+        known = self._events.setdefault(job_id, [])
+        known += super().events(job_id, known[-1].id if known else 0)
+        return [e for e in known if e.id > after] if after else list(known)
 
     def _redacted(self, text: str) -> str:
         """`StateStore._redacted`, remembered for the process (`_redacted`)."""

@@ -28,7 +28,8 @@ HOME = ZONES[0]
 POLICIES = ("broker", "spot-failover", "uniform-progress", "on-demand")
 TABLES = {
     "jobs": "id", "job_versions": "job_id, version", "attempts": "id", "events": "id",
-    "ledger": "id", "instances": "cloud, provider_id",
+    "ledger": "id", "instances": "cloud, provider_id", "schema_migrations": "version",
+    "leases": "job_id", "sqlite_master": "type, name",
 }  # fmt: skip
 
 
@@ -45,8 +46,11 @@ def _flapping(flips: int, deadline: float = 30.0) -> Scenario:
 def _rows(workdir: Path) -> dict[str, list[tuple]]:
     conn = sqlite3.connect(workdir / "state.db")
     try:
-        return {t: conn.execute(f"SELECT * FROM {t} ORDER BY {o}").fetchall()
+        rows = {t: conn.execute(f"SELECT * FROM {t} ORDER BY {o}").fetchall()
                 for t, o in TABLES.items()}  # fmt: skip
+        for name in ("application_id", "user_version", "page_size", "foreign_keys"):
+            rows[name] = conn.execute(f"PRAGMA {name}").fetchall()
+        return rows
     finally:
         conn.close()
 
@@ -217,3 +221,113 @@ def test_the_fast_path_equals_the_reference_on_can_t_be_late_traces(
     assert fast[0] == reference[0]
     assert fast[1] == reference[1]
     assert passes[1] <= passes[0]
+
+
+def test_the_in_memory_store_is_a_state_file_once_closed(tmp_path):
+    """`open_fast` holds the state in memory and writes it when closed: the production
+    store opens that file (read-only: as it is) and reads what was written; a second
+    simulation into the same file is refused rather than mixed into it."""
+    from broker.manifest.load import parse_manifest_text
+    from broker.sim.manifests import manifest_text
+    from broker.state import StateStore
+    from broker.state.model import StateError
+
+    file = tmp_path / "state.db"
+    store = SimStateStore.open_fast(file, FixedClock(ORIGIN), new_id=lambda: "b")
+    text = manifest_text(SimJob("one", "nlp", 0.0, "V100", 1, 1.0, None), "prefer")
+    (manifest,) = parse_manifest_text(text)
+    job_id = store.submit(manifest.spec, text, manifest.digest).job_id
+    assert not file.exists()  # in memory while it runs
+    store.close()
+    reopened = StateStore.open(file, FixedClock(ORIGIN), read_only=True)
+    try:
+        assert [(j.id, j.state) for j in reopened.jobs()] == [(job_id, JobState.QUEUED)]
+        assert reopened.version(job_id).digest == manifest.digest
+    finally:
+        reopened.close()
+    with pytest.raises(StateError):
+        SimStateStore.open_fast(file, FixedClock(ORIGIN), new_id=lambda: "c")
+
+
+# --- the planner's answers remembered (broker.sim.plans) -------------------------------
+
+
+@settings(max_examples=25, deadline=None)
+@given(
+    seed=st.integers(0, 10_000),
+    hours=st.floats(0.5, 48.0),
+    deadline=st.none() | st.floats(1.0, 96.0),
+    spot=st.sampled_from(["prefer", "only", "never"]),
+    later=st.floats(0.0, 50.0),
+)
+def test_a_remembered_plan_is_the_planners_answer(seed, hours, deadline, spot, later):
+    """Asked twice, with the same specs on equal tables (not the same objects) and at
+    any moments, the remembered planner answers what `plan_many` answers then."""
+    from datetime import timedelta
+
+    from broker.manifest.load import parse_manifest_text
+    from broker.planner.plan import plan_many
+    from broker.sim.manifests import manifest_text
+    from broker.sim.plans import remembered_plan_many
+    from pricing.query import OfferIndex
+
+    job = SimJob("p", "nlp", 0.0, "V100", 1 + seed % 9, hours, deadline, checkpoint_minutes=10.0)
+    (manifest,) = parse_manifest_text(manifest_text(job, spot))
+    table = synthetic_offers()
+    for at in (ORIGIN, ORIGIN + timedelta(hours=later)):
+        for index in (OfferIndex(table), OfferIndex(table.take(list(range(len(table)))))):
+            expected = plan_many([manifest.spec], index, at)
+            assert remembered_plan_many([manifest.spec], index, at) == expected
+
+
+def test_a_remembered_plan_is_asked_again_when_the_table_changes():
+    """A table that differs in one figure (a learned rate) is another question."""
+    import numpy as np
+
+    from broker.manifest.load import parse_manifest_text
+    from broker.planner.plan import plan_many
+    from broker.sim.manifests import manifest_text
+    from broker.sim.plans import remembered_plan_many
+    from pricing.query import OfferIndex
+    from pricing.table import OfferTable
+
+    job = SimJob("q", "nlp", 0.0, "V100", 1, 40.0, 44.0, checkpoint_minutes=10.0)
+    (manifest,) = parse_manifest_text(manifest_text(job, "only"))
+    table = synthetic_offers()
+    first = remembered_plan_many([manifest.spec], OfferIndex(table), ORIGIN)
+    numbers = dict(table.numbers)
+    numbers["spot_interruption_rate"] = np.full(len(table), 3.0)  # spot now refused
+    risky = OfferIndex(OfferTable(numbers, table.codes, table.categories))
+    second = remembered_plan_many([manifest.spec], risky, ORIGIN)
+    assert second == plan_many([manifest.spec], risky, ORIGIN)
+    assert second != first
+
+
+def test_a_jobs_events_read_again_are_the_production_stores(tmp_path):
+    """The simulator's store reads only the events written since a job's last read; what
+    it answers (with and without `after`) is what the production store answers."""
+    from broker.manifest.load import parse_manifest_text
+    from broker.sim.manifests import manifest_text
+    from broker.state import StateStore
+
+    clock = FixedClock(ORIGIN)
+    ids = iter(f"{i:012x}" for i in range(1, 99))
+    fast = SimStateStore.open_fast(tmp_path / "fast.db", clock, new_id=lambda: next(ids))
+    ids2 = iter(f"{i:012x}" for i in range(1, 99))
+    plain = StateStore.open(tmp_path / "plain.db", clock, new_id=lambda: next(ids2))
+    text = manifest_text(SimJob("ev", "nlp", 0.0, "V100", 1, 1.0, None), "prefer")
+    (manifest,) = parse_manifest_text(text)
+    try:
+        for store in (fast, plain):
+            store.submit(manifest.spec, text, manifest.digest)
+        (job,) = fast.jobs()
+        assert fast.events(job.id) == plain.events(job.id)
+        for store in (fast, plain):
+            store.transition(job.id, JobState.CANCELLED, "test")
+        first = plain.events(job.id)[0].id
+        assert fast.events(job.id) == plain.events(job.id)
+        assert len(fast.events(job.id)) == 2
+        assert fast.events(job.id, first) == plain.events(job.id, first)
+    finally:
+        fast.close()
+        plain.close()

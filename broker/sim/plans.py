@@ -1,0 +1,67 @@
+"""The planner's answers remembered for the process, for the detailed engine's controller.
+
+`plan_many(jobs, index, now)` is a pure function (broker.planner.plan): of the specs, of
+the offers table's contents, and of `now` only through each job's hours left before its
+deadline. A simulation asks it the same questions again and again: a queued job planned
+at catalog rates while nothing changed, the cool-down's second look on the same cooling
+place, and the runs of a benchmark, which replay one job on the same few tables (over
+half of the questions of bench/engine_speed.py's 128 runs were asked before). So the
+simulator's controller plans through `remembered_plan_many`, keyed by exactly what the
+planner reads; a Decision is frozen, so an answer is shared as it is.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from broker.planner.decision import Decision
+    from broker.spec import JobSpec
+    from pricing.query import OfferIndex
+
+KEPT = 1 << 13  # answers remembered (each small: a few placements)
+
+
+def remembered_plan_many(
+    jobs: Sequence[JobSpec], index: OfferIndex, now: datetime
+) -> list[Decision]:
+    """`plan_many(jobs, index, now)`, answered from memory when asked before."""
+    key = (tuple(jobs), table_key(index), tuple(_left(job, now) for job in jobs))
+    return list(_answer(_Question(key, tuple(jobs), index, now)))
+
+
+def _left(job: JobSpec, now: datetime) -> timedelta | None:
+    """What the planner reads of `now` for `job`: the time left to its deadline."""
+    deadline = job.runtime.deadline_at(now)
+    return None if deadline is None else deadline - now
+
+
+def table_key(index: OfferIndex) -> tuple:
+    """What the planner reads of `index`: every column's type and bytes, the category
+    names, the extra countries (an OfferIndex holds nothing else)."""
+    table = index.offers
+    numbers = tuple((n, a.dtype.str, a.tobytes()) for n, a in sorted(table.numbers.items()))
+    codes = tuple((n, a.dtype.str, a.tobytes()) for n, a in sorted(table.codes.items()))
+    names = tuple((n, tuple(a.tolist())) for n, a in sorted(table.categories.items()))
+    return numbers, codes, names, tuple(sorted(index.extra_countries.items()))
+
+
+@dataclass(frozen=True)
+class _Question:
+    """A planner question, equal to another when its key is (the rest is what to ask)."""
+
+    key: tuple
+    jobs: tuple = field(compare=False)
+    index: OfferIndex = field(compare=False)
+    now: datetime = field(compare=False)
+
+
+@functools.lru_cache(maxsize=KEPT)
+def _answer(question: _Question) -> tuple[Decision, ...]:
+    from broker.planner.plan import plan_many
+
+    return tuple(plan_many(question.jobs, question.index, question.now))

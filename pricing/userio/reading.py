@@ -220,3 +220,9 @@ def load_json(path: Path | str, kind: str, limits: Limits | None = None) -> obje
         raise UserInputError(path, exc.lineno, exc.colno, "", f"not JSON: {exc.msg}") from None
     except RecursionError:
         raise UserInputError(path, 0, 0, "", "lists and objects nested too deep") from None
+    except ValueError:  # a number json reads but Python cannot hold (4,301 digits)
+        import re
+
+        at = (re.search(r"[0-9]{4300,}", text) or re.search("", text)).start()
+        line, column = text.count("\n", 0, at) + 1, at - (text.rfind("\n", 0, at) + 1) + 1
+        raise UserInputError(path, line, column, "", "an integer too long to read") from None

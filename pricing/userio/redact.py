@@ -54,12 +54,14 @@ def _patterns() -> tuple[tuple[re.Pattern[str], str], ...]:
         r"(?<![A-Za-z0-9_+=/-])(?=[A-Za-z0-9_+=-]*[A-Z])(?=[A-Za-z0-9_+=-]*[a-z])"
         r"(?=[A-Za-z0-9_+=-]*[0-9])[A-Za-z0-9_+=-]{32,}(?![A-Za-z0-9_+=-]|\.[A-Za-z]{1,5}\b|/)",
     )
+    # A name starts where a word starts and its tail is bounded: tried at every position
+    # with both ends unbounded, a 100,000-letter value in an error took minutes.
     named = re.compile(
         r"""(?ix)
-        (?P<name>["']?[\w.-]*(?:secret|token|passw(?:or)?d|pwd|credential|signature|api[_-]?key
+        (?P<name>(?<![\w.-])["']?[\w.-]*?(?:secret|token|passw(?:or)?d|pwd|credential|signature|api[_-]?key
             |access[_-]?key|account[_-]?key|private[_-]?key|shared[_-]?access[_-]?key|\bsig\b
             |session[_-]?key|client[_-]?key|\bauth\b)
-            [\w.-]*["']?)
+            [\w.-]{0,128}["']?)
         (?P<sep>\s*[:=]\s*)
         (?P<value>"[^"]*"|'[^']*'|[^\s,;&"'<>)}\]]+)
         """
@@ -67,7 +69,9 @@ def _patterns() -> tuple[tuple[re.Pattern[str], str], ...]:
     return (
         # a database URL's user part, up to its last `@` (a password may hold `/`, `?`, `#`)
         (re.compile(r"(?i)\b(postgres(?:ql)?://)[^\s@]*@"), rf"\1{MASK}@"),
-        (re.compile(r"(?i)\b([a-z][a-z0-9+.-]*://)[^/\s@?#]+@"), rf"\1{MASK}@"),  # userinfo
+        # userinfo; the scheme starts where no scheme character precedes (`\b` tried every
+        # letter of `a.a.a...` and read on to its end: minutes for a long value)
+        (re.compile(r"(?i)(?<![a-z0-9+.-])([a-z][a-z0-9+.-]*://)[^/\s@?#]+@"), rf"\1{MASK}@"),
         (
             re.compile(r"(?i)\b(authorization\s*[:=]\s*)(?:(?:bearer|basic|token)\s+)?[^\s,;]+"),
             rf"\1{MASK}",

@@ -64,30 +64,15 @@ class UserInputError(ValueError):
     def one_line(self) -> str:
         """This error alone, without the related ones; a secret quoted from the file
         (a password in a URI, a token) masked (`pricing.userio.redact`)."""
-        from pricing.userio.redact import redact
+        from pricing.userio.redact import redact, shortened
 
         where = str(self.path)
-        message = _shortened(redact(self.message))
+        message = redact(shortened(self.message))
         if self.line:
             where += f":{self.line}:{self.column}"
         if self.field:
-            return f"{where}: {_shortened(self.field)}: {message}"
+            return f"{where}: {shortened(self.field)}: {message}"
         return f"{where}: {message}"
 
     def __str__(self) -> str:
         return "\n".join(error.one_line() for error in self.errors)
-
-
-LONGEST_WORD = 200  # characters of one word of a message shown before the rest is elided
-
-
-def _shortened(text: str) -> str:
-    """`text` with every word over LONGEST_WORD characters cut (a value of 100,000
-    letters quoted back is no clear line), saying how long it was."""
-    if len(text) <= LONGEST_WORD:
-        return text
-    words = text.split(" ")
-    return " ".join(
-        f"{word[:LONGEST_WORD]}...({len(word):,} characters)" if len(word) > LONGEST_WORD else word
-        for word in words
-    )

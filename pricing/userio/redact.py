@@ -95,6 +95,21 @@ def redact(text: str) -> str:
     return text
 
 
+LONGEST_WORD = 200  # characters of one word of a message shown before the rest is cut
+
+
+def shortened(text: str) -> str:
+    """`text` with every word over LONGEST_WORD characters cut, saying how long it was:
+    a value of 20 MB quoted back in an error is no clear line (and redacting it first
+    took minutes). Cut before `redact`: what is left of a secret is still masked."""
+    if len(text) <= LONGEST_WORD:
+        return text
+    return " ".join(
+        f"{word[:LONGEST_WORD]}...({len(word):,} characters)" if len(word) > LONGEST_WORD else word
+        for word in text.split(" ")
+    )
+
+
 def redact_data(value: object, text: Callable[[str], str] = redact) -> object:
     """`redact` applied to every string in nested lists, tuples and dicts (keys too), and
     a text value under a key that names a secret (`{"token": "..."}`) masked whole: an

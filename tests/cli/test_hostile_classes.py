@@ -206,3 +206,35 @@ def test_the_last_day_of_the_calendar_is_bad_input(tmp_path, flag):
     assert done.returncode in (0, 2), done.stderr  # --since 9999-12-31 is a date, --until not
     if done.returncode == 2:
         assert flag in done.stderr
+
+
+# --- settings and addresses that are no value ----------------------------------------------
+
+GOOD = "{d}/good.yaml"
+
+
+@pytest.mark.parametrize(
+    ("argv", "names"),
+    [
+        (("submit", GOOD, "--state", "postgresql://[bad"), "not a database URL"),
+        (("queue", "--state", "postgresql://u:pw@h:99999/db"), "not a database URL"),
+        (("state", "migrate", "--from", "{d}/s.db", "--to", "postgresql://[bad"), "[bad"),
+        (("simulate", "--jobs", "synthetic:99999999999999999999", "--spot", "synthetic"),
+         "--jobs"),
+        (("simulate", "--jobs", "synthetic:-1", "--spot", "synthetic"), "--jobs"),
+    ],
+    ids=["url-ipv6", "url-port", "migrate-url", "synthetic-huge", "synthetic-negative"],
+)  # fmt: skip
+def test_an_address_or_count_that_is_no_value_exits_2(tmp_path, argv, names):
+    (tmp_path / "good.yaml").write_text(good.good_text("manifest"))
+    said = _refused(tmp_path, tuple(a.replace("{d}", str(tmp_path)) for a in argv), names)
+    assert "pw" not in said, "the URL's password was shown"
+
+
+@pytest.mark.parametrize("value", ["'abc'", "nan", "inf", "-1"])
+def test_a_workdir_limit_that_is_no_size_is_a_settings_error(tmp_path, value):
+    (tmp_path / "good.yaml").write_text(good.good_text("manifest"))
+    (tmp_path / "broker.toml").write_text(f"workdir_limit_mb = {value}\n")
+    argv = ("submit", str(tmp_path / "good.yaml"), "--state", str(tmp_path / "state.db"))
+    said = _refused(tmp_path, argv, "broker.toml")
+    assert "workdir_limit_mb" in said

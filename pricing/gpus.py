@@ -62,6 +62,7 @@ GPU_MODELS: tuple[GpuModel, ...] = (
 )
 
 
+
 @dataclass(frozen=True, slots=True)
 class MigProfile:
     """One MIG (Multi-Instance GPU) profile of a GPU model, as NVIDIA's MIG user guide and

@@ -238,3 +238,25 @@ def test_a_workdir_limit_that_is_no_size_is_a_settings_error(tmp_path, value):
     argv = ("submit", str(tmp_path / "good.yaml"), "--state", str(tmp_path / "state.db"))
     said = _refused(tmp_path, argv, "broker.toml")
     assert "workdir_limit_mb" in said
+
+
+def test_migrating_a_state_file_of_a_newer_broker_is_bad_input(tmp_path):
+    import sqlite3
+
+    (tmp_path / "good.yaml").write_text(good.good_text("manifest"))
+    made = _broker(tmp_path, "submit", "--state", str(tmp_path / "s.db"), "good.yaml")
+    assert made.returncode == 0, made.stderr
+    conn = sqlite3.connect(tmp_path / "s.db")
+    conn.execute("INSERT INTO schema_migrations VALUES (99, 'future', '2030-01-01')")
+    conn.commit()
+    conn.close()
+    argv = (
+        "state",
+        "migrate",
+        "--from",
+        str(tmp_path / "s.db"),
+        "--to",
+        "postgresql://u@127.0.0.1:1/db",
+    )
+    said = _refused(tmp_path, argv, "s.db")  # exit 1 before: the file is the fault
+    assert "newer" in said

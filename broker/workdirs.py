@@ -31,15 +31,19 @@ def archives_dir(state_path: StateLocation) -> Path:
 
 
 def limit_bytes() -> int:
-    """The most a workdir may hold (the `workdir_limit_mb` setting), in bytes."""
-    from pricing.userio.settings import resolve
+    """The most a workdir may hold (the `workdir_limit_mb` setting), in bytes; a
+    ConfigError (exit 2, naming where it was set) for a value that is no size."""
+    from pricing.userio.settings import ConfigError, origin_note, resolve
     from providers.workdir import DEFAULT_LIMIT_MB
 
     value = resolve("workdir_limit_mb").value
     try:
         megabytes = float(value if value is not None else DEFAULT_LIMIT_MB)
     except (TypeError, ValueError):
-        raise ValueError(f"BROKER_WORKDIR_LIMIT_MB: {value!r} is not a number of MB") from None
+        megabytes = float("nan")
+    if not 0 <= megabytes <= 10_000_000:  # NaN and inf too: int() of them is a traceback
+        where = origin_note("workdir_limit_mb")
+        raise ConfigError(f"workdir_limit_mb: {value!r} is not a number of MB{where}")
     return int(megabytes * 1_000_000)
 
 

@@ -147,8 +147,11 @@ def _rules(policy: Path | None, flags: dict) -> Rules:
             cloud_glob(glob)
         except ValueError as exc:
             fail(f"--allowed-clouds: {exc}", BAD_INPUT)
-    if flags["max_job_cost"] is not None and not flags["max_job_cost"] >= 0:
-        fail("--max-job-cost must be a number >= 0", BAD_INPUT)
+    if flags["max_job_cost"] is not None:
+        from broker.cli.inputs import number_flag
+        from pricing.userio.bounds import MAX_MONEY
+
+        number_flag(flags["max_job_cost"], "--max-job-cost", 0, MAX_MONEY)
     return rules.over(flags)
 
 

@@ -40,9 +40,9 @@ def fail(message: str, code: int = FAILED) -> NoReturn:
 def report(exc: CliExit) -> int:
     """Print a CliExit's message the one way (redacted: `pricing.userio.redact`), and
     return its code."""
-    from pricing.userio.redact import redact
+    from pricing.userio.redact import redact, shortened
 
-    print(f"broker: error: {redact(str(exc))}", file=sys.stderr)
+    print(f"broker: error: {redact(shortened(str(exc)))}", file=sys.stderr)
     return exc.code
 
 
@@ -106,11 +106,25 @@ def exit_code(exc: BaseException) -> int:
     if isinstance(exc, BrokenPipeError):
         silence_stdout()
         return OK
-    mapped = _mapped(exc)
+    mapped = _mapped(exc) or _unusable_path(exc)
     if mapped is None:
         raise exc
     code, line = mapped
     return report(CliExit(line, code))
+
+
+# A path the system refuses to look up at all is a path a user gave (a name of 300
+# letters, links that point at each other): bad input, wherever it was first touched.
+_PATH_ERRNOS = ("ENAMETOOLONG", "ELOOP")
+
+
+def _unusable_path(exc: BaseException) -> tuple[int, str] | None:
+    import errno
+
+    codes = {getattr(errno, name) for name in _PATH_ERRNOS}
+    if isinstance(exc, OSError) and exc.errno in codes and exc.filename is not None:
+        return BAD_INPUT, f"{exc.strerror}: {exc.filename}"
+    return None
 
 
 def _click_exception() -> type[Exception]:

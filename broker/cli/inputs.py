@@ -128,6 +128,17 @@ def time_flag(text: str | None, flag: str, inclusive_day: bool = False) -> datet
             day = datetime.strptime(text.strip(), "%Y-%m-%d").replace(tzinfo=UTC)
             return day + timedelta(days=1) if inclusive_day else day
         moment = datetime.fromisoformat(text.strip().replace("Z", "+00:00"))
-    except ValueError:
+    except (ValueError, OverflowError):  # 9999-12-31 has no next day
         fail(f"{flag}: not a date (YYYY-MM-DD) or time (ISO 8601): {text!r}", BAD_INPUT)
     return moment if moment.tzinfo else moment.replace(tzinfo=UTC)
+
+
+def number_flag(value: float, flag: str, low: float, high: float) -> float:
+    """`value` when it is a finite number within [low, high]; else exit 2 naming the flag:
+    NaN, inf, -1 or 1e20 given to a flag would otherwise reach the code behind it
+    (an overflow, a traceback, a controller that never sleeps)."""
+    import math
+
+    if not (isinstance(value, int | float) and math.isfinite(value) and low <= value <= high):
+        fail(f"{flag} must be a number from {low:g} to {high:g}, not {value!r}", BAD_INPUT)
+    return value

@@ -111,10 +111,10 @@ def jobs(
 ) -> None:
     """Every job the broker knows, newest first, finished ones included: where it ran,
     its attempts, GPU-hours and cost so far. Each run of a job is a row of its own."""
+    from broker.cli.inputs import number_flag
     from broker.cli.options import time_flag
 
-    if limit < 0:
-        fail("--limit must be 0 (every job) or more", BAD_INPUT)
+    number_flag(limit, "--limit", 0, 1_000_000_000)
     if mine and user is not None:
         fail("--mine and --user both say whose jobs: give one", BAD_INPUT)
     if mine:

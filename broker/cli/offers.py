@@ -88,11 +88,18 @@ def offers(
     wide: bool = WideOption,
 ) -> None:
     """List GPU offers across clouds and on-prem pools, cheapest first."""
+    from broker.cli.inputs import number_flag
     from pricing.gpus import UnknownGpu, parse_gpu_request
     from pricing.offer_query import OfferQuery
     from pricing.query import QueryError
+    from pricing.userio.bounds import MAX_MEMORY_GIB, MAX_PRICE_PER_HOUR
     from pricing.userio.settings import resolve_positive_int
 
+    number_flag(limit, "--limit", 0, 1_000_000_000)
+    if max_price is not None:
+        number_flag(max_price, "--max-price", 0, MAX_PRICE_PER_HOUR)
+    if min_gpu_memory is not None:
+        number_flag(min_gpu_memory, "--min-gpu-memory", 0, MAX_MEMORY_GIB)
     if sort not in ("price", "price-per-gpu"):
         fail(f"--sort must be price or price-per-gpu, not {sort!r}", BAD_INPUT)
     view = offers_in_force(catalog, pools, overlays, live_pools=_pools_workdir() if live else None)

@@ -51,8 +51,10 @@ def plan_paths(
     state: str | None = None,
 ) -> None:
     """`broker plan PATHS...` with its flags' values (their defaults when not given)."""
-    if top is not None and top < 1:
-        fail("--top must be at least 1", BAD_INPUT)
+    if top is not None:
+        from broker.cli.inputs import number_flag
+
+        number_flag(top, "--top", 1, 1_000_000)
     from broker.collector import collector_paused
 
     with collector_paused(freeze=True):  # a folder's plan: a million objects, no cycle worth a scan

@@ -90,7 +90,10 @@ def import_pools(
         return
     from pricing.userio.atomic import atomic_write_text
 
-    atomic_write_text(output, text)
+    try:
+        atomic_write_text(output, text)
+    except OSError as exc:
+        fail(f"cannot write {output}: {exc.strerror or exc}", BAD_INPUT)
     print(f"wrote {len(pools)} pool(s) to {output}", file=sys.stderr)
 
 

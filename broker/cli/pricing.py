@@ -74,12 +74,15 @@ def import_catalog(
             offers = import_skypilot(
                 directory, clouds=clouds, as_of=as_of, on_cloud=lambda cloud: step(1)
             )
-    except CatalogImportError as exc:
+    except (CatalogImportError, ValueError) as exc:  # ValueError: a cloud it does not know
         fail(str(exc), BAD_INPUT)
     if offers.empty:
         fail(f"no <cloud>/vms.csv for aws, gcp or azure found under {directory}", BAD_INPUT)
     target = into or user_catalog_path()
-    write_offers_csv(offers, target)
+    try:
+        write_offers_csv(offers, target)
+    except OSError as exc:
+        fail(f"cannot write {target}: {exc.strerror or exc}", BAD_INPUT)
     counts = offers.groupby("cloud", observed=True).size()
     per_cloud = ", ".join(f"{cloud} {n:,}" for cloud, n in counts.items())
     print(f"wrote {len(offers):,} offers ({per_cloud}) to {target}", file=sys.stderr)

@@ -71,12 +71,16 @@ def run(
     """The controller: plan queued jobs, launch, watch and finish them, until the queue
     is drained (Ctrl-C stops it cleanly, exit 130; running jobs keep running). Several
     may run on one state: each job's next step is claimed by a lease (docs/state.md)."""
+    from broker.cli.inputs import number_flag
     from broker.cli.session import lease_holder
     from broker.reclaims import RandomReclaims
+    from pricing.userio.bounds import MAX_RATE_PER_HOUR
 
+    number_flag(lease_seconds, "--lease-seconds", 1, 365 * 86400)
+    number_flag(poll, "--poll", 0, 86400)
+    number_flag(reclaim_rate, "--sandbox-reclaim-rate", 0, MAX_RATE_PER_HOUR)
+    number_flag(time_scale, "--sandbox-time-scale", 0, 1_000_000)
     holder = lease_holder(controller_id, lease_seconds, poll)
-    if reclaim_rate < 0:
-        fail("--sandbox-reclaim-rate must be 0 or more", BAD_INPUT)
     if not time_scale > 0:
         fail("--sandbox-time-scale must be more than 0", BAD_INPUT)
     if time_scale != 1:

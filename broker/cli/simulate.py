@@ -60,9 +60,12 @@ def simulate(
     wide: bool = WideOption,
 ) -> None:
     """Compare policies on a trace-driven simulation (virtual time, the real controller)."""
+    from broker.cli.inputs import number_flag
     from broker.sim import policies as named
     from broker.sim.run import build_scenario, run_policies
+    from pricing.userio.bounds import MAX_HOURS
 
+    number_flag(restart_hours, "--restart-hours", 0, MAX_HOURS)
     if engine not in ("full", "scale"):
         fail(f"--engine must be full or scale, got {engine!r}", BAD_INPUT)
     try:

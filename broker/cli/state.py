@@ -29,7 +29,9 @@ def migrate(
     from broker.clock import SystemClock
     from broker.state import StateError
     from broker.state.copy import TargetNotEmpty, copy_state
+    from broker.state.files import StateFileError
     from broker.state.location import DatabaseUrl, parse_location
+    from broker.state.schema import SchemaTooNew
 
     where = parse_location(target)
     if not isinstance(where, DatabaseUrl):
@@ -41,6 +43,8 @@ def migrate(
         copied = copy_state(source.expanduser(), where, SystemClock(), into_nonempty=into_nonempty)
     except TargetNotEmpty as exc:
         fail(str(exc), FAILED)
+    except (SchemaTooNew, StateFileError) as exc:  # the file given is the fault: unchanged
+        fail(str(exc), BAD_INPUT)
     except StateError as exc:
         fail(str(exc), FAILED)
     rows = ", ".join(f"{n} {table}" for table, n in copied.rows.items())

@@ -27,9 +27,13 @@ def resolve_workdir(written: str, base: Path) -> str:
     """The absolute folder `written` names (`~` expanded; relative to `base`, the
     manifest's folder). ValueError, in a user's words, when it is not a folder."""
     folder = Path(os.path.abspath(base / os.path.expanduser(written)))
-    if not folder.exists():
+    try:
+        exists, is_dir = folder.exists(), folder.is_dir()
+    except OSError as exc:  # a name too long, links in a loop: said at the field
+        raise ValueError(f"{written!r}: {exc.strerror}") from None
+    if not exists:
         raise ValueError(f"{written!r}: no such folder ({folder})")
-    if not folder.is_dir():
+    if not is_dir:
         raise ValueError(f"{written!r} is not a folder ({folder}): workdir names a directory")
     return str(folder)
 

@@ -26,7 +26,10 @@ def build_scenario(
     from broker.sim.synthetic import synthetic_availability, synthetic_jobs, synthetic_offers
 
     if jobs.startswith("synthetic"):
-        count = int(jobs.partition(":")[2] or 6)
+        written = jobs.partition(":")[2] or "6"
+        count = int(written) if written.isascii() and written.isdigit() else -1
+        if not 1 <= count <= 100_000:
+            raise ValueError(f"--jobs {jobs}: synthetic:N takes N from 1 to 100000 jobs")
         job_list = synthetic_jobs(seed, count)
     else:
         from broker.sim.traces.jobs import read_jobs

@@ -57,8 +57,21 @@ def parse_location(text: str | os.PathLike[str] | DatabaseUrl) -> StateLocation:
     if isinstance(text, DatabaseUrl):
         return text
     if is_database_url(text):
+        _check_url(str(text))
         return DatabaseUrl(str(text))
     return Path(text).expanduser()
+
+
+def _check_url(url: str) -> None:
+    """A StateFileError (exit 2) for a URL no driver could read: `postgresql://[bad`, a
+    port that is no port; what it names is asked of the database only when it is used."""
+    from broker.state.files import StateFileError
+    from pricing.userio.redact import redact
+
+    try:
+        urlsplit(url).port  # noqa: B018 - parsed for its error
+    except ValueError as exc:
+        raise StateFileError(url, f"{redact(url)}: not a database URL: {exc}") from None
 
 
 def local_anchor(location: StateLocation | str) -> Path:

@@ -33,6 +33,7 @@ def atomic_write(
     hands a bytes file instead.
     """
     target = os.fspath(path)
+    _refuse_special(target)
     folder, name = os.path.split(target)
     if folder:
         os.makedirs(folder, exist_ok=True)
@@ -50,6 +51,24 @@ def atomic_write(
     finally:
         if os.path.lexists(tmp):
             os.unlink(tmp)
+
+
+def _refuse_special(target: str) -> None:
+    """An OSError for a target that exists and is no regular file: the rename would put
+    a file in place of a directory's name, a FIFO or a device (`-o /dev/null` as root
+    would replace /dev/null). A symbolic link is replaced itself, as `os.replace` does."""
+    import errno
+    import stat
+
+    try:
+        mode = os.lstat(target).st_mode
+    except OSError:
+        return  # nothing there yet (or its folder is missing: made below)
+    if stat.S_ISREG(mode) or stat.S_ISLNK(mode):
+        return
+    if stat.S_ISDIR(mode):
+        raise IsADirectoryError(errno.EISDIR, "is a directory, not a file", target)
+    raise OSError(errno.EINVAL, "exists and is not a regular file (a FIFO, a device)", target)
 
 
 def atomic_write_text(path: str | os.PathLike[str], text: str, *, durable: bool = True) -> None:

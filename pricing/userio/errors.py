@@ -64,14 +64,15 @@ class UserInputError(ValueError):
     def one_line(self) -> str:
         """This error alone, without the related ones; a secret quoted from the file
         (a password in a URI, a token) masked (`pricing.userio.redact`)."""
-        from pricing.userio.redact import redact
+        from pricing.userio.redact import redact, shortened
 
         where = str(self.path)
+        message = redact(shortened(self.message))
         if self.line:
             where += f":{self.line}:{self.column}"
         if self.field:
-            return f"{where}: {self.field}: {redact(self.message)}"
-        return f"{where}: {redact(self.message)}"
+            return f"{where}: {shortened(self.field)}: {message}"
+        return f"{where}: {message}"
 
     def __str__(self) -> str:
         return "\n".join(error.one_line() for error in self.errors)

@@ -256,3 +256,26 @@ def load_json(path: Path | str, kind: str, limits: Limits | None = None) -> obje
         raise UserInputError(path, exc.lineno, exc.colno, "", f"not JSON: {exc.msg}") from None
     except RecursionError:
         raise UserInputError(path, 0, 0, "", "lists and objects nested too deep") from None
+    except ValueError:  # a number json reads but Python cannot hold (4,301 digits)
+        import re
+
+        at = (re.search(r"[0-9]{4300,}", text) or re.search("", text)).start()
+        line, column = text.count("\n", 0, at) + 1, at - (text.rfind("\n", 0, at) + 1) + 1
+        raise UserInputError(path, line, column, "", "an integer too long to read") from None
+
+
+def csv_rows(path: Path | str, kind: str) -> tuple[list[str], list[dict[str, str]]]:
+    """A CSV file's header and rows as dicts, read as `read_text_maybe_gzip` reads; a
+    located UserInputError for what the csv module refuses (a field over its 128 KiB
+    limit, a NUL inside quotes) instead of its bare `_csv.Error`."""
+    import csv
+    import io
+
+    with io.StringIO(read_text_maybe_gzip(path, kind), newline="") as handle:
+        reader = csv.DictReader(handle)
+        try:
+            rows = list(reader)
+            return list(reader.fieldnames or ()), rows
+        except csv.Error as exc:
+            line = reader.line_num or 1
+            raise UserInputError(path, line, 1, "", f"not CSV the broker reads: {exc}") from None

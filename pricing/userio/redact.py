@@ -69,9 +69,11 @@ def _patterns() -> tuple[tuple[re.Pattern[str], str], ...]:
         r"(?<![A-Za-z0-9_+=/-])(?=[A-Za-z0-9_+=-]*[A-Z])(?=[A-Za-z0-9_+=-]*[a-z])"
         r"(?=[A-Za-z0-9_+=-]*[0-9])[A-Za-z0-9_+=-]{32,}(?![A-Za-z0-9_+=-]|\.[A-Za-z]{1,5}\b|/)",
     )
+    # A name starts where a word starts and its tail is bounded: tried at every position
+    # with both ends unbounded, a 100,000-letter value in an error took minutes.
     named = re.compile(
         rf"""(?ix)
-        (?P<name>["']?[\w.-]*(?:{_NAMES})[\w.-]*["']?)
+        (?P<name>(?<![\w.-])["']?[\w.-]*?(?:{_NAMES})[\w.-]{{0,128}}["']?)
         (?P<sep>\s*[:=]\s*)
         (?P<value>"[^"]*"|'[^']*'|[^\s,;&"'<>)}}\]]+)
         """
@@ -79,7 +81,9 @@ def _patterns() -> tuple[tuple[re.Pattern[str], str], ...]:
     return (
         # a database URL's user part, up to its last `@` (a password may hold `/`, `?`, `#`)
         (re.compile(r"(?i)\b(postgres(?:ql)?://)[^\s@]*@"), rf"\1{MASK}@"),
-        (re.compile(r"(?i)\b([a-z][a-z0-9+.-]*://)[^/\s@?#]+@"), rf"\1{MASK}@"),  # userinfo
+        # userinfo; the scheme starts where no scheme character precedes (`\b` tried every
+        # letter of `a.a.a...` and read on to its end: minutes for a long value)
+        (re.compile(r"(?i)(?<![a-z0-9+.-])([a-z][a-z0-9+.-]*://)[^/\s@?#]+@"), rf"\1{MASK}@"),
         (
             re.compile(r"(?i)\b(authorization\s*[:=]\s*)(?:(?:bearer|basic|token)\s+)?[^\s,;]+"),
             rf"\1{MASK}",
@@ -101,6 +105,21 @@ def redact(text: str) -> str:
         elif _named_word().search(text):  # else it cannot match: skip its backtracking
             text = pattern.sub(_mask_named, text)
     return text
+
+
+LONGEST_WORD = 200  # characters of one word of a message shown before the rest is cut
+
+
+def shortened(text: str) -> str:
+    """`text` with every word over LONGEST_WORD characters cut, saying how long it was:
+    a value of 20 MB quoted back in an error is no clear line (and redacting it first
+    took minutes). Cut before `redact`: what is left of a secret is still masked."""
+    if len(text) <= LONGEST_WORD:
+        return text
+    return " ".join(
+        f"{word[:LONGEST_WORD]}...({len(word):,} characters)" if len(word) > LONGEST_WORD else word
+        for word in text.split(" ")
+    )
 
 
 def redact_data(value: object, text: Callable[[str], str] = redact) -> object:

@@ -124,6 +124,10 @@ def read_toml(path: Path) -> dict[str, Any]:
             raise ConfigError(f"{path}: TOML syntax error: {message}") from None
         reason = message[: where.start()]
         raise ConfigError(f"{path}:{where[1]}:{where[2]}: TOML syntax error: {reason}") from None
+    except ValueError:  # a value tomllib reads but Python cannot hold (4,301 digits)
+        long = re.search(r"[0-9_]{4300,}", text)
+        line = f":{text.count(chr(10), 0, long.start()) + 1}" if long else ""
+        raise ConfigError(f"{path}{line}: an integer too long to read") from None
 
 
 def config_files(cwd: Path | None = None) -> tuple[Path, Path]:

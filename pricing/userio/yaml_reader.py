@@ -207,6 +207,20 @@ def _lone_surrogate(path: Path, node: yaml.Node) -> UserInputError:
     return UserInputError(path, mark.line + 1, mark.column + 1, "", message)
 
 
+def _unbuildable(path: Path, node: yaml.Node, exc: Exception) -> UserInputError:
+    """A value YAML reads but no Python value holds: a date that is no date (`2026-02-30`,
+    unquoted, is read as one), an integer too long to convert (Python's 4,300 digits)."""
+    mark = node.start_mark
+    shown = node.value if isinstance(node.value, str) else ""
+    shown = repr(shown[:40] + "...") if len(shown) > 40 else repr(shown)
+    reason = str(exc).split(";")[0]
+    if "integer string conversion" in reason:
+        reason = "an integer too long to read"
+    where = f"{shown}: " if shown != "''" else ""
+    message = f"{where}not a value ({reason}); quote it if it is text"
+    return UserInputError(path, mark.line + 1, mark.column + 1, "", message)
+
+
 class _Builder:
     """A document's plain data, exactly as `SafeConstructor` builds it, several times faster.
 
@@ -240,11 +254,7 @@ class _Builder:
                 if node.style == '"' and not value.isascii() and _SURROGATE.search(value):
                     raise _lone_surrogate(self.path, node)
                 return value
-            value = node.value
-            if tag == self._INT and value.isascii() and value.isdigit():
-                if value[0] != "0" or value == "0":  # 010 is octal in YAML 1.1
-                    return int(value)
-            return self.fallback.construct_object(node)
+            return self._scalar(node, tag)
         known = self.built.get(id(node), self)
         if known is not self:
             self.aliased = True
@@ -263,11 +273,26 @@ class _Builder:
             _check_depth(self.path, node, depth, self.max_depth)
             _check_duplicate_keys(self.path, self.root, (), set())
             self.checked = True
-        value = self.fallback.construct_object(node, deep=True)
+        try:
+            value = self.fallback.construct_object(node, deep=True)
+        except (ValueError, OverflowError) as exc:  # a scalar inside it no Python value holds
+            raise _unbuildable(self.path, node, exc) from None
         if isinstance(value, str) and _SURROGATE.search(value):
             raise _lone_surrogate(self.path, node)
         self.built[id(node)] = value
         return value
+
+    def _scalar(self, node: yaml.ScalarNode, tag: str) -> Any:
+        """A scalar that is not a plain string; a located error for one that names no
+        value (`2026-02-30` read as a date, an integer of 5,000 digits)."""
+        value = node.value
+        try:
+            if tag == self._INT and value.isascii() and value.isdigit():
+                if value[0] != "0" or value == "0":  # 010 is octal in YAML 1.1
+                    return int(value)
+            return self.fallback.construct_object(node)
+        except (ValueError, OverflowError) as exc:
+            raise _unbuildable(self.path, node, exc) from None
 
     def _mapping(self, node: yaml.MappingNode, depth: int) -> dict[Any, Any]:
         mapping: dict[Any, Any] = {}

@@ -25,7 +25,7 @@ from datetime import date
 from pathlib import Path
 
 from broker.sim.model import JobList, SimJob
-from pricing.userio.reading import read_text_maybe_gzip
+from pricing.userio.reading import csv_rows, read_text_maybe_gzip
 
 # Alibaba's GPU model names -> catalog names (pricing.gpus). G1-G3 are undisclosed.
 PAI_GPUS: dict[str, str] = {
@@ -41,9 +41,7 @@ SIA_COLUMNS = ("name", "time", "application", "num_replicas", "batch_size")
 
 def _table(path: Path) -> tuple[list[str], list[dict[str, str]]]:
     """Header and rows (the header alone tells a pod list without times, even empty)."""
-    with io.StringIO(read_text_maybe_gzip(path, "trace"), newline="") as handle:
-        reader = csv.DictReader(handle)
-        return list(reader.fieldnames or ()), list(reader)
+    return csv_rows(path, "trace")
 
 
 def pai_gpu(spec: str, default: str) -> str | None:

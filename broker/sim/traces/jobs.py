@@ -16,18 +16,15 @@ factor x its duration (None: no deadlines).
 
 from __future__ import annotations
 
-import csv
-import io
 from datetime import datetime
 from pathlib import Path
 
 from broker.sim.model import JobList, SimJob
-from pricing.userio.reading import read_text_maybe_gzip
+from pricing.userio.reading import csv_rows, read_text_maybe_gzip
 
 
 def _rows(path: Path) -> list[dict[str, str]]:
-    with io.StringIO(read_text_maybe_gzip(path, "trace"), newline="") as handle:
-        return list(csv.DictReader(handle))
+    return csv_rows(path, "trace")[1]
 
 
 def read_philly(

@@ -1,0 +1,262 @@
+"""Classes of hostile input the generated run (`tests/hostile`) did not reach, each
+through the real `broker` executable: a value no Python value holds, a value so long
+that quoting it back hung the error, an output path that is no file, a path the system
+refuses to look up, numbers given to flags that no flag means, a CSV field the csv
+module refuses. Every case must exit 2 with one line naming the file or flag, with no
+traceback, and leave the folder as it was (no state created, nothing written).
+
+Each runs as a subprocess with a timeout: a hang (a redaction that took minutes) fails
+as a hang, not as a slow suite.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.hostile import good
+
+REPO = Path(__file__).resolve().parents[2]
+SKY_TASK = REPO / "tests" / "fakes" / "skypilot_tasks" / "minimal.yaml"
+NO_HANG_SECONDS = 60  # a generous bound for one command that does not hang
+DIGITS = "9" * 5000  # over Python's 4,300-digit limit for int("...")
+
+
+def _broker(folder: Path, *argv: str) -> subprocess.CompletedProcess[str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("BROKER_")}
+    for kind in ("config", "data", "cache", "state"):
+        env[f"XDG_{kind.upper()}_HOME"] = str(folder / ".home" / kind)
+    env |= {"PYTHONPATH": str(REPO), "NO_COLOR": "1", "COLUMNS": "200"}
+    return subprocess.run(
+        [sys.executable, "-m", "broker", *argv],
+        cwd=folder,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=NO_HANG_SECONDS,
+        stdin=subprocess.DEVNULL,
+    )
+
+
+def _tree(folder: Path) -> dict[str, str]:
+    found = {}
+    for path in sorted(folder.rglob("*")):
+        relative = str(path.relative_to(folder))
+        if relative.startswith(".home"):
+            continue
+        if path.is_symlink() or not path.is_file():
+            found[relative] = "link" if path.is_symlink() else "other"
+        else:
+            found[relative] = hashlib.sha256(path.read_bytes()).hexdigest()
+    return found
+
+
+def _refused(folder: Path, argv: tuple[str, ...], names: str) -> str:
+    """Run `argv` in `folder`; assert the refusal; return stderr."""
+    before = _tree(folder)
+    done = _broker(folder, *argv)
+    assert "Traceback" not in done.stderr, done.stderr[-2000:]
+    assert done.returncode == 2, (done.returncode, done.stderr[-1000:])
+    assert names in done.stderr, done.stderr[-1000:]
+    assert all(len(line) < 2000 for line in done.stderr.splitlines()), "an unreadable line"
+    assert _tree(folder) == before, "the command changed the folder"
+    return done.stderr
+
+
+def _manifest(**changes: object) -> str:
+    data = dict(good.MANIFEST)
+    data.update(changes)
+    return good.yaml_text(data)
+
+
+# --- values no Python value holds: a date that is no date, an integer of 5,000 digits ----
+
+UNBUILDABLE = {
+    "manifest-date": ("job.yaml", _manifest().replace("36h", "2026-02-30"), ("validate",)),
+    "manifest-int": ("job.yaml", _manifest().replace("priority: 1", f"priority: {DIGITS}"),
+                     ("validate",)),
+    "pools-int": ("pools.yaml", f"pools:\n- name: {DIGITS}\n", ("offers", "--pools")),
+    "skypilot-int": ("task.yaml", f"name: x\nnum_nodes: {DIGITS}\nrun: echo\n",
+                     ("import", "skypilot")),
+    "toml-int": ("broker.toml", f"freshness_days = {DIGITS}\n", ("offers", "--summary")),
+    "spot-json-int": (good.SPOT_NAME, f'{{"metadata": {{"gap_seconds": {DIGITS}}}, "data": [1]}}',
+                      ("simulate", "--jobs", "synthetic:2", "--spot")),
+}  # fmt: skip
+
+
+@pytest.mark.parametrize("case", sorted(UNBUILDABLE))
+def test_a_value_no_python_value_holds_is_a_located_error(tmp_path, case):
+    name, text, argv = UNBUILDABLE[case]
+    (tmp_path / name).write_text(text)
+    file_args = () if name == "broker.toml" else (str(tmp_path / name),)
+    said = _refused(tmp_path, (*argv, *file_args), name)
+    assert f"{name}:" in said and "Exceeds the limit" not in said, said
+
+
+# --- values so long that the error line hung (redaction was quadratic) -------------------
+
+
+LONG = "x" * 100_000
+
+
+@pytest.mark.parametrize(
+    "word", [LONG, "a." * 50_000, "password" * 12_500, "eyJ" + "a." * 50_000], ids=range(4)
+)
+def test_a_long_value_is_refused_in_one_short_line(tmp_path, word):
+    (tmp_path / "job.yaml").write_text(_manifest(name=word))
+    said = _refused(tmp_path, ("validate", str(tmp_path / "job.yaml")), "job.yaml")
+    assert "characters)" in said, said[-500:]  # the value is cut, saying how long it was
+
+
+def test_a_huge_catalog_cell_is_refused_in_one_short_line(tmp_path):
+    header, first, *_ = good.catalog_csv().splitlines()
+    row = first.split(",")
+    row[0] = "x" * 20_000_000
+    (tmp_path / "offers.csv").write_text(f"{header}\n{','.join(row)}\n")
+    _refused(tmp_path, ("offers", "--catalog", str(tmp_path / "offers.csv")), "offers.csv")
+
+
+def test_a_trace_field_over_the_csv_limit_is_a_located_error(tmp_path):
+    (tmp_path / "jobs.csv").write_text(good.JOBS_TRACE + "x" * 200_000 + "\n")
+    argv = ("simulate", "--jobs", str(tmp_path / "jobs.csv"), "--spot", "synthetic")
+    said = _refused(tmp_path, argv, "jobs.csv")
+    assert "field larger than field limit" in said
+
+
+# --- output paths that are no file, or the input itself -----------------------------------
+
+
+def _special(target: Path, kind: str) -> None:
+    if kind == "fifo":
+        os.mkfifo(target)
+    else:
+        target.mkdir()
+        (target / "kept").write_text("kept")
+
+
+@pytest.mark.parametrize("kind", ["fifo", "directory"])
+def test_an_output_that_is_no_file_is_refused_not_replaced(tmp_path, kind):
+    (tmp_path / "task.yaml").write_text(SKY_TASK.read_text())
+    _special(tmp_path / "out", kind)
+    argv = ("import", "skypilot", str(tmp_path / "task.yaml"), "-o", str(tmp_path / "out"))
+    _refused(tmp_path, argv, "out")
+    sky = REPO / "tests" / "fakes" / "skypilot_small"
+    _refused(tmp_path, ("pricing", "import", str(sky), "--into", str(tmp_path / "out")), "out")
+
+
+def test_import_skypilot_never_writes_over_its_task(tmp_path):
+    (tmp_path / "task.yaml").write_text(SKY_TASK.read_text())
+    task = str(tmp_path / "task.yaml")
+    _refused(tmp_path, ("import", "skypilot", task, "-o", task), "task.yaml")
+
+
+# --- paths the system refuses to look up ---------------------------------------------------
+
+
+def test_a_path_too_long_to_look_up_is_bad_input(tmp_path):
+    _refused(tmp_path, ("validate", str(tmp_path / ("a" * 300 + ".yaml"))), "a" * 100)
+    workdir = "w" * 5000
+    (tmp_path / "job.yaml").write_text(
+        _manifest(run={"command": "python3 train.py", "workdir": workdir})
+    )
+    said = _refused(tmp_path, ("validate", str(tmp_path / "job.yaml")), "job.yaml")
+    assert "run.workdir" in said
+
+
+# --- numbers no flag means ------------------------------------------------------------------
+
+SIM = ("simulate", "--jobs", "synthetic:2", "--spot", "synthetic")
+NUMBER_FLAGS = [
+    (("plan", "{m}", "--top"), "--top"),
+    (("offers", "--limit"), "--limit"),
+    (("offers", "--max-price"), "--max-price"),
+    (("offers", "--min-gpu-memory"), "--min-gpu-memory"),
+    (("jobs", "--state-file", "{d}/state.db", "--limit"), "--limit"),
+    (("run", "--once", "--state", "{d}/state.db", "--lease-seconds"), "--lease-seconds"),
+    (("run", "--once", "--state", "{d}/state.db", "--poll"), "--poll"),
+    (("run", "--once", "--state", "{d}/state.db", "--sandbox-reclaim-rate"),
+     "--sandbox-reclaim-rate"),
+    (("run", "--once", "--state", "{d}/state.db", "--sandbox-time-scale"),
+     "--sandbox-time-scale"),
+    ((*SIM, "--restart-hours"), "--restart-hours"),
+]  # fmt: skip
+BAD_NUMBERS = ["nan", "inf", "-1", "1e400", "99999999999999999999"]
+
+
+@pytest.mark.parametrize("value", BAD_NUMBERS)
+@pytest.mark.parametrize(("argv", "flag"), NUMBER_FLAGS, ids=[" ".join(a) for a, _ in NUMBER_FLAGS])
+def test_a_number_no_flag_means_exits_2_naming_the_flag(tmp_path, argv, flag, value):
+    (tmp_path / "good.yaml").write_text(good.good_text("manifest"))
+    filled = [a.replace("{m}", str(tmp_path / "good.yaml")).replace("{d}", str(tmp_path))
+              for a in argv]  # fmt: skip
+    _refused(tmp_path, (*filled, value), flag)
+    assert not (tmp_path / "state.db").exists(), "a refused command created the state"
+
+
+@pytest.mark.parametrize("flag", ["--until", "--since"])
+def test_the_last_day_of_the_calendar_is_bad_input(tmp_path, flag):
+    argv = ("jobs", "--state-file", str(tmp_path / "state.db"), flag, "9999-12-31")
+    done = _broker(tmp_path, *argv)
+    assert "Traceback" not in done.stderr, done.stderr[-2000:]
+    assert done.returncode in (0, 2), done.stderr  # --since 9999-12-31 is a date, --until not
+    if done.returncode == 2:
+        assert flag in done.stderr
+
+
+# --- settings and addresses that are no value ----------------------------------------------
+
+GOOD = "{d}/good.yaml"
+
+
+@pytest.mark.parametrize(
+    ("argv", "names"),
+    [
+        (("submit", GOOD, "--state", "postgresql://[bad"), "not a database URL"),
+        (("queue", "--state", "postgresql://u:pw@h:99999/db"), "not a database URL"),
+        (("state", "migrate", "--from", "{d}/s.db", "--to", "postgresql://[bad"), "[bad"),
+        (("simulate", "--jobs", "synthetic:99999999999999999999", "--spot", "synthetic"),
+         "--jobs"),
+        (("simulate", "--jobs", "synthetic:-1", "--spot", "synthetic"), "--jobs"),
+    ],
+    ids=["url-ipv6", "url-port", "migrate-url", "synthetic-huge", "synthetic-negative"],
+)  # fmt: skip
+def test_an_address_or_count_that_is_no_value_exits_2(tmp_path, argv, names):
+    (tmp_path / "good.yaml").write_text(good.good_text("manifest"))
+    said = _refused(tmp_path, tuple(a.replace("{d}", str(tmp_path)) for a in argv), names)
+    assert "pw" not in said, "the URL's password was shown"
+
+
+@pytest.mark.parametrize("value", ["'abc'", "nan", "inf", "-1"])
+def test_a_workdir_limit_that_is_no_size_is_a_settings_error(tmp_path, value):
+    (tmp_path / "good.yaml").write_text(good.good_text("manifest"))
+    (tmp_path / "broker.toml").write_text(f"workdir_limit_mb = {value}\n")
+    argv = ("submit", str(tmp_path / "good.yaml"), "--state", str(tmp_path / "state.db"))
+    said = _refused(tmp_path, argv, "broker.toml")
+    assert "workdir_limit_mb" in said
+
+
+def test_migrating_a_state_file_of_a_newer_broker_is_bad_input(tmp_path):
+    import sqlite3
+
+    (tmp_path / "good.yaml").write_text(good.good_text("manifest"))
+    made = _broker(tmp_path, "submit", "--state", str(tmp_path / "s.db"), "good.yaml")
+    assert made.returncode == 0, made.stderr
+    conn = sqlite3.connect(tmp_path / "s.db")
+    conn.execute("INSERT INTO schema_migrations VALUES (99, 'future', '2030-01-01')")
+    conn.commit()
+    conn.close()
+    argv = (
+        "state",
+        "migrate",
+        "--from",
+        str(tmp_path / "s.db"),
+        "--to",
+        "postgresql://u@127.0.0.1:1/db",
+    )
+    said = _refused(tmp_path, argv, "s.db")  # exit 1 before: the file is the fault
+    assert "newer" in said

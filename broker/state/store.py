@@ -19,15 +19,14 @@ from __future__ import annotations
 
 import os
 import secrets
-from collections.abc import Callable, Iterable, Iterator, Mapping
-from contextlib import contextmanager
+from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from types import TracebackType
 from typing import Any, TypeVar
 
 from broker.clock import Clock
 from broker.state.attempts import AttemptWrites
-from broker.state.backend import Backend, CommitUnknown, Connection, StateUnavailable, retried
+from broker.state.backend import Backend, Connection, retried
 from broker.state.ended import Ended
 from broker.state.held import HeldRows
 from broker.state.leases import LeaseWrites
@@ -44,10 +43,10 @@ from broker.state.model import (
     can_transition,
     job_maker,
     json_text,
-    ts_text,
 )
 from broker.state.reads import StateReads
 from broker.state.runs import RunWrites
+from broker.state.transactions import Transactions
 from pricing.userio.redact import redact, redact_data
 
 _TEXTS_KEPT = 4096  # redactions an open store remembers
@@ -93,7 +92,7 @@ def _insert_event(
     )
 
 
-class StateStore(RunWrites, AttemptWrites, LeaseWrites, StateReads, HeldRows):
+class StateStore(Transactions, RunWrites, AttemptWrites, LeaseWrites, StateReads, HeldRows):
     """Durable broker state. Open with `StateStore.open(path, clock)`; a controller then
     writes as a lease holder (`hold_as`: broker.state.leases)."""
 
@@ -118,12 +117,6 @@ class StateStore(RunWrites, AttemptWrites, LeaseWrites, StateReads, HeldRows):
     def ended_here(self) -> Ended:
         """The jobs and attempts this store's own writes ended since it was opened."""
         return self._ended
-
-    @property
-    def dialect(self) -> str:
-        """ "sqlite" or "postgresql": which claim and lock queries run (broker.state.leases,
-        broker.state.limits)."""
-        return self._backend.dialect
 
     @classmethod
     def open(
@@ -193,82 +186,6 @@ class StateStore(RunWrites, AttemptWrites, LeaseWrites, StateReads, HeldRows):
         self, kind: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
     ) -> None:
         self.close()
-
-    @contextmanager
-    def together(self) -> Iterator[None]:
-        """The writes made inside commit at once, at the end: one commit (one fsync)
-        for several steps. Each write inside is a savepoint, undone alone when it raises,
-        and what the others wrote commits even when the block raises: the store ends as
-        separate transactions would have left it. Only a kill in the block loses its
-        writes together, so a block holds steps whose loss together is safe (a pass's
-        plans and starts, its launches' "running", its closes: docs/state.md), and no
-        provider call (it holds SQLite's write lock; another writer waits for it).
-        On PostgreSQL each write stays its own transaction: a write there may have to run
-        again whole after a conflict (`retried`), which a write inside another cannot."""
-        if self._together or self.dialect != "sqlite":
-            yield
-            return
-        self._together = True  # the transaction begins at the first write (`_write`)
-        try:
-            yield
-        finally:  # what the writes inside left, committed (the block's error goes on)
-            self._together = False
-            self._end_together()
-
-    def _end_together(self) -> None:
-        if not self._conn.in_transaction:
-            return  # nothing was written
-        try:
-            self._conn.execute("COMMIT")
-        except BaseException:
-            if self._conn.in_transaction:
-                self._conn.execute("ROLLBACK")
-            raise
-
-    @contextmanager
-    def _write(self) -> Iterator[str]:
-        """One write transaction; yields "now" read under the lock, so times follow commits.
-        Inside `together`, a savepoint of its transaction."""
-        self._held_rows = {}  # rows this write locked and read, as it left them (`_held`)
-        self._ending = []
-        try:
-            with self._transaction() as now:
-                yield now
-            self._ended.note(self._ending)  # kept only once the write went through
-        finally:
-            self._held_rows = None
-
-    @contextmanager
-    def _transaction(self) -> Iterator[str]:
-        """`_write`'s transaction, or its savepoint inside `together`."""
-        if self._together:
-            if not self._conn.in_transaction:
-                self._backend.begin(self._conn)
-            self._conn.execute("SAVEPOINT write")
-            try:
-                yield ts_text(self._clock.now())
-            except BaseException:
-                self._conn.execute("ROLLBACK TO SAVEPOINT write")
-                self._conn.execute("RELEASE SAVEPOINT write")
-                raise
-            self._conn.execute("RELEASE SAVEPOINT write")
-            return
-        self._backend.begin(self._conn)
-        try:
-            yield ts_text(self._clock.now())
-        except BaseException:
-            if self._conn.in_transaction:
-                self._conn.execute("ROLLBACK")
-            raise
-        try:
-            self._conn.execute("COMMIT")
-        except StateUnavailable as exc:  # it may have committed: never run it again blindly
-            why = f"{exc} (while committing: the change may have been made)"
-            raise CommitUnknown(why) from None
-        except BaseException:
-            if self._conn.in_transaction:
-                self._conn.execute("ROLLBACK")
-            raise
 
     # --- jobs (submissions and runs: broker.state.runs) ------------------------------
 

@@ -21,8 +21,9 @@ from broker.state.limits import TeamLimitReached
 from broker.state.placed import PlacedOn
 
 if TYPE_CHECKING:
-    from broker.controller.planning import Planned, Room
+    from broker.controller.planning import Planned
     from broker.controller.reconcile import PassReport
+    from broker.controller.room import Room
     from broker.planner.decision import Decision, Placement
     from broker.state import Attempt, Job
     from broker.state.limits import TeamLimits

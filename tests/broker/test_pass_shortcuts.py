@@ -18,7 +18,7 @@ import pytest
 
 from broker.clock import FixedClock
 from broker.controller import Controller
-from broker.controller.planning import Room
+from broker.controller.room import Room
 from broker.manifest.load import load_manifests
 from broker.offers import load_offers
 from broker.runtime import open_runtime

@@ -182,7 +182,11 @@ def state_file(jobs: int, seed: int = 3) -> Path:
                 )  # fmt: skip
     with sqlite3.connect(path) as conn:
         conn.executemany(f"INSERT INTO jobs VALUES ({','.join('?' * 13)})", jobs_rows)
-        conn.executemany(f"INSERT INTO job_versions VALUES ({','.join('?' * 8)})", versions)
+        conn.executemany(
+            "INSERT INTO job_versions (job_id, version, digest, manifest_text, spec_json, queue,"
+            f" priority, submitted_at) VALUES ({','.join('?' * 8)})",
+            versions,
+        )  # spec_key left NULL: the spec is decoded whole, as a row from before it was kept
         conn.executemany(f"INSERT INTO attempts VALUES ({','.join('?' * 16)})", attempts)
         conn.executemany(
             "INSERT INTO ledger (job_id, attempt_id, kind, amount_usd, quantity, unit,"

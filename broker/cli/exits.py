@@ -11,6 +11,7 @@ class whose module is loaded already, so the table looks in `sys.modules` and ke
 
 from __future__ import annotations
 
+import errno
 import os
 import sys
 from typing import NoReturn
@@ -115,14 +116,11 @@ def exit_code(exc: BaseException) -> int:
 
 # A path the system refuses to look up at all is a path a user gave (a name of 300
 # letters, links that point at each other): bad input, wherever it was first touched.
-_PATH_ERRNOS = ("ENAMETOOLONG", "ELOOP")
+_PATH_ERRNOS = frozenset({errno.ENAMETOOLONG, errno.ELOOP})
 
 
 def _unusable_path(exc: BaseException) -> tuple[int, str] | None:
-    import errno
-
-    codes = {getattr(errno, name) for name in _PATH_ERRNOS}
-    if isinstance(exc, OSError) and exc.errno in codes and exc.filename is not None:
+    if isinstance(exc, OSError) and exc.errno in _PATH_ERRNOS and exc.filename is not None:
         return BAD_INPUT, f"{exc.strerror}: {exc.filename}"
     return None
 

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterable
-from dataclasses import replace
+from dataclasses import fields
 from typing import TYPE_CHECKING, Any
 
 from broker.spec import JobSpec
@@ -36,7 +36,8 @@ class Specs:
 
     def __init__(self) -> None:
         self._specs: dict[tuple[str, int], JobSpec] = {}
-        self._keyed: dict[str, JobSpec] = {}  # spec key -> a spec of that key, decoded
+        # spec key -> the fields of a spec of that key, decoded (a JobSpec's keywords)
+        self._keyed: dict[str, dict[str, Any]] = {}
         self._parts: dict[tuple[str, str], Any] = {}  # (part, its JSON) -> decoded
         self._submitted: dict[tuple[str, int], datetime] = {}  # when each was submitted
 
@@ -74,10 +75,11 @@ class Specs:
         """The spec of `row`: its key's, with the job's own name and team."""
         if row.key is None:  # written before spec keys (schema version 6): decoded whole
             return self.decode(json.loads(texts[row.job_id, row.version]))
-        spec = self._keyed.get(row.key)
-        if spec is None:
-            spec = self._keyed[row.key] = self.decode(json.loads(texts[row.job_id, row.version]))
-        return replace(spec, name=row.name, team=row.team)
+        fields_of = self._keyed.get(row.key)
+        if fields_of is None:
+            spec = self.decode(json.loads(texts[row.job_id, row.version]))
+            fields_of = self._keyed[row.key] = {f.name: getattr(spec, f.name) for f in fields(spec)}
+        return JobSpec(**fields_of | {"name": row.name, "team": row.team})
 
     def decode(self, data: dict[str, Any]) -> JobSpec:
         """broker.spec_codec.decode, each distinct part decoded once (across calls)."""

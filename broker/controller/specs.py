@@ -36,7 +36,8 @@ class Specs:
 
     def __init__(self) -> None:
         self._specs: dict[tuple[str, int], JobSpec] = {}
-        # spec key -> the fields of a spec of that key, decoded (a JobSpec's keywords)
+        # spec key -> the fields of a spec of that key, decoded (a JobSpec's keywords:
+        # JobSpec(**fields) is 2.5 µs a job, dataclasses.replace 6.5 µs)
         self._keyed: dict[str, dict[str, Any]] = {}
         self._parts: dict[tuple[str, str], Any] = {}  # (part, its JSON) -> decoded
         self._submitted: dict[tuple[str, int], datetime] = {}  # when each was submitted

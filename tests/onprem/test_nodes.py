@@ -66,12 +66,13 @@ def test_a_two_node_attempt_gets_the_rank_environment(make, ssh_nodes):
 def test_preemption_gives_the_job_its_grace_then_kills(make, ssh_nodes):
     pool = _rack(ssh_nodes)
     provider = make(pool, grace=1.0)
-    polite = provider.launch(
-        request(pool, _id(), command="trap 'echo checkpointed; exit 0' TERM; sleep 60 & wait")
-    )
-    stubborn = provider.launch(request(pool, _id(), command="trap '' TERM; sleep 60"))
+    checkpoints = "trap 'echo checkpointed; exit 0' TERM; echo ready; sleep 60 & wait"
+    polite = provider.launch(request(pool, _id(), command=checkpoints))
+    stubborn = provider.launch(request(pool, _id(), command="trap '' TERM; echo ready; sleep 60"))
+    # "running" is the wrapper's pid recorded, not the job's trap installed: wait for the
+    # job to say its handler is in place, or a TERM sent first ends it with 143.
     for instance in (polite, stubborn):
-        assert wait_until(lambda i=instance: provider.describe(i.id).state == "running", 10)
+        assert wait_until(lambda i=instance: "ready" in provider.log(i.id), 10)
     assert provider.preempt(polite.id) is not None
     assert provider.preempt(stubborn.id, grace_seconds=0.5) is not None
     done = provider.describe(polite.id)

@@ -105,8 +105,9 @@ def test_a_preempted_requeue_job_checkpoints_and_resumes(make, slurm_cluster):
     pool = slurm_pool(slurm_cluster, f"a100-{_id()}", requeue=True)
     provider = make(pool)
     trainer = (
-        'step=$(cat step 2>/dev/null || echo 0); echo "start at step $step"; '
+        "step=$(cat step 2>/dev/null || echo 0); "
         "trap 'echo \"checkpoint at step $step\"; echo $step > step; exit 0' TERM; "
+        'echo "start at step $step"; '  # after the trap: once it shows, TERM is handled
         "while [ $step -lt 20 ]; do step=$((step+1)); sleep 0.2; done; echo done"
     )
     instance = provider.launch(request(pool, _id(), accelerator_count=8, command=trainer))

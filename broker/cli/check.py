@@ -6,6 +6,7 @@ import typer
 
 from broker.cli.exits import BAD_INPUT, FAILED, fail
 from broker.cli.formats import Fixed, flag
+from broker.cli.inputs import number_flag
 from broker.cli.options import OutputOption, WideOption, split_list
 from broker.cli.render import Column, Output, render
 
@@ -16,6 +17,9 @@ COLUMNS = (
     Column("detail", "DETAIL"),
     Column("seconds", "SECONDS", Fixed(2), keep=0),
 )
+
+
+MAX_TIMEOUT_SECONDS = 3600.0  # an hour per check; more is a typo (or a hang)
 
 
 def check(
@@ -32,6 +36,7 @@ def check(
     """
     from providers.checks import CLOUDS, check_clouds
 
+    number_flag(timeout, "--timeout", 0.1, MAX_TIMEOUT_SECONDS)
     clouds = split_list(cloud) or CLOUDS
     unknown = [name for name in clouds if name not in CLOUDS]
     if unknown:

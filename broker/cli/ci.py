@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING
 import typer
 
 from broker.cli.exits import BAD_INPUT, FAILED, NO_PLACEMENT, OVER_BUDGET, fail
+from broker.cli.inputs import output_path
 from broker.cli.options import (
     CatalogOption,
     OverlaysOption,
@@ -97,6 +98,8 @@ def ci(
         "allowed_clouds": split_list(allowed_clouds) or None,
         "require_checkpoint_for_spot": require_checkpoint_for_spot,
     }
+    if comment_file is not None:
+        output_path(comment_file, "--comment-file")
     rules = _rules(policy, flags)
     try:
         changeset = collect(path, revisions(path, base, head))

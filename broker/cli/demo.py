@@ -51,6 +51,7 @@ def demo(
     cloud. Then show what happened and what it cost."""
     import tempfile
 
+    from broker.cli.statefile import check_state
     from broker.manifest.load import load_manifests
     from broker.reclaims import ReclaimOnce
     from broker.state.location import parse_location
@@ -58,6 +59,10 @@ def demo(
 
     given = state or str(Path(tempfile.mkdtemp(prefix="broker-demo-")) / "state.db")
     location = parse_location(given)  # printed as itself: a URL's password masked
+    if isinstance(location, Path):  # its jobs' workdirs and checkpoints are file:// URIs
+        location = location.absolute()
+        given = str(location)
+    check_state(location, "write")  # refused before anything is packed beside it
     examples = examples_dir()
     loaded = load_manifests([examples / "demo"])
     if loaded.errors:

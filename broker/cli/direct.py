@@ -43,7 +43,7 @@ def recognise(args: list[str]) -> DirectPlan | None:
             if output is not None or value not in FORMATS:
                 return None
             output = value
-        elif word and not word.startswith("-"):
+        elif word and "\x00" not in word and not word.startswith("-"):
             paths.append(word)
         else:
             return None

@@ -102,6 +102,9 @@ def exit_code(exc: BaseException) -> int:
         return INTERRUPTED
     usage = _click_exception() if typer is not None else None
     if usage is not None and isinstance(exc, usage):  # usage errors: click's words, exit 2
+        from pricing.userio.redact import shortened
+
+        exc.message = shortened(exc.message)  # click quotes a value of 5,000 digits whole
         exc.show()
         return exc.exit_code
     if isinstance(exc, BrokenPipeError):

@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, NoReturn
 import typer
 
 from broker.cli.exits import BAD_INPUT, fail
+from broker.cli.inputs import output_path
 
 if TYPE_CHECKING:
     from broker.manifest.load import LoadResult
@@ -52,6 +53,8 @@ def skypilot(
 
     if out is not None and _same_file(task, out):
         fail(f"{out}: is the task itself: -o names a new file (the task is kept)", BAD_INPUT)
+    if out is not None:
+        output_path(out, "--out")
     chosen = choose_team(team)
     manifest_dir = Path.cwd() / out.parent if out is not None else None
     try:

@@ -37,6 +37,23 @@ def load_jobs(paths: list[Path], input_format: InputFormat, team: str | None) ->
     return load_manifests(paths)
 
 
+def check_arguments(args: list[str]) -> None:
+    """Refuse, before any command runs, a word no command takes: an empty one (`broker
+    validate ""` would read the current folder, `--catalog ""` the default catalog) or
+    one holding a NUL byte (no path or name can, and the system refuses it later with a
+    traceback). The message names the flag the word was given to, or its position."""
+    for number, word in enumerate(args):
+        flag, given, value = word.partition("=") if word.startswith("--") else ("", "", word)
+        if not given:
+            flag, value = (args[number - 1] if number else ""), word
+        if value and "\x00" not in value:
+            continue
+        what = "is empty" if not value else "holds a NUL byte"
+        if flag.startswith("-") and (given or len(flag) > 1):
+            fail(f"{flag}: the value {what}", BAD_INPUT)
+        fail(f"argument {number + 1} {what}", BAD_INPUT)
+
+
 def split_list(values: list[str] | None) -> tuple[str, ...]:
     """Accept both repeated flags and comma-separated values: `--cloud aws,gcp --cloud azure`."""
     return tuple(
@@ -73,7 +90,7 @@ def offers_in_force(
         ):
             if path is not None and not path.is_file():
                 fail(f"{label} file {_why_not(path)}{origin_note(label, flag)}", BAD_INPUT)
-        return load_offers(catalog_path, pools_path, overlays_path, live_pools=live_pools)
+        view = load_offers(catalog_path, pools_path, overlays_path, live_pools=live_pools)
     except (SchemaError, ConfigError) as exc:
         fail(str(exc), BAD_INPUT)
     except ValueError as exc:
@@ -84,6 +101,10 @@ def offers_in_force(
         if isinstance(exc, UserInputError):
             fail(str(exc), BAD_INPUT)
         raise
+    if not len(view.catalog.offers):  # a header and no rows: every plan would find nothing
+        where = f"{view.catalog.path}{origin_note('catalog', catalog)}"
+        fail(f"catalog {where}: a header and no offers (remove it or import one)", BAD_INPUT)
+    return view
 
 
 def _why_not(path: Path) -> str:
@@ -133,6 +154,30 @@ def time_flag(text: str | None, flag: str, inclusive_day: bool = False) -> datet
     return moment if moment.tzinfo else moment.replace(tzinfo=UTC)
 
 
+EARLIEST_PRICE_DAY = date(2000, 1, 1)  # before any GPU was rented by the hour
+
+
+def price_day_flag(text: str, flag: str, today: date | None = None) -> date:
+    """The day prices were read, written YYYY-MM-DD, from EARLIEST_PRICE_DAY to tomorrow
+    (UTC; a day's grace for time zones); else exit 2 naming the flag. A price read in
+    the future (`--as-of 9999-12-31`) would keep a catalog fresh for ever, and the
+    other shapes Python also reads as dates (20260520, 2026-W21-3) are typos here."""
+    import re
+
+    today = today or datetime.now(UTC).date()
+    latest = today + timedelta(days=1)
+    shown = text if len(text) <= 40 else text[:40] + "..."
+    try:
+        if not re.fullmatch(r"\d{4}-\d{2}-\d{2}", text):
+            raise ValueError(text)
+        day = date.fromisoformat(text)
+    except ValueError:
+        fail(f"{flag} must be a date such as 2026-05-20 (YYYY-MM-DD), not {shown!r}", BAD_INPUT)
+    if not EARLIEST_PRICE_DAY <= day <= latest:
+        fail(f"{flag} {day} is out of range: from {EARLIEST_PRICE_DAY} to {latest}", BAD_INPUT)
+    return day
+
+
 def number_flag(value: float, flag: str, low: float, high: float) -> float:
     """`value` when it is a finite number within [low, high]; else exit 2 naming the flag:
     NaN, inf, -1 or 1e20 given to a flag would otherwise reach the code behind it
@@ -142,3 +187,31 @@ def number_flag(value: float, flag: str, low: float, high: float) -> float:
     if not (isinstance(value, int | float) and math.isfinite(value) and low <= value <= high):
         fail(f"{flag} must be a number from {low:g} to {high:g}, not {value!r}", BAD_INPUT)
     return value
+
+
+def output_path(path: Path, flag: str, suffixes: tuple[str, ...] = ()) -> Path:
+    """`path` when a command can write it there; else exit 2 naming `flag`, checked before
+    the command does any work (a report computed, a cluster read, a file made): a
+    directory, a FIFO or a device in its place, a folder that does not exist, a name the
+    system refuses (too long), or, with `suffixes`, a kind of file the writer cannot make.
+    A file already there is replaced (atomic_write); a folder that refuses writes is found
+    by the write itself (exit 1)."""
+    import os
+    import stat
+
+    if suffixes and path.suffix.lower() not in suffixes:
+        fail(f"{flag}: {path} must end in {', '.join(suffixes)}", BAD_INPUT)
+    try:
+        mode = os.stat(path).st_mode
+    except FileNotFoundError:
+        folder = path.parent
+        if not folder.is_dir():
+            fail(f"{flag}: cannot write {path}: no folder {folder}", BAD_INPUT)
+        return path
+    except OSError as exc:  # too long, a loop of links, a file where a folder should be
+        fail(f"{flag}: cannot write {path}: {exc.strerror or exc}", BAD_INPUT)
+    if stat.S_ISDIR(mode):
+        fail(f"{flag}: {path} is a directory, not a file", BAD_INPUT)
+    if not stat.S_ISREG(mode):
+        fail(f"{flag}: {path} exists and is not a regular file (a FIFO, a device)", BAD_INPUT)
+    return path

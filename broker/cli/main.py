@@ -19,6 +19,7 @@ import typer  # noqa: E402
 
 from broker import __version__  # noqa: E402
 from broker.cli.exits import exit_code  # noqa: E402
+from broker.cli.inputs import check_arguments  # noqa: E402
 
 # Every command, in help order: its module under broker.cli and the function (or the
 # sub-app) in it. A module is imported only when its command runs, or for the whole
@@ -106,8 +107,9 @@ def main() -> None:
     code through the one table in `broker.cli.exits` (usage errors and broken settings
     files exit 2, provider errors 5, Ctrl-C 130, a closed stdout quietly 0)."""
     command = next((arg for arg in sys.argv[1:] if not arg.startswith("-")), "")
-    app = build_app([command] if command in COMMANDS else COMMANDS)
     try:
+        check_arguments(sys.argv[1:])  # before a command is built: nothing runs for them
+        app = build_app([command] if command in COMMANDS else COMMANDS)
         warn_unknown_settings()
         code = _invoke(app, sys.argv[1:])
         sys.stdout.flush()  # a reader that went away shows here, not at exit

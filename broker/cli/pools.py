@@ -8,6 +8,7 @@ from pathlib import Path
 import typer
 
 from broker.cli.exits import BAD_INPUT, PROVIDER, fail
+from broker.cli.inputs import number_flag, output_path
 
 app = typer.Typer(
     help="On-prem GPU pools (pools.yaml): import them from the cluster you run.",
@@ -43,21 +44,32 @@ def import_pools(
     loads as it is; set the cost and country Slurm cannot know."""
     from onprem.executors.options import OptionError, SlurmOptions
     from onprem.executors.shell import LocalShell, SshShell
-    from onprem.slurm_import import read_cluster, render
+    from onprem.slurm_import import read_cluster
     from providers.errors import ProviderError
 
     if not slurm:
         fail("say where the pools come from: --slurm", BAD_INPUT)
     if output is not None and output.exists():
         fail(f"{output} exists: choose a new file (the import never overwrites)", BAD_INPUT)
+    if output is not None:
+        output_path(output, "--output")
     try:
         options = SlurmOptions(
             login=login, port=port, identity_file=identity_file, known_hosts=known_hosts
         )
     except OptionError as exc:
         fail(f"--{exc.field.replace('_', '-')}: {exc}", BAD_INPUT)
+    from pricing.userio.bounds import MAX_PRICE_PER_HOUR
+
+    number_flag(cost, "--cost-per-gpu-hour", 0, MAX_PRICE_PER_HOUR)
     if not cost > 0:
         fail("--cost-per-gpu-hour must be more than 0 (0 means not known)", BAD_INPUT)
+    # Every flag is checked before the cluster is asked (sinfo, an SSH login): a pool of
+    # the shape Slurm gives, with the location and cost given, must load.
+    _check(_rendered([_sample_pool()], region, country, cost, {}, "a check"), region, country)
+    for flag, value in (("--identity-file", identity_file), ("--known-hosts", known_hosts)):
+        if value:
+            _readable(Path(value).expanduser(), flag)
     shell = LocalShell()
     if options.login:
         user, _, host = options.login.partition("@")
@@ -76,14 +88,7 @@ def import_pools(
         extra.update(
             {k: v for k, v in (("identity_file", identity_file), ("known_hosts", known_hosts)) if v}
         )
-    text = render(
-        pools,
-        region=region,
-        country=country.upper(),
-        cost_per_gpu_hour=cost,
-        executor_extra=extra,
-        source=options.login or "this machine's Slurm",
-    )
+    text = _rendered(pools, region, country, cost, extra, options.login or "this machine's Slurm")
     _check(text, region, country)
     if output is None:
         sys.stdout.write(text)
@@ -95,6 +100,37 @@ def import_pools(
     except OSError as exc:
         fail(f"cannot write {output}: {exc.strerror or exc}", BAD_INPUT)
     print(f"wrote {len(pools)} pool(s) to {output}", file=sys.stderr)
+
+
+def _sample_pool():
+    """A pool of the shape `read_cluster` returns, to check the flags against."""
+    from onprem.slurm_import import ImportedPool
+
+    return ImportedPool("check", "gpu", "A100", "a100", 8, 64, 512.0, (("node1", ""),))
+
+
+def _readable(path: Path, flag: str) -> None:
+    """Exit 2 naming `flag` unless `path` is a regular file (before SSH is tried)."""
+    from pricing.userio.errors import UserInputError
+    from pricing.userio.reading import check_regular
+
+    try:
+        check_regular(path)
+    except UserInputError as exc:
+        fail(f"{flag}: {exc.one_line()}", BAD_INPUT)
+
+
+def _rendered(pools, region: str, country: str, cost: float, extra: dict, source: str) -> str:
+    from onprem.slurm_import import render
+
+    return render(
+        pools,
+        region=region,
+        country=country.upper(),
+        cost_per_gpu_hour=cost,
+        executor_extra=extra,
+        source=source,
+    )
 
 
 def _check(text: str, region: str, country: str) -> None:

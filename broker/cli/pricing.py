@@ -13,6 +13,7 @@ from pathlib import Path
 import typer
 
 from broker.cli.exits import BAD_INPUT, FAILED, PROVIDER, fail
+from broker.cli.inputs import output_path, price_day_flag
 from broker.cli.options import OutputOption, WideOption, split_list
 from broker.cli.render import Output, render
 from broker.cli.session import StateOption
@@ -59,14 +60,11 @@ def import_catalog(
         fail(f"unknown format {format!r}{hint(format, FORMATS)}", BAD_INPUT)
     if not directory.is_dir():
         fail(f"not a directory: {directory}", BAD_INPUT)
+    if into is not None:
+        output_path(into, "--into")
     clouds = split_list(cloud) or None
     if as_of is not None:
-        from datetime import date
-
-        try:
-            as_of = date.fromisoformat(as_of).isoformat()
-        except ValueError:
-            fail(f"--as-of must be a date such as 2026-05-20, not {as_of!r}", BAD_INPUT)
+        as_of = price_day_flag(as_of, "--as-of").isoformat()
     from broker.cli.progress import bar
 
     try:
@@ -77,6 +75,10 @@ def import_catalog(
     except (CatalogImportError, ValueError) as exc:  # ValueError: a cloud it does not know
         fail(str(exc), BAD_INPUT)
     if offers.empty:
+        read = [str(directory / c / "vms.csv") for c in clouds or ("aws", "gcp", "azure")
+                if (directory / c / "vms.csv").is_file()]  # fmt: skip
+        if read:  # files with a header and no rows (or none a GPU offer)
+            fail(f"{', '.join(read)}: no offers in {'it' if len(read) == 1 else 'them'}", BAD_INPUT)
         fail(f"no <cloud>/vms.csv for aws, gcp or azure found under {directory}", BAD_INPUT)
     target = into or user_catalog_path()
     try:

@@ -64,10 +64,14 @@ def run_refresh(
 
 def catalog_target(flag: Path | None) -> Path:
     """The catalog a refresh writes: the flag or the `catalog` setting, else the user's."""
+    from broker.cli.inputs import output_path
     from pricing.catalog import user_catalog_path
     from pricing.userio.settings import resolve_path
 
-    return resolve_path("catalog", flag) or user_catalog_path()
+    chosen = resolve_path("catalog", flag)
+    if chosen is None:
+        return user_catalog_path()  # its folder is made when it is first written
+    return output_path(chosen, "--catalog" if flag is not None else "the catalog setting")
 
 
 def report_refresh(result: RefreshResult, output: Output) -> None:
@@ -113,10 +117,11 @@ def _observations(state: str | None) -> list:
     """What the broker saw of its own spot instances (hours, interruptions), for learned
     interruption rates; [] without a state file."""
     from broker.cli.session import state_path
-    from broker.state.location import DatabaseUrl
+    from broker.cli.statefile import check_state
 
     path = state_path(state)
-    if not isinstance(path, DatabaseUrl) and not path.is_file():
+    found = check_state(path, "read")  # a folder or a foreign file given: exit 2, first
+    if found is not None and found.kind in ("missing", "empty"):
         return []
     from broker.clock import SystemClock
     from broker.state import StateStore

@@ -12,6 +12,7 @@ import typer
 
 from broker.cli.exits import BAD_INPUT, FAILED, fail
 from broker.cli.formats import hours, percent
+from broker.cli.inputs import output_path
 from broker.cli.options import (
     CatalogOption,
     OutputOption,
@@ -132,6 +133,8 @@ def cost_report(
     start, end = time_flag(since, "--since"), time_flag(until, "--until", inclusive_day=True)
     if start is not None and end is not None and start >= end:
         fail("--since must be before --until", BAD_INPUT)
+    if html is not None:
+        output_path(html, "--html")
     bills = _bills(actual or ())
     with opened_store(state_path(state), "read") as store:  # None: nothing ran yet, empty
         report = _build(store, groups, start, end, catalog, overlays)
@@ -153,6 +156,8 @@ def _bills(paths):
             bills.append(read_bill(path))
         except BillError as exc:
             fail(str(exc), BAD_INPUT)
+        if not bills[-1].lines:  # a period with no usage exports so; a wrong export too
+            print(f"broker: {path}: {bills[-1].format} columns and no lines", file=sys.stderr)
     return bills
 
 

@@ -30,7 +30,7 @@ def interrupt(
     from broker.cli.jobref import find_job
     from broker.state import OPEN_ATTEMPT
 
-    with runtime(state, catalog, pools, overlays) as rt:
+    with runtime(state, catalog, pools, overlays, mode="update") as rt:
         running = {  # the live instance of an attempt still open (not an earlier one)
             i.provider_id: i
             for i in rt.store.instances(state="running")

@@ -110,7 +110,8 @@ def runtime(
 
     `mode` says what the command does with the state (`broker.cli.statefile`): "read"
     yields None for a missing state file and opens one in a read-only location
-    read-only; "write" writes the state; "launch" also starts jobs, and only it makes
+    read-only; "write" writes the state; "update" writes one that must exist (a
+    missing one is refused, nothing created); "launch" also starts jobs, and only it makes
     the sandbox folder beside the state file. `holder`: whose leases its controller
     takes (`broker run --controller-id`; default a fresh id)."""
     from broker.runtime import open_runtime
@@ -121,7 +122,7 @@ def runtime(
     view = offers_in_force(catalog, pools, overlays)
     clouds = () if sandbox_only else enabled_clouds()
     path = state_path(state)
-    with opened_store(path, "read" if mode == "read" else "write") as store:
+    with opened_store(path, "write" if mode == "launch" else mode) as store:
         if store is None:
             yield None
             return

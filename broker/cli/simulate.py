@@ -56,16 +56,20 @@ def simulate(
         "scale: the fleet-scale loop for cluster traces (thousands of jobs per second).",
     ),
     output: Output = typer.Option(Output.table, "--output", "-o", help="Output format."),
-    plot: Path = typer.Option(None, "--plot", help="Draw cumulative cost per policy to this PNG."),
+    plot: Path = typer.Option(
+        None, "--plot", help="Draw cumulative cost per policy to this file (.png, .svg or .pdf)."
+    ),
     wide: bool = WideOption,
 ) -> None:
     """Compare policies on a trace-driven simulation (virtual time, the real controller)."""
-    from broker.cli.inputs import number_flag
+    from broker.cli.inputs import number_flag, output_path
     from broker.sim import policies as named
     from broker.sim.run import build_scenario, run_policies
     from pricing.userio.bounds import MAX_HOURS
 
     number_flag(restart_hours, "--restart-hours", 0, MAX_HOURS)
+    if plot is not None:
+        output_path(plot, "--plot", PLOT_SUFFIXES)
     if engine not in ("full", "scale"):
         fail(f"--engine must be full or scale, got {engine!r}", BAD_INPUT)
     try:
@@ -73,6 +77,8 @@ def simulate(
         scenario = build_scenario(jobs, spot, seed=seed, pools=pools, restart_hours=restart_hours)
     except (ValueError, OSError, KeyError) as exc:
         fail(str(exc), BAD_INPUT)
+    if not scenario.jobs:  # a header and no rows (or no row the trace's reader keeps)
+        fail(f"--jobs {jobs}: no jobs in the trace: nothing to simulate", BAD_INPUT)
     if plot is not None:
         _require_matplotlib()
     results = _run_with_progress(scenario, chosen, run_policies, engine)
@@ -111,6 +117,9 @@ def _require_matplotlib() -> None:
         import matplotlib  # noqa: F401
     except ImportError:
         fail("--plot needs matplotlib: pip install 'broker[plot]'", BAD_INPUT)
+
+
+PLOT_SUFFIXES = (".png", ".svg", ".pdf")  # matplotlib's format is the file's suffix
 
 
 def _plot(results, path: Path) -> None:

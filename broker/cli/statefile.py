@@ -3,7 +3,8 @@ writing commands do with a missing, foreign, damaged, newer or read-only state f
 
 - nothing there: a read command (queue, status, logs, cost-report) gives an empty
   result with one note on stderr and exits 0, creating nothing; a write command
-  creates the file;
+  creates the file; an update command (cancel, rerun, sandbox interrupt: it acts on
+  jobs already there) is refused (exit 2: there is no job to act on), creating nothing;
 - a broker state file: opened; in a read-only location a read command opens it
   read-only (no WAL switch, nothing created) and a write command is refused (exit 1);
 - not a broker state file, a damaged one, one written by a newer broker: refused
@@ -27,7 +28,7 @@ if TYPE_CHECKING:
     from broker.state.files import Examined
     from broker.state.location import StateLocation
 
-Mode = Literal["read", "write"]
+Mode = Literal["read", "write", "update"]  # update: write a state that must exist
 
 
 def state_path(flag: str | Path | None) -> StateLocation:
@@ -59,7 +60,7 @@ def check_state(path: StateLocation, mode: Mode) -> Examined | None:
         found = examine(path)
     except StateFileError as exc:
         fail(str(exc), BAD_INPUT)
-    if mode == "write" and not found.writable:
+    if mode != "read" and not found.writable:
         where = f"the state file {path} is in a read-only location"
         fail(f"{where}: this command writes it", FAILED)
     return found
@@ -85,6 +86,8 @@ def opened_store(
     try:
         if found is None:  # a database: created and migrated by any command, as a file is
             store = StateStore.open(path, SystemClock())
+        elif mode == "update" and found.kind in ("missing", "empty"):
+            fail(f"no state file at {path}: nothing was submitted, so no job to act on", BAD_INPUT)
         elif mode == "read" and found.kind in ("missing", "empty"):
             if note_missing:
                 note = f"broker: no state file at {path} yet: nothing was submitted"

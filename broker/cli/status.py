@@ -223,7 +223,7 @@ def cancel(
         fail("--team goes with --all (name the jobs otherwise)", BAD_INPUT)
     if not jobs and not every:
         fail("give jobs to cancel, or --team T --all", BAD_INPUT)
-    with runtime(state, catalog, pools, overlays, mode="write") as rt:
+    with runtime(state, catalog, pools, overlays, mode="update") as rt:
         if every:
             open_states = [s for s in JobState if s not in TERMINAL]
             chosen = rt.store.jobs(states=open_states, team=team)

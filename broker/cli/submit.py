@@ -116,7 +116,7 @@ def rerun(
 
     refused: list[str] = []
     rows = []
-    with opened_store(state_path(state), "write") as store:
+    with opened_store(state_path(state), "update") as store:
         for job in find_jobs(store, jobs):
             try:
                 result = store.rerun(job.id)

@@ -43,11 +43,11 @@ def _broker(folder: Path, *argv: str) -> subprocess.CompletedProcess[str]:
     )
 
 
-def _tree(folder: Path) -> dict[str, str]:
+def _tree(folder: Path, skip: tuple[str, ...] = (".home",)) -> dict[str, str]:
     found = {}
     for path in sorted(folder.rglob("*")):
         relative = str(path.relative_to(folder))
-        if relative.startswith(".home"):
+        if relative.startswith(skip):
             continue
         if path.is_symlink() or not path.is_file():
             found[relative] = "link" if path.is_symlink() else "other"
@@ -260,3 +260,243 @@ def test_migrating_a_state_file_of_a_newer_broker_is_bad_input(tmp_path):
     )
     said = _refused(tmp_path, argv, "s.db")  # exit 1 before: the file is the fault
     assert "newer" in said
+
+
+# --- every option of every command, given a value of each hostile class --------------------
+#
+# The commands are read from the app itself (`broker --help`'s tree), so that a command or
+# option added later is swept too: each option is given every hostile value of its class
+# (a path, a number, a date, a choice, free text) on a command line that is otherwise good,
+# all through the real entry point in one driver process per core (tests.hostile.driver).
+
+# The good command line of each command (`{m}` a good manifest, `{d}` the run's folder);
+# a command missing here fails the test, so that none goes unswept.
+BASE: dict[str, tuple[str, ...]] = {
+    "offers": (),
+    "validate": ("{m}",),
+    "schema": (),
+    "plan": ("{m}",),
+    "estimate": ("{m}",),
+    "ci": ("--base", "main", "jobs"),
+    "submit": ("--state", "{d}/state.db", "{m}"),
+    "rerun": ("hostile", "--state", "{d}/state.db"),
+    "jobs": ("--state-file", "{d}/state.db"),
+    "queue": ("--state", "{d}/state.db"),
+    "status": ("hostile", "--state", "{d}/state.db"),
+    "cancel": ("hostile", "--state", "{d}/state.db"),
+    "logs": ("hostile", "--state", "{d}/state.db"),
+    "run": ("--once", "--state", "{d}/state.db"),
+    "demo": ("--state", "{d}/state.db"),
+    "cost-report": ("--state", "{d}/state.db"),
+    "check": ("--timeout", "1"),
+    "simulate": ("--jobs", "synthetic:2", "--spot", "synthetic"),
+    "import skypilot": ("{d}/task.yaml",),
+    "pricing import": ("{sky}", "--into", "{d}/out.csv"),
+    "pricing refresh": ("--catalog", "{d}/refreshed.csv"),
+    "pricing status": (),
+    "sandbox interrupt": ("hostile", "--state", "{d}/state.db"),
+    "pools import": ("--slurm",),
+    # a host that cannot be bound: a value that passes every check ends there, not serving
+    "metrics serve": ("--host", "host.invalid"),
+    "state migrate": ("--from", "{d}/state.db", "--to", "postgresql://u@127.0.0.1:1/db"),
+}
+# What each command may exit with besides 0 and 2 (DESIGN.md's exit codes, as its docs say).
+EXITS: dict[str, set[int]] = {
+    "plan": {3}, "estimate": {3}, "ci": {1, 3, 4}, "submit": {3, 4}, "run": {1},
+    "check": {1, 5}, "pricing refresh": {1, 5}, "pools import": {1, 5}, "state migrate": {1},
+    "demo": {1},
+}  # fmt: skip
+# Commands that only read: whatever they are given, they leave the state and the folder.
+READ_ONLY = {
+    "offers", "validate", "schema", "plan", "estimate", "ci", "jobs", "queue", "status",
+    "logs", "cost-report", "check", "simulate", "pricing status", "metrics serve",
+}  # fmt: skip
+# Options not swept, and why.
+UNSWEPT = {
+    "metrics serve --host": "an address that binds would serve until stopped",
+    "pricing refresh --region": "a region passes to the network fetch (seconds a value)",
+}
+PATHS = ["", ".", "{d}", "{d}/missing/none.yaml", "a\x00b", "p" * 300, "ünï/コード.yaml",
+         "/dev/null"]  # fmt: skip
+NUMBERS = ["", "nan", "inf", "-inf", "-1", "1e400", "9" * 5000, "99999999999999999999", "١٢"]
+DATES = ["", "9999-12-31", "0001-01-01", "2026-02-30", "99999-01-01", "1e9", "now"]
+TEXTS = ["", "a\x00b", "ünï", "x" * 5000, "-1", "nan"]
+DATE_OPTIONS = {"--since", "--until", "--as-of", "--base", "--head"}
+PATH_TEXT_OPTIONS = {"--state", "--state-file", "--identity-file", "--known-hosts", "--policy",
+                     "--jobs", "--spot", "--to"}  # fmt: skip
+
+
+def _commands() -> dict[str, object]:
+    """Every leaf command of the app by its words ("pricing import")."""
+    import typer
+
+    from broker.cli.main import build_app
+
+    found = {}
+
+    def walk(command: object, words: tuple[str, ...]) -> None:
+        subs = getattr(command, "commands", None)
+        if subs is None:
+            found[" ".join(words)] = command
+            return
+        for name, sub in subs.items():
+            walk(sub, (*words, name))
+
+    walk(typer.main.get_command(build_app()), ())
+    return found
+
+
+def _values(param: object) -> list[str]:
+    """The hostile values of a parameter's class."""
+    kind = type(param.type).__name__  # type: ignore[attr-defined]
+    name = param.opts[0]  # type: ignore[attr-defined]
+    if kind == "TyperPath" or name in PATH_TEXT_OPTIONS:
+        return PATHS
+    if kind in ("IntParamType", "FloatParamType"):
+        return NUMBERS
+    if name in DATE_OPTIONS:
+        return DATES
+    return TEXTS
+
+
+def _sweep() -> list[tuple[str, str, tuple[str, ...]]]:
+    """(command, what is hostile, argv) for every value of every swept parameter."""
+    runs = []
+    for words, command in sorted(_commands().items()):
+        base = BASE[words]
+        for param in command.params:  # type: ignore[attr-defined]
+            if getattr(param, "is_flag", False) or param.opts[0] in ("--help", "-h"):
+                continue
+            if f"{words} {param.opts[0]}" in UNSWEPT:
+                continue
+            for number, value in enumerate(_values(param)):
+                if param.param_type_name == "argument":
+                    argv = _with_argument(base, value, param.nargs == -1)
+                else:
+                    argv = (*_without(base, param.opts), param.opts[0], value)
+                runs.append((words, f"{param.opts[0]}#{number}", (*words.split(), *argv)))
+    return runs
+
+
+def _with_argument(base: tuple[str, ...], value: str, many: bool) -> tuple[str, ...]:
+    """`base` with its (first) positional argument replaced by `value`."""
+    positional = [i for i, a in enumerate(base) if not a.startswith("-")
+                  and (i == 0 or not base[i - 1].startswith("-"))]  # fmt: skip
+    if not positional:
+        return (*base, "--", value) if many else (*base, value)
+    at = positional[0]
+    return (*base[:at], value, *base[at + 1 :])
+
+
+def _without(base: tuple[str, ...], opts: list[str]) -> tuple[str, ...]:
+    """`base` without the option `opts` names (and its value)."""
+    out, skip = [], False
+    for arg in base:
+        if skip:
+            skip = False
+        elif arg in opts:
+            skip = True
+        else:
+            out.append(arg)
+    return tuple(out)
+
+
+def test_every_command_is_in_the_sweep():
+    assert sorted(_commands()) == sorted(BASE), "a command has no good command line in BASE"
+
+
+def _seed(folder: Path, words: str, env: dict[str, str]) -> None:
+    """The good inputs a command's good line reads (a git work tree for `ci`)."""
+    (folder / ".home" / "cache").mkdir(parents=True)
+    (folder / "good.yaml").write_text(good.good_text("manifest"))
+    (folder / "task.yaml").write_text(SKY_TASK.read_text())
+    if words == "ci":
+        (folder / "jobs").mkdir()
+        (folder / "jobs" / "job.yaml").write_text(good.good_text("manifest"))
+        for args in (("init", "-q", "-b", "main"), ("add", "-A"),
+                     ("commit", "-q", "--no-verify", "-m", "good")):  # fmt: skip
+            subprocess.run(["git", "-C", str(folder), *args], env=env, check=True,
+                           capture_output=True)  # fmt: skip
+
+
+def _sweep_env(root: Path) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("BROKER_")}
+    for kind in ("config", "data", "cache", "state"):
+        env[f"XDG_{kind.upper()}_HOME"] = str(root / "home" / kind)
+    env |= {"GIT_CONFIG_GLOBAL": os.devnull, "GIT_CONFIG_NOSYSTEM": "1", "NO_COLOR": "1",
+            "COLUMNS": "200", "PYTHONPATH": str(REPO)}  # fmt: skip
+    for role in ("AUTHOR", "COMMITTER"):
+        env |= {f"GIT_{role}_NAME": "Broker Test", f"GIT_{role}_EMAIL": "t@example.invalid"}
+    return env
+
+
+def _user_tree(folder: Path) -> dict[str, str]:
+    """The run's folder with its user folders (state, data, config), not its caches nor
+    its git metadata."""
+    return _tree(folder, skip=(".home/cache", ".git"))
+
+
+def _sweep_problems(root: Path, env: dict[str, str], runs: list) -> list[str]:
+    """Run the sweep (two driver processes) and judge each run."""
+    import json
+
+    specs, befores = [], {}
+    for number, (words, _, argv) in enumerate(runs):
+        folder = root / f"{number:05d}"
+        _seed(folder, words, env)
+        fill = {"{m}": str(folder / "good.yaml"), "{sky}": str(REPO / "tests" / "fakes" /
+                "skypilot_small")}  # fmt: skip
+        filled = [fill.get(a, a).replace("{d}", str(folder)) for a in argv]
+        homes = {f"XDG_{kind.upper()}_HOME": str(folder / ".home" / kind)
+                 for kind in ("config", "data", "cache", "state")}  # fmt: skip
+        homes["MPLCONFIGDIR"] = str(folder / ".home" / "cache" / "matplotlib")
+        specs.append({"id": f"{number:05d}", "argv": filled, "cwd": str(folder), "env": homes})
+        befores[specs[-1]["id"]] = _user_tree(folder)
+    procs = []
+    for worker in range(2):
+        (root / f"runs-{worker}.json").write_text(json.dumps(specs[worker::2]))
+        procs.append(subprocess.Popen(
+            [sys.executable, "-m", "tests.hostile.driver", str(root / f"runs-{worker}.json"),
+             str(root / f"results-{worker}.jsonl"), "--alarm", "30"],
+            cwd=REPO, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+        ))  # fmt: skip
+    for proc in procs:
+        proc.wait(timeout=1800)
+    results = {}
+    for worker in range(2):
+        out = root / f"results-{worker}.jsonl"
+        for line in out.read_text().splitlines() if out.exists() else ():
+            entry = json.loads(line)
+            results[entry["id"]] = entry
+    problems = []
+    for spec, (words, what, _) in zip(specs, runs, strict=True):
+        result = results.get(spec["id"])
+        label = f"{words} {what} {[a[:40] for a in spec['argv']]}"
+        if result is None:
+            problems.append(f"{label}: no result")
+            continue
+        code, stderr = result["code"], result["stderr"]
+        if result["traceback"] or "Traceback" in stderr:
+            problems.append(f"{label}: traceback {result['traceback'].strip().splitlines()[-1:]}")
+        elif code not in {0, 2} | EXITS.get(words, set()):
+            problems.append(f"{label}: exit {code}: {stderr.strip()[-200:]!r}")
+        elif code != 0 and not stderr.strip():
+            problems.append(f"{label}: exit {code} saying nothing")
+        elif code == 2 and sum("broker: error:" in x for x in stderr.splitlines()) > 1:
+            problems.append(f"{label}: more than one error line: {stderr.strip()[-300:]!r}")
+        if code == 2 and any(len(x) > 2000 for x in stderr.splitlines()):
+            problems.append(f"{label}: an unreadable line")
+        if code != 0 or words in READ_ONLY:
+            after = _user_tree(Path(spec["cwd"]))
+            if after != befores[spec["id"]]:
+                changed = sorted(set(after) ^ set(befores[spec["id"]]))[:3]
+                problems.append(f"{label}: exit {code} changed the files: {changed}")
+    return problems, specs, results
+
+
+def test_every_option_given_a_hostile_value_exits_as_documented(tmp_path):
+    env = _sweep_env(tmp_path)
+    runs = _sweep()
+    problems, _, _ = _sweep_problems(tmp_path, env, runs)
+    print(f"\nhostile sweep: {len(runs)} runs, {len(problems)} problem(s)")
+    assert not problems, "\n".join(problems[:60])

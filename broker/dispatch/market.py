@@ -64,7 +64,7 @@ def choose_market(
     current: str | None = None,
     spot_available: bool = True,
 ) -> str:
-    """ "spot", "on-demand" or "wait", from the settings' spot policy."""
+    """"spot", "on-demand" or "wait", from the settings' spot policy."""
     state = spot_state(ask, settings, current=current, spot_available=spot_available)
     return settings.policy().choose(state)
 

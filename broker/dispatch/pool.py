@@ -102,10 +102,7 @@ def waits_for_pool(ask: PoolWait, max_wait_factor: float) -> bool:
 
 
 def give_up_at(
-    queued_at: float,
-    work_hours: float,
-    restart_hours: float,
-    deadline: float | None,
+    queued_at: float, work_hours: float, restart_hours: float, deadline: float | None,
     max_wait_factor: float,
 ) -> float:
     """The hour a waiting job stops waiting: its budget spent, or the last start that

@@ -480,18 +480,31 @@ def _sweep_problems(root: Path, env: dict[str, str], runs: list) -> list[str]:
             problems.append(f"{label}: traceback {result['traceback'].strip().splitlines()[-1:]}")
         elif code not in {0, 2} | EXITS.get(words, set()):
             problems.append(f"{label}: exit {code}: {stderr.strip()[-200:]!r}")
-        elif code != 0 and not stderr.strip():
+        elif code != 0 and not (stderr.strip() or result["stdout"].strip()):
             problems.append(f"{label}: exit {code} saying nothing")
         elif code == 2 and sum("broker: error:" in x for x in stderr.splitlines()) > 1:
             problems.append(f"{label}: more than one error line: {stderr.strip()[-300:]!r}")
         if code == 2 and any(len(x) > 2000 for x in stderr.splitlines()):
             problems.append(f"{label}: an unreadable line")
-        if code != 0 or words in READ_ONLY:
+        if code == 2 and not _names_it(stderr, what.split("#")[0], spec["argv"]):
+            problems.append(f"{label}: the error names neither the flag nor the value: "
+                            f"{stderr.strip()[-300:]!r}")  # fmt: skip
+        if code == 2 or words in READ_ONLY:  # 1 (a source that failed) may record it
             after = _user_tree(Path(spec["cwd"]))
             if after != befores[spec["id"]]:
                 changed = sorted(set(after) ^ set(befores[spec["id"]]))[:3]
                 problems.append(f"{label}: exit {code} changed the files: {changed}")
     return problems, specs, results
+
+
+def _names_it(stderr: str, name: str, argv: list[str]) -> bool:
+    """Whether a refusal names what it refused: the flag (an argument: its position), or
+    a value of the command line (its start: a file, a job, the state the command needs);
+    click's usage errors name the flag."""
+    said = stderr.lower()
+    words = [name if name.startswith("-") else "argument"]
+    words += [a[:30] for a in argv[1:] if a and not a.startswith("--")]
+    return "usage:" in said or any(word.lower() in said for word in words)
 
 
 def test_every_option_given_a_hostile_value_exits_as_documented(tmp_path):

@@ -513,3 +513,135 @@ def test_every_option_given_a_hostile_value_exits_as_documented(tmp_path):
     problems, _, _ = _sweep_problems(tmp_path, env, runs)
     print(f"\nhostile sweep: {len(runs)} runs, {len(problems)} problem(s)")
     assert not problems, "\n".join(problems[:60])
+
+
+# --- the leftovers of the last sweep, each as its class -------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("argv", "names"),
+    [
+        (("validate", ""), "argument 2 is empty"),
+        (("plan", "--catalog", "", "good.yaml"), "--catalog: the value is empty"),
+        (("offers", "--pools="), "--pools: the value is empty"),
+        (("import", "skypilot", "task.yaml", "-o", ""), "-o: the value is empty"),
+        (("validate", "good.yaml", "--output", "json", ""), "argument 5 is empty"),
+    ],
+    ids=["validate", "catalog", "equals", "short-flag", "after-a-value"],
+)
+def test_an_empty_argument_is_refused_by_its_position_or_flag(tmp_path, argv, names):
+    (tmp_path / "good.yaml").write_text(good.good_text("manifest"))
+    (tmp_path / "task.yaml").write_text(SKY_TASK.read_text())
+    _refused(tmp_path, argv, names)
+
+
+def test_a_nul_byte_in_an_argument_is_refused_before_any_command_runs():
+    from tests.hostile.driver import run_one
+
+    for argv in (["plan", "a\x00b"], ["queue", "--state", "s\x00.db"], ["offers", "--gpu=\x00"]):
+        done = run_one(argv, str(REPO), {})
+        assert done["code"] == 2 and not done["traceback"], done
+        assert "NUL byte" in done["stderr"], done["stderr"]
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ("sandbox", "interrupt", "NOSUCH"),
+        ("cancel", "NOSUCH"),
+        ("rerun", "NOSUCH"),
+        ("sandbox", "interrupt", "NOSUCH", "--state", "{d}/new/s.db"),
+    ],
+    ids=["interrupt", "cancel", "rerun", "interrupt-in-a-new-folder"],
+)
+def test_a_command_on_jobs_creates_no_state_when_there_is_none(tmp_path, argv):
+    said = _refused(tmp_path, tuple(a.replace("{d}", str(tmp_path)) for a in argv), "state")
+    assert "no job to act on" in said
+    assert not (tmp_path / ".home" / "state").exists(), "the default state was created"
+
+
+def test_pools_import_checks_every_flag_before_it_asks_slurm(tmp_path):
+    """A fake `sinfo` first on PATH leaves a mark when it runs: no refused flag may."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    for tool in ("sinfo", "scontrol", "ssh"):
+        (bin_dir / tool).write_text(f"#!/bin/sh\ntouch {tmp_path}/ran-{tool}\nexit 1\n")
+        (bin_dir / tool).chmod(0o755)
+    os.environ["PATH"], saved = f"{bin_dir}:{os.environ['PATH']}", os.environ["PATH"]
+    try:
+        for flags, names in (
+            (("--cost-per-gpu-hour", "inf"), "--cost-per-gpu-hour"),
+            (("--cost-per-gpu-hour", "1e400"), "--cost-per-gpu-hour"),
+            (("--country", "nan"), "--country"),
+            (("--region", "a:b"), "--region"),
+            (("--output", str(tmp_path / "no" / "pools.yaml")), "--output"),
+            (("--login", "u@h", "--identity-file", str(tmp_path / "no-key")), "--identity-file"),
+        ):
+            _refused(tmp_path, ("pools", "import", "--slurm", *flags), names)
+    finally:
+        os.environ["PATH"] = saved
+    assert not list(tmp_path.glob("ran-*")), "a refused command asked the cluster"
+
+
+@pytest.mark.parametrize("day", ["9999-12-31", "0001-01-01", "9999", "20260520", "2026-W21-3"])
+def test_a_price_date_out_of_range_or_shape_is_refused(tmp_path, day):
+    sky = REPO / "tests" / "fakes" / "skypilot_small"
+    argv = ("pricing", "import", str(sky), "--into", str(tmp_path / "out.csv"), "--as-of", day)
+    _refused(tmp_path, argv, "--as-of")
+
+
+def test_header_only_inputs_say_so(tmp_path):
+    header = good.catalog_csv().splitlines()[0]
+    (tmp_path / "offers.csv").write_text(header + "\n")
+    said = _refused(tmp_path, ("offers", "--catalog", str(tmp_path / "offers.csv")), "offers.csv")
+    assert "no offers" in said
+    (tmp_path / "sky" / "aws").mkdir(parents=True)
+    (tmp_path / "sky" / "aws" / "vms.csv").write_text(good.vms_csv().splitlines()[0] + "\n")
+    argv = ("pricing", "import", str(tmp_path / "sky"), "--into", str(tmp_path / "o.csv"))
+    assert "no offers" in _refused(tmp_path, argv, "vms.csv")
+    (tmp_path / "jobs.csv").write_text(good.JOBS_TRACE.splitlines()[0] + "\n")
+    argv = ("simulate", "--jobs", str(tmp_path / "jobs.csv"), "--spot", "synthetic")
+    assert "no jobs" in _refused(tmp_path, argv, "jobs.csv")
+
+
+def test_a_header_only_bill_is_an_empty_reconciliation_said_on_stderr(tmp_path):
+    (tmp_path / "bill.csv").write_text(good.bill_csv().splitlines()[0] + "\n")
+    argv = (
+        "cost-report",
+        "--state",
+        str(tmp_path / "s.db"),
+        "--actual",
+        str(tmp_path / "bill.csv"),
+    )
+    done = _broker(tmp_path, *argv)
+    assert done.returncode == 0, done.stderr
+    assert "bill.csv: aws-cur columns and no lines" in done.stderr
+    assert not (tmp_path / "s.db").exists()
+
+
+@pytest.mark.parametrize(
+    ("argv", "flag"),
+    [
+        ((*SIM, "--plot", "{out}"), "--plot"),
+        (("cost-report", "--state", "{d}/s.db", "--html", "{out}"), "--html"),
+        (("ci", "--base", "main", "jobs", "--comment-file", "{out}"), "--comment-file"),
+        (("pricing", "refresh", "--catalog", "{out}"), "--catalog"),
+        (("pools", "import", "--slurm", "-o", "{out}"), "{out}"),
+        (("import", "skypilot", "{d}/task.yaml", "-o", "{out}"), "--out"),
+    ],
+    ids=["plot", "html", "comment-file", "refresh-catalog", "pools", "skypilot"],
+)
+@pytest.mark.parametrize("kind", ["directory", "missing-folder", "dot"])
+def test_an_output_path_that_cannot_be_a_file_is_refused_before_work(tmp_path, argv, flag, kind):
+    (tmp_path / "task.yaml").write_text(SKY_TASK.read_text())
+    out = {"directory": str(tmp_path / "out"), "missing-folder": str(tmp_path / "no" / "x.png"),
+           "dot": "."}[kind]  # fmt: skip
+    if kind == "directory":
+        _special(tmp_path / "out", "directory")
+    filled = tuple(a.replace("{out}", out).replace("{d}", str(tmp_path)) for a in argv)
+    _refused(tmp_path, filled, flag.replace("{out}", out))
+
+
+def test_a_plot_of_a_kind_matplotlib_cannot_draw_is_refused_before_the_run(tmp_path):
+    said = _refused(tmp_path, (*SIM, "--plot", str(tmp_path / "cost.yaml")), "--plot")
+    assert ".png" in said

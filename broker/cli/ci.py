@@ -205,10 +205,15 @@ def _publish(text: str, comment_file: Path | None) -> None:
     targets = [(comment_file, "w")] if comment_file else []
     if os.environ.get("GITHUB_STEP_SUMMARY"):
         targets.append((Path(os.environ["GITHUB_STEP_SUMMARY"]), "a"))
+    from pricing.userio.atomic import atomic_write_text
+
     for target, mode in targets:
         try:
-            with target.open(mode, encoding="utf-8") as handle:
-                handle.write(text if mode == "w" else text + "\n")
+            if mode == "w":  # the comment file: all or nothing, its folder made
+                atomic_write_text(target, text)
+            else:
+                with target.open(mode, encoding="utf-8") as handle:
+                    handle.write(text + "\n")
         except OSError as exc:
             fail(f"cannot write the summary to {target}: {exc.strerror}", FAILED)
         print(f"summary written to {target}", file=sys.stderr)

@@ -192,10 +192,11 @@ def number_flag(value: float, flag: str, low: float, high: float) -> float:
 def output_path(path: Path, flag: str, suffixes: tuple[str, ...] = ()) -> Path:
     """`path` when a command can write it there; else exit 2 naming `flag`, checked before
     the command does any work (a report computed, a cluster read, a file made): a
-    directory, a FIFO or a device in its place, a folder that does not exist, a name the
-    system refuses (too long), or, with `suffixes`, a kind of file the writer cannot make.
-    A file already there is replaced (atomic_write); a folder that refuses writes is found
-    by the write itself (exit 1)."""
+    directory, a FIFO or a device in its place, a file where one of its folders should
+    be, a name the system refuses (too long), or, with `suffixes`, a kind of file the
+    writer cannot make. Folders that do not exist yet are made by the write
+    (atomic_write), and a file already there is replaced; a folder that refuses writes is
+    found by the write itself (exit 1)."""
     import os
     import stat
 
@@ -204,9 +205,9 @@ def output_path(path: Path, flag: str, suffixes: tuple[str, ...] = ()) -> Path:
     try:
         mode = os.stat(path).st_mode
     except FileNotFoundError:
-        folder = path.parent
-        if not folder.is_dir():
-            fail(f"{flag}: cannot write {path}: no folder {folder}", BAD_INPUT)
+        folder = next((p for p in path.absolute().parents if os.path.lexists(p)), None)
+        if folder is not None and not folder.is_dir():
+            fail(f"{flag}: cannot write {path}: {folder} is not a folder", BAD_INPUT)
         return path
     except OSError as exc:  # too long, a loop of links, a file where a folder should be
         fail(f"{flag}: cannot write {path}: {exc.strerror or exc}", BAD_INPUT)

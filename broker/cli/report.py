@@ -381,8 +381,10 @@ def _write_html(
         )
     except MissingExtra as exc:
         fail(str(exc), FAILED)
+    from pricing.userio.atomic import atomic_write_text
+
     try:
-        path.write_text(text, encoding="utf-8")
+        atomic_write_text(path, text)
     except OSError as exc:
         fail(f"--html: cannot write {path}: {exc.strerror or exc}", FAILED)
     print(f"wrote {path}", file=sys.stderr)

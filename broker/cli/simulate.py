@@ -8,7 +8,7 @@ from pathlib import Path
 
 import typer
 
-from broker.cli.exits import BAD_INPUT, fail
+from broker.cli.exits import BAD_INPUT, FAILED, fail
 from broker.cli.formats import count, hours, percent
 from broker.cli.options import WideOption
 from broker.cli.render import Column, Output, render, usd
@@ -137,5 +137,15 @@ def _plot(results, path: Path) -> None:
     axes.set_ylabel("cumulative cost (USD)")
     axes.legend()
     figure.tight_layout()
-    figure.savefig(path, dpi=120)
-    plt.close(figure)
+    from pricing.userio.atomic import atomic_write
+
+    try:  # the format is the checked suffix's; its folder is made, all or nothing
+        atomic_write(
+            path,
+            lambda handle: figure.savefig(handle, format=path.suffix[1:].lower(), dpi=120),
+            binary=True,
+        )
+    except OSError as exc:
+        fail(f"--plot: cannot write {path}: {exc.strerror or exc}", FAILED)
+    finally:
+        plt.close(figure)

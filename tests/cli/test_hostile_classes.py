@@ -486,7 +486,8 @@ def _sweep_problems(root: Path, env: dict[str, str], runs: list) -> list[str]:
             problems.append(f"{label}: more than one error line: {stderr.strip()[-300:]!r}")
         if code == 2 and any(len(x) > 2000 for x in stderr.splitlines()):
             problems.append(f"{label}: an unreadable line")
-        if code == 2 and not _names_it(stderr, what.split("#")[0], spec["argv"]):
+        given = [*spec["argv"], Path(spec["cwd"]).name]  # `.` is named as the folder it is
+        if code == 2 and not _names_it(stderr, what.split("#")[0], given):
             problems.append(f"{label}: the error names neither the flag nor the value: "
                             f"{stderr.strip()[-300:]!r}")  # fmt: skip
         if code == 2 or words in READ_ONLY:  # 1 (a source that failed) may record it
@@ -574,7 +575,7 @@ def test_pools_import_checks_every_flag_before_it_asks_slurm(tmp_path):
             (("--cost-per-gpu-hour", "1e400"), "--cost-per-gpu-hour"),
             (("--country", "nan"), "--country"),
             (("--region", "a:b"), "--region"),
-            (("--output", str(tmp_path / "no" / "pools.yaml")), "--output"),
+            (("--output", str(tmp_path / "bin" / "sinfo" / "pools.yaml")), "--output"),
             (("--login", "u@h", "--identity-file", str(tmp_path / "no-key")), "--identity-file"),
         ):
             _refused(tmp_path, ("pools", "import", "--slurm", *flags), names)
@@ -631,11 +632,11 @@ def test_a_header_only_bill_is_an_empty_reconciliation_said_on_stderr(tmp_path):
     ],
     ids=["plot", "html", "comment-file", "refresh-catalog", "pools", "skypilot"],
 )
-@pytest.mark.parametrize("kind", ["directory", "missing-folder", "dot"])
+@pytest.mark.parametrize("kind", ["directory", "under-a-file", "dot"])
 def test_an_output_path_that_cannot_be_a_file_is_refused_before_work(tmp_path, argv, flag, kind):
     (tmp_path / "task.yaml").write_text(SKY_TASK.read_text())
-    out = {"directory": str(tmp_path / "out"), "missing-folder": str(tmp_path / "no" / "x.png"),
-           "dot": "."}[kind]  # fmt: skip
+    under_a_file = str(tmp_path / "task.yaml" / "x.png")
+    out = {"directory": str(tmp_path / "out"), "under-a-file": under_a_file, "dot": "."}[kind]
     if kind == "directory":
         _special(tmp_path / "out", "directory")
     filled = tuple(a.replace("{out}", out).replace("{d}", str(tmp_path)) for a in argv)

@@ -311,6 +311,8 @@ READ_ONLY = {
     "offers", "validate", "schema", "plan", "estimate", "ci", "jobs", "queue", "status",
     "logs", "cost-report", "check", "simulate", "pricing status", "metrics serve",
 }  # fmt: skip
+# Options of the read-only commands that name a file to write (made with its folders).
+WRITTEN = {"--html", "--comment-file", "--plot"}
 # Options not swept, and why.
 UNSWEPT = {
     "metrics serve --host": "an address that binds would serve until stopped",
@@ -490,7 +492,8 @@ def _sweep_problems(root: Path, env: dict[str, str], runs: list) -> list[str]:
         if code == 2 and not _names_it(stderr, what.split("#")[0], given):
             problems.append(f"{label}: the error names neither the flag nor the value: "
                             f"{stderr.strip()[-300:]!r}")  # fmt: skip
-        if code == 2 or words in READ_ONLY:  # 1 (a source that failed) may record it
+        wrote = code == 0 and what.split("#")[0] in WRITTEN  # the file it was asked for
+        if code == 2 or (words in READ_ONLY and not wrote):  # 1 (a failed source) may record it
             after = _user_tree(Path(spec["cwd"]))
             if after != befores[spec["id"]]:
                 changed = sorted(set(after) ^ set(befores[spec["id"]]))[:3]

@@ -36,11 +36,11 @@ def state_path(flag: str | Path | None) -> StateLocation:
     else the default file; a `postgresql://` URL is a database, anything else a path."""
     from broker.state import default_state_path
     from broker.state.location import parse_location
-    from pricing.userio.settings import ConfigError, resolve
+    from pricing.userio.settings import ConfigError, check_no_nul, resolve
 
     setting = resolve("state", flag)
     if isinstance(setting.value, str | Path) and str(setting.value):
-        return parse_location(str(setting.value))
+        return parse_location(check_no_nul(setting, "state"))
     if setting.value is not None:
         raise ConfigError(f"{setting.origin}: state: expected a path or URL, got {setting.value!r}")
     return default_state_path()

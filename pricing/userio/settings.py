@@ -206,13 +206,22 @@ def resolve_positive_int(name: str) -> int:
     return value
 
 
+def check_no_nul(setting: Setting, name: str) -> str:
+    """A path or URL setting's text; ConfigError when it holds a NUL byte (TOML writes
+    one as "\\u0000"): no path can, and the system would refuse it with a traceback."""
+    text = str(setting.value)
+    if "\x00" in text:
+        raise ConfigError(f"{setting.origin}: {name}: a path cannot hold a NUL byte")
+    return text
+
+
 def resolve_path(
     name: str, flag: Path | None = None, default_file: str | None = None
 ) -> Path | None:
     """A path setting; falls back to `~/.config/broker/<default_file>` when that file exists."""
     setting = resolve(name, flag)
     if isinstance(setting.value, str | Path) and str(setting.value):
-        return Path(setting.value).expanduser()
+        return Path(check_no_nul(setting, name)).expanduser()
     if setting.value is not None:
         raise ConfigError(f"{setting.origin}: {name}: expected a path, got {setting.value!r}")
     if default_file:

@@ -649,3 +649,10 @@ def test_an_output_path_that_cannot_be_a_file_is_refused_before_work(tmp_path, a
 def test_a_plot_of_a_kind_matplotlib_cannot_draw_is_refused_before_the_run(tmp_path):
     said = _refused(tmp_path, (*SIM, "--plot", str(tmp_path / "cost.yaml")), "--plot")
     assert ".png" in said
+
+
+@pytest.mark.parametrize(("key", "argv"), [("catalog", ("offers",)), ("state", ("queue",))])
+def test_a_settings_path_holding_a_nul_byte_is_a_settings_error(tmp_path, key, argv):
+    (tmp_path / "broker.toml").write_text(f'{key} = "a\\u0000b"\n')
+    said = _refused(tmp_path, argv, "broker.toml")
+    assert f"{key}: a path cannot hold a NUL byte" in said

@@ -311,6 +311,10 @@ READ_ONLY = {
     "offers", "validate", "schema", "plan", "estimate", "ci", "jobs", "queue", "status",
     "logs", "cost-report", "check", "simulate", "pricing status", "metrics serve",
 }  # fmt: skip
+# Commands whose good line reads a state holding one job (`hostile`, queued): their
+# hostile values then reach past "no state file" (a job name, a filter, a page).
+WITH_A_JOB = {"status", "cancel", "logs", "rerun", "sandbox interrupt", "jobs", "queue",
+              "cost-report", "metrics serve", "state migrate"}  # fmt: skip
 # Options of the read-only commands that name a file to write (made with its folders).
 WRITTEN = {"--html", "--comment-file", "--plot"}
 # Options not swept, and why.
@@ -407,11 +411,14 @@ def test_every_command_is_in_the_sweep():
     assert sorted(_commands()) == sorted(BASE), "a command has no good command line in BASE"
 
 
-def _seed(folder: Path, words: str, env: dict[str, str]) -> None:
-    """The good inputs a command's good line reads (a git work tree for `ci`)."""
+def _seed(folder: Path, words: str, env: dict[str, str], state: Path | None = None) -> None:
+    """The good inputs a command's good line reads (a git work tree for `ci`, a copy of
+    `state` for the commands of WITH_A_JOB)."""
     (folder / ".home" / "cache").mkdir(parents=True)
     (folder / "good.yaml").write_text(good.good_text("manifest"))
     (folder / "task.yaml").write_text(SKY_TASK.read_text())
+    if state is not None and words in WITH_A_JOB:
+        (folder / "state.db").write_bytes(state.read_bytes())
     if words == "ci":
         (folder / "jobs").mkdir()
         (folder / "jobs" / "job.yaml").write_text(good.good_text("manifest"))
@@ -438,14 +445,27 @@ def _user_tree(folder: Path) -> dict[str, str]:
     return _tree(folder, skip=(".home/cache", ".git"))
 
 
-def _sweep_problems(root: Path, env: dict[str, str], runs: list) -> list[str]:
-    """Run the sweep (two driver processes) and judge each run."""
+def _one_job_state(root: Path, env: dict[str, str]) -> Path:
+    """A state file holding the good manifest's job, queued (made once, copied)."""
+    (root / "seed").mkdir(parents=True)
+    (root / "seed" / "good.yaml").write_text(good.good_text("manifest"))
+    argv = ["submit", "--state", str(root / "seed" / "state.db"), str(root / "seed" / "good.yaml")]
+    done = subprocess.run(
+        [sys.executable, "-m", "broker", *argv], env=env, capture_output=True, text=True
+    )
+    assert done.returncode == 0, done.stderr
+    return root / "seed" / "state.db"
+
+
+def _sweep_problems(root: Path, env: dict[str, str], runs: list, with_job: bool = False):
+    """Run the sweep (two driver processes) and judge each run: problems, specs, results."""
     import json
 
+    state = _one_job_state(root, env) if with_job else None
     specs, befores = [], {}
     for number, (words, _, argv) in enumerate(runs):
         folder = root / f"{number:05d}"
-        _seed(folder, words, env)
+        _seed(folder, words, env, state)
         fill = {"{m}": str(folder / "good.yaml"), "{sky}": str(REPO / "tests" / "fakes" /
                 "skypilot_small")}  # fmt: skip
         filled = [fill.get(a, a).replace("{d}", str(folder)) for a in argv]
@@ -515,6 +535,15 @@ def test_every_option_given_a_hostile_value_exits_as_documented(tmp_path):
     env = _sweep_env(tmp_path)
     runs = _sweep()
     problems, _, _ = _sweep_problems(tmp_path, env, runs)
+    print(f"\nhostile sweep: {len(runs)} runs, {len(problems)} problem(s)")
+    assert not problems, "\n".join(problems[:60])
+
+
+def test_every_option_given_a_hostile_value_with_a_job_in_the_state(tmp_path):
+    """The commands on jobs and on the state again, over a state holding one job."""
+    env = _sweep_env(tmp_path)
+    runs = [run for run in _sweep() if run[0] in WITH_A_JOB]
+    problems, _, _ = _sweep_problems(tmp_path, env, runs, with_job=True)
     print(f"\nhostile sweep: {len(runs)} runs, {len(problems)} problem(s)")
     assert not problems, "\n".join(problems[:60])
 

@@ -88,8 +88,9 @@ def offers_in_force(
             ("pools", pools_path, pools),
             ("overlays", overlays_path, overlays),
         ):
-            if path is not None and not path.is_file():
-                fail(f"{label} file {_why_not(path)}{origin_note(label, flag)}", BAD_INPUT)
+            why = _why_not(path) if path is not None else None
+            if why is not None:
+                fail(f"{label} file {why}{origin_note(label, flag)}", BAD_INPUT)
         view = load_offers(catalog_path, pools_path, overlays_path, live_pools=live_pools)
     except (SchemaError, ConfigError) as exc:
         fail(str(exc), BAD_INPUT)
@@ -107,15 +108,16 @@ def offers_in_force(
     return view
 
 
-def _why_not(path: Path) -> str:
-    """Why `path` cannot be read as a file: "not found: PATH", "PATH: is a FIFO ..."."""
+def _why_not(path: Path) -> str | None:
+    """Why `path` cannot be read as a file ("not found: PATH", "PATH: is a FIFO ...",
+    "PATH: cannot read: File name too long"), or None when it is a regular file."""
     from pricing.userio.reading import check_regular
 
     try:
         check_regular(path)
     except ValueError as exc:  # UserInputError
         return "not found: " + str(path) if "not found" in str(exc) else str(exc)
-    return f"{path}: cannot be read"
+    return None
 
 
 def catalog_banner(view: OffersInForce, today: date, freshness_days: int) -> str:

@@ -463,9 +463,11 @@ def _sweep_problems(root: Path, env: dict[str, str], runs: list, with_job: bool 
 
     state = _one_job_state(root, env) if with_job else None
     specs, befores = [], {}
-    for number, (words, _, argv) in enumerate(runs):
+    for number, (words, _, argv, *files) in enumerate(runs):
         folder = root / f"{number:05d}"
         _seed(folder, words, env, state)
+        for name, text in files:  # a run's own files (a broker.toml)
+            (folder / name).write_text(text)
         fill = {"{m}": str(folder / "good.yaml"), "{sky}": str(REPO / "tests" / "fakes" /
                 "skypilot_small")}  # fmt: skip
         filled = [fill.get(a, a).replace("{d}", str(folder)) for a in argv]
@@ -491,7 +493,7 @@ def _sweep_problems(root: Path, env: dict[str, str], runs: list, with_job: bool 
             entry = json.loads(line)
             results[entry["id"]] = entry
     problems = []
-    for spec, (words, what, _) in zip(specs, runs, strict=True):
+    for spec, (words, what, *_) in zip(specs, runs, strict=True):
         result = results.get(spec["id"])
         label = f"{words} {what} {[a[:40] for a in spec['argv']]}"
         if result is None:
@@ -526,7 +528,7 @@ def _names_it(stderr: str, name: str, argv: list[str]) -> bool:
     a value of the command line (its start: a file, a job, the state the command needs);
     click's usage errors name the flag."""
     said = stderr.lower()
-    words = [name if name.startswith("-") else "argument"]
+    words = [name] if name.startswith("-") else ["argument", "broker.toml"]
     words += [a[:30] for a in argv[1:] if a and not a.startswith("--")]
     return "usage:" in said or any(word.lower() in said for word in words)
 
@@ -685,3 +687,34 @@ def test_a_settings_path_holding_a_nul_byte_is_a_settings_error(tmp_path, key, a
     (tmp_path / "broker.toml").write_text(f'{key} = "a\\u0000b"\n')
     said = _refused(tmp_path, argv, "broker.toml")
     assert f"{key}: a path cannot hold a NUL byte" in said
+
+
+# --- every setting the CLI reads, given a hostile value in broker.toml ----------------------
+
+# TOML holds what no flag can: NUL bytes, arrays, booleans, nan and inf, huge integers.
+SETTING_VALUES = ['""', '"\\u0000"', "nan", "inf", "-1", "0", "1e308", "99999999999999999999",
+                  '"ünï"', "[1, 2]", "true", '"/"', '"' + "x" * 5000 + '"', "{a = 1}"]  # fmt: skip
+# The commands that read the settings: the planner's inputs, the queue's, a submission's.
+SETTING_COMMANDS = (("plan", "{m}"), ("queue", "--state", "{d}/state.db"),
+                    ("submit", "--dry-run", "--state", "{d}/state.db", "{m}"))  # fmt: skip
+# Not swept: auto_refresh_days would refresh the user catalog over the network (seconds
+# a run; never in CI, which the sweep's environment is not); the cloud endpoints and
+# images are read only with a cloud enabled.
+SWEPT_SETTINGS = ("catalog", "pools", "overlays", "policy", "state", "freshness_days", "clouds",
+                  "workdir_limit_mb", "container_runtime", "max_yaml_bytes", "max_catalog_bytes",
+                  "max_trace_bytes", "max_bill_bytes", "max_nesting_depth")  # fmt: skip
+
+
+def test_every_setting_given_a_hostile_value_exits_as_documented(tmp_path):
+    from pricing.userio.settings import SETTINGS
+
+    assert set(SWEPT_SETTINGS) <= set(SETTINGS)
+    runs = [
+        (argv[0], f"{key}#{number}", argv, ("broker.toml", f"{key} = {value}\n"))
+        for key in SWEPT_SETTINGS
+        for number, value in enumerate(SETTING_VALUES)
+        for argv in SETTING_COMMANDS
+    ]
+    problems, _, _ = _sweep_problems(tmp_path, _sweep_env(tmp_path), runs)
+    print(f"\nsettings sweep: {len(runs)} runs, {len(problems)} problem(s)")
+    assert not problems, "\n".join(problems[:60])

@@ -99,7 +99,7 @@ def ci(
         "require_checkpoint_for_spot": require_checkpoint_for_spot,
     }
     if comment_file is not None:
-        output_path(comment_file, "--comment-file")
+        output_path(comment_file, "--comment-file", inputs=(policy, catalog, pools, overlays))
     rules = _rules(policy, flags)
     try:
         changeset = collect(path, revisions(path, base, head))

@@ -51,10 +51,8 @@ def skypilot(
     from broker.manifest.load import parse_manifest_text
     from pricing.userio.errors import UserInputError
 
-    if out is not None and _same_file(task, out):
-        fail(f"{out}: is the task itself: -o names a new file (the task is kept)", BAD_INPUT)
     if out is not None:
-        output_path(out, "--out")
+        output_path(out, "--out", inputs=(task,))
     chosen = choose_team(team)
     manifest_dir = Path.cwd() / out.parent if out is not None else None
     try:
@@ -77,14 +75,6 @@ def skypilot(
     except OSError as exc:
         fail(f"cannot write {out}: {exc.strerror or exc}", BAD_INPUT)
     print(f"broker: wrote {out} ({len(warnings)} warning(s))", file=sys.stderr)
-
-
-def _same_file(task: Path, out: Path) -> bool:
-    """Whether writing `out` would replace the task being read."""
-    try:
-        return out.exists() and out.samefile(task)
-    except OSError:
-        return False
 
 
 def import_task(

@@ -191,14 +191,20 @@ def number_flag(value: float, flag: str, low: float, high: float) -> float:
     return value
 
 
-def output_path(path: Path, flag: str, suffixes: tuple[str, ...] = ()) -> Path:
+def output_path(
+    path: Path,
+    flag: str,
+    suffixes: tuple[str, ...] = (),
+    inputs: tuple[Path | None, ...] = (),
+) -> Path:
     """`path` when a command can write it there; else exit 2 naming `flag`, checked before
     the command does any work (a report computed, a cluster read, a file made): a
     directory, a FIFO or a device in its place, a file where one of its folders should
     be, a name the system refuses (too long), or, with `suffixes`, a kind of file the
-    writer cannot make. Folders that do not exist yet are made by the write
-    (atomic_write), and a file already there is replaced; a folder that refuses writes is
-    found by the write itself (exit 1)."""
+    writer cannot make, or one of the command's `inputs` (the file it would read, then
+    replace). Folders that do not exist yet are made by the write (atomic_write), and a
+    file already there is replaced; a folder that refuses writes is found by the write
+    itself (exit 1)."""
     import os
     import stat
 
@@ -217,4 +223,15 @@ def output_path(path: Path, flag: str, suffixes: tuple[str, ...] = ()) -> Path:
         fail(f"{flag}: {path} is a directory, not a file", BAD_INPUT)
     if not stat.S_ISREG(mode):
         fail(f"{flag}: {path} exists and is not a regular file (a FIFO, a device)", BAD_INPUT)
+    for given in inputs:
+        if given is not None and _same_file(path, given):
+            fail(f"{flag}: {path} is also an input of this command ({given}): name a new "
+                 "file (the input is kept)", BAD_INPUT)  # fmt: skip
     return path
+
+
+def _same_file(one: Path, other: Path) -> bool:
+    try:
+        return one.samefile(other)
+    except (OSError, ValueError):  # the other is missing, or no path the system takes
+        return False

@@ -61,7 +61,8 @@ def import_catalog(
     if not directory.is_dir():
         fail(f"not a directory: {directory}", BAD_INPUT)
     if into is not None:
-        output_path(into, "--into")
+        sources = tuple(directory / cloud / "vms.csv" for cloud in ("aws", "gcp", "azure"))
+        output_path(into, "--into", inputs=sources)
     clouds = split_list(cloud) or None
     if as_of is not None:
         as_of = price_day_flag(as_of, "--as-of").isoformat()

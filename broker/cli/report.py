@@ -134,7 +134,7 @@ def cost_report(
     if start is not None and end is not None and start >= end:
         fail("--since must be before --until", BAD_INPUT)
     if html is not None:
-        output_path(html, "--html")
+        output_path(html, "--html", inputs=(*(actual or ()), catalog, overlays))
     bills = _bills(actual or ())
     with opened_store(state_path(state), "read") as store:  # None: nothing ran yet, empty
         report = _build(store, groups, start, end, catalog, overlays)

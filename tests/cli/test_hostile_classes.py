@@ -718,3 +718,25 @@ def test_every_setting_given_a_hostile_value_exits_as_documented(tmp_path):
     problems, _, _ = _sweep_problems(tmp_path, _sweep_env(tmp_path), runs)
     print(f"\nsettings sweep: {len(runs)} runs, {len(problems)} problem(s)")
     assert not problems, "\n".join(problems[:60])
+
+
+@pytest.mark.parametrize(
+    ("argv", "flag"),
+    [
+        (("cost-report", "--state", "{d}/s.db", "--actual", "{d}/bill.csv", "--html",
+          "{d}/bill.csv"), "--html"),
+        (("pricing", "import", "{d}/sky", "--into", "{d}/sky/aws/vms.csv"), "--into"),
+        (("ci", "--base", "main", "jobs", "--policy", "{d}/policy.yaml", "--comment-file",
+          "{d}/policy.yaml"), "--comment-file"),
+        (("import", "skypilot", "{d}/task.yaml", "-o", "{d}/./task.yaml"), "--out"),
+    ],
+    ids=["html-over-the-bill", "into-over-a-source", "comment-over-the-policy", "skypilot"],
+)  # fmt: skip
+def test_an_output_that_is_one_of_the_inputs_is_refused(tmp_path, argv, flag):
+    (tmp_path / "bill.csv").write_text(good.bill_csv())
+    (tmp_path / "sky" / "aws").mkdir(parents=True)
+    (tmp_path / "sky" / "aws" / "vms.csv").write_text(good.vms_csv())
+    (tmp_path / "policy.yaml").write_text(good.good_text("policy"))
+    (tmp_path / "task.yaml").write_text(SKY_TASK.read_text())
+    said = _refused(tmp_path, tuple(a.replace("{d}", str(tmp_path)) for a in argv), flag)
+    assert "also an input" in said

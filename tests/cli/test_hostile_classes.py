@@ -463,10 +463,11 @@ def _sweep_problems(root: Path, env: dict[str, str], runs: list, with_job: bool 
 
     state = _one_job_state(root, env) if with_job else None
     specs, befores = [], {}
-    for number, (words, _, argv, *files) in enumerate(runs):
+    for number, (words, _, argv, *extra) in enumerate(runs):
         folder = root / f"{number:05d}"
         _seed(folder, words, env, state)
-        for name, text in files:  # a run's own files (a broker.toml)
+        own = extra[0] if extra else {}  # a run's own files (a broker.toml), environment
+        for name, text in own.get("files", {}).items():
             (folder / name).write_text(text)
         fill = {"{m}": str(folder / "good.yaml"), "{sky}": str(REPO / "tests" / "fakes" /
                 "skypilot_small")}  # fmt: skip
@@ -474,6 +475,7 @@ def _sweep_problems(root: Path, env: dict[str, str], runs: list, with_job: bool 
         homes = {f"XDG_{kind.upper()}_HOME": str(folder / ".home" / kind)
                  for kind in ("config", "data", "cache", "state")}  # fmt: skip
         homes["MPLCONFIGDIR"] = str(folder / ".home" / "cache" / "matplotlib")
+        homes |= {k: v.replace("{d}", str(folder)) for k, v in own.get("env", {}).items()}
         specs.append({"id": f"{number:05d}", "argv": filled, "cwd": str(folder), "env": homes})
         befores[specs[-1]["id"]] = _user_tree(folder)
     procs = []
@@ -528,7 +530,7 @@ def _names_it(stderr: str, name: str, argv: list[str]) -> bool:
     a value of the command line (its start: a file, a job, the state the command needs);
     click's usage errors name the flag."""
     said = stderr.lower()
-    words = [name] if name.startswith("-") else ["argument", "broker.toml"]
+    words = [name] if name.startswith("-") else ["argument", "broker.toml", "BROKER_"]
     words += [a[:30] for a in argv[1:] if a and not a.startswith("--")]
     return "usage:" in said or any(word.lower() in said for word in words)
 
@@ -710,7 +712,7 @@ def test_every_setting_given_a_hostile_value_exits_as_documented(tmp_path):
 
     assert set(SWEPT_SETTINGS) <= set(SETTINGS)
     runs = [
-        (argv[0], f"{key}#{number}", argv, ("broker.toml", f"{key} = {value}\n"))
+        (argv[0], f"{key}#{number}", argv, {"files": {"broker.toml": f"{key} = {value}\n"}})
         for key in SWEPT_SETTINGS
         for number, value in enumerate(SETTING_VALUES)
         for argv in SETTING_COMMANDS
@@ -740,3 +742,22 @@ def test_an_output_that_is_one_of_the_inputs_is_refused(tmp_path, argv, flag):
     (tmp_path / "task.yaml").write_text(SKY_TASK.read_text())
     said = _refused(tmp_path, tuple(a.replace("{d}", str(tmp_path)) for a in argv), flag)
     assert "also an input" in said
+
+
+# An environment variable holds only text (never a NUL byte): the same settings so.
+ENVIRONMENT_VALUES = ["", "nan", "inf", "-1", "0", "99999999999999999999", "ünï", "/", "{d}",
+                      "x" * 5000, "{d}/missing/none.yaml"]  # fmt: skip
+
+
+def test_every_setting_given_a_hostile_environment_value_exits_as_documented(tmp_path):
+    from pricing.userio.settings import SETTINGS
+
+    runs = [
+        (argv[0], f"{key}#{number}", argv, {"env": {SETTINGS[key].variable: value}})
+        for key in SWEPT_SETTINGS
+        for number, value in enumerate(ENVIRONMENT_VALUES)
+        for argv in SETTING_COMMANDS
+    ]
+    problems, _, _ = _sweep_problems(tmp_path, _sweep_env(tmp_path), runs)
+    print(f"\nenvironment sweep: {len(runs)} runs, {len(problems)} problem(s)")
+    assert not problems, "\n".join(problems[:60])

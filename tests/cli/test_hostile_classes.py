@@ -761,3 +761,20 @@ def test_every_setting_given_a_hostile_environment_value_exits_as_documented(tmp
     problems, _, _ = _sweep_problems(tmp_path, _sweep_env(tmp_path), runs)
     print(f"\nenvironment sweep: {len(runs)} runs, {len(problems)} problem(s)")
     assert not problems, "\n".join(problems[:60])
+
+
+# NUL bytes cannot be in a real command line: that value is the in-process sweep's.
+ARGV_PATHS = [path for path in PATHS if "\x00" not in path]
+
+
+@pytest.mark.parametrize("number", range(len(ARGV_PATHS)))
+def test_plan_without_typer_takes_the_same_hostile_paths(tmp_path, number):
+    """`broker plan FILE` runs without typer (broker.cli.direct), which the in-process
+    sweep does not reach: the real executable, each hostile path."""
+    value = ARGV_PATHS[number].replace("{d}", str(tmp_path))
+    (tmp_path / "good.yaml").write_text(good.good_text("manifest"))
+    before = _tree(tmp_path)
+    done = _broker(tmp_path, "plan", value)
+    assert "Traceback" not in done.stderr, done.stderr[-2000:]
+    assert done.returncode in (0, 2, 3), done.stderr[-500:]
+    assert _tree(tmp_path) == before

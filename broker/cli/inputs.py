@@ -49,7 +49,7 @@ def check_arguments(args: list[str]) -> None:
         if value and "\x00" not in value:
             continue
         what = "is empty" if not value else "holds a NUL byte"
-        if flag.startswith("-") and (given or len(flag) > 1):
+        if flag.startswith("-") and (given or len(flag) > 1) and flag != "--":
             fail(f"{flag}: the value {what}", BAD_INPUT)
         fail(f"argument {number + 1} {what}", BAD_INPUT)
 

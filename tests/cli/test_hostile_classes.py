@@ -563,8 +563,9 @@ def test_every_option_given_a_hostile_value_with_a_job_in_the_state(tmp_path):
         (("offers", "--pools="), "--pools: the value is empty"),
         (("import", "skypilot", "task.yaml", "-o", ""), "-o: the value is empty"),
         (("validate", "good.yaml", "--output", "json", ""), "argument 5 is empty"),
+        (("validate", "--", ""), "argument 3 is empty"),
     ],
-    ids=["validate", "catalog", "equals", "short-flag", "after-a-value"],
+    ids=["validate", "catalog", "equals", "short-flag", "after-a-value", "after-dashes"],
 )
 def test_an_empty_argument_is_refused_by_its_position_or_flag(tmp_path, argv, names):
     (tmp_path / "good.yaml").write_text(good.good_text("manifest"))

@@ -335,17 +335,17 @@ PATH_TEXT_OPTIONS = {"--state", "--state-file", "--identity-file", "--known-host
 def _commands() -> dict[str, object]:
     """Every leaf command of the app by its words ("pricing import")."""
     import typer
+    from typer.core import TyperGroup
 
     from broker.cli.main import build_app
 
     found = {}
 
     def walk(command: object, words: tuple[str, ...]) -> None:
-        subs = getattr(command, "commands", None)
-        if subs is None:
+        if not isinstance(command, TyperGroup):
             found[" ".join(words)] = command
             return
-        for name, sub in subs.items():
+        for name, sub in command.commands.items():
             walk(sub, (*words, name))
 
     walk(typer.main.get_command(build_app()), ())
@@ -367,11 +367,14 @@ def _values(param: object) -> list[str]:
 
 def _sweep() -> list[tuple[str, str, tuple[str, ...]]]:
     """(command, what is hostile, argv) for every value of every swept parameter."""
+    from typer.core import TyperOption
+
     runs = []
     for words, command in sorted(_commands().items()):
         base = BASE[words]
         for param in command.params:  # type: ignore[attr-defined]
-            if getattr(param, "is_flag", False) or param.opts[0] in ("--help", "-h"):
+            flag = isinstance(param, TyperOption) and param.is_flag
+            if flag or param.opts[0] in ("--help", "-h"):
                 continue
             if f"{words} {param.opts[0]}" in UNSWEPT:
                 continue

@@ -711,21 +711,6 @@ SWEPT_SETTINGS = ("catalog", "pools", "overlays", "policy", "state", "freshness_
                   "max_trace_bytes", "max_bill_bytes", "max_nesting_depth")  # fmt: skip
 
 
-def test_every_setting_given_a_hostile_value_exits_as_documented(tmp_path):
-    from pricing.userio.settings import SETTINGS
-
-    assert set(SWEPT_SETTINGS) <= set(SETTINGS)
-    runs = [
-        (argv[0], f"{key}#{number}", argv, {"files": {"broker.toml": f"{key} = {value}\n"}})
-        for key in SWEPT_SETTINGS
-        for number, value in enumerate(SETTING_VALUES)
-        for argv in SETTING_COMMANDS
-    ]
-    problems, _, _ = _sweep_problems(tmp_path, _sweep_env(tmp_path), runs)
-    print(f"\nsettings sweep: {len(runs)} runs, {len(problems)} problem(s)")
-    assert not problems, "\n".join(problems[:60])
-
-
 @pytest.mark.parametrize(
     ("argv", "flag"),
     [
@@ -753,17 +738,26 @@ ENVIRONMENT_VALUES = ["", "nan", "inf", "-1", "0", "99999999999999999999", "Ã¼nÃ
                       "x" * 5000, "{d}/missing/none.yaml"]  # fmt: skip
 
 
-def test_every_setting_given_a_hostile_environment_value_exits_as_documented(tmp_path):
+@pytest.mark.parametrize("given", ["broker.toml", "environment"])
+def test_every_setting_given_a_hostile_value_exits_as_documented(tmp_path, given):
     from pricing.userio.settings import SETTINGS
 
+    assert set(SWEPT_SETTINGS) <= set(SETTINGS)
+
+    def own(key: str, value: str) -> dict:
+        if given == "environment":
+            return {"env": {SETTINGS[key].variable: value}}
+        return {"files": {"broker.toml": f"{key} = {value}\n"}}
+
+    values = ENVIRONMENT_VALUES if given == "environment" else SETTING_VALUES
     runs = [
-        (argv[0], f"{key}#{number}", argv, {"env": {SETTINGS[key].variable: value}})
+        (argv[0], f"{key}#{number}", argv, own(key, value))
         for key in SWEPT_SETTINGS
-        for number, value in enumerate(ENVIRONMENT_VALUES)
+        for number, value in enumerate(values)
         for argv in SETTING_COMMANDS
     ]
     problems, _, _ = _sweep_problems(tmp_path, _sweep_env(tmp_path), runs)
-    print(f"\nenvironment sweep: {len(runs)} runs, {len(problems)} problem(s)")
+    print(f"\nsettings sweep ({given}): {len(runs)} runs, {len(problems)} problem(s)")
     assert not problems, "\n".join(problems[:60])
 
 

@@ -52,6 +52,7 @@ class AttemptWrites:
     _event: Callable[..., None]
     _fresh_id: Callable[[str, str], str]
     _job_row: Callable[[str], Any]
+    _job_to_claim: Callable[[str], Any]
     _keep_held: Callable[[str, Any, Mapping[str, Any]], None]
     _held_count: Callable[[str, str], int | None]
     _locked: Callable[[], str]
@@ -86,7 +87,7 @@ class AttemptWrites:
         attempt |= {"price_per_hour_usd": decimal_text(placed.price_per_hour), "reason": ""}
         attempt |= {"price_source": placed.price_source, "price_as_of": placed.price_as_of}
         with self._write() as now:
-            row = self._job_row(job_id)
+            row = self._job_to_claim(job_id)
             state = JobState(row["state"])
             if state not in (JobState.PLANNED, JobState.MIGRATING):
                 why = "an attempt starts from planned or migrating"

@@ -52,6 +52,7 @@ class AttemptWrites:
     _event: Callable[..., None]
     _fresh_id: Callable[[str, str], str]
     _job_row: Callable[[str], Any]
+    _job_to_claim: Callable[[str], Any]
     _keep_held: Callable[[str, Any, Mapping[str, Any]], None]
     _held_count: Callable[[str, str], int | None]
     _locked: Callable[[], str]
@@ -61,7 +62,7 @@ class AttemptWrites:
     _is_latest: Callable[[Any], bool]
     _move: Callable[..., None]
     _settle: Callable[[str, str], None]
-    _claim: Callable[[str, str, str], None]
+    _claim: Callable[..., Any]
     _rest_lease: Callable[[str], None]
     dialect: str
     instances: Callable[..., list[InstanceRow]]
@@ -86,7 +87,7 @@ class AttemptWrites:
         attempt |= {"price_per_hour_usd": decimal_text(placed.price_per_hour), "reason": ""}
         attempt |= {"price_source": placed.price_source, "price_as_of": placed.price_as_of}
         with self._write() as now:
-            row = self._job_row(job_id)
+            row = self._job_to_claim(job_id)
             state = JobState(row["state"])
             if state not in (JobState.PLANNED, JobState.MIGRATING):
                 why = "an attempt starts from planned or migrating"
@@ -123,15 +124,15 @@ class AttemptWrites:
             att = self._attempt_row(attempt_id)
             if att["state"] != AttemptState.LAUNCHING:
                 return False
-            self._claim(att["job_id"], now, "launch")
-            running = {"state": AttemptState.RUNNING, "running_at": now}
-            self._update("attempts", {"id": attempt_id}, running)
             placed = PlacedOn.from_row(json.loads(att["placement_json"]))
             planned = {"cloud": placed.cloud, "region": placed.region, "zone": placed.zone}
             planned["instance_type"] = placed.instance_type
             found = {k: instance.get(k, default) for k, default in planned.items()}
             found |= {"state": "running", **instance, "attempt_id": attempt_id}
-            self._upsert_instance(now, found)
+            old = self._claim(att["job_id"], now, "launch", lambda: self._instance_read(found))
+            running = {"state": AttemptState.RUNNING, "running_at": now}
+            self._update("attempts", {"id": attempt_id}, running)
+            self._upsert_instance(now, found, old)
             job_id, provider_id = att["job_id"], instance["provider_id"]
             message = f"attempt {att['number']} running on {provider_id}"
             data = {"provider_id": provider_id}
@@ -342,11 +343,17 @@ class AttemptWrites:
             self._upsert_instance(now, found)
         return self.instances(cloud=cloud, provider_id=provider_id)[0]
 
-    def _upsert_instance(self, now: str, found: Mapping[str, Any]) -> None:
-        """Insert or update one instance from the reported fields (absent ones are kept)."""
-        key = {"cloud": found["cloud"], "provider_id": str(found["provider_id"])}
+    def _instance_read(self, found: Mapping[str, Any]) -> Any:
+        """The locking read of the instance row `found` names, sent (not yet read)."""
+        key = (found["cloud"], str(found["provider_id"]))
         sql = f"SELECT * FROM instances WHERE cloud = ? AND provider_id = ?{self._locked()}"
-        old = self._conn.execute(sql, tuple(key.values())).fetchone()
+        return self._conn.execute(sql, key)
+
+    def _upsert_instance(self, now: str, found: Mapping[str, Any], sent: Any = None) -> None:
+        """Insert or update one instance from the reported fields (absent ones are kept);
+        `sent`: its `_instance_read`, when the caller sent it with an earlier statement."""
+        key = {"cloud": found["cloud"], "provider_id": str(found["provider_id"])}
+        old = (sent if sent is not None else self._instance_read(found)).fetchone()
         fields = ("region", "zone", "instance_type")
         row = dict(old) if old else {**dict.fromkeys(fields, ""), "tags_json": "{}"}
         row |= {k: found[k] for k in (*fields, "attempt_id") if k in found}

@@ -13,8 +13,10 @@ when the statement that read it began with the job's row already locked by this 
 On PostgreSQL a statement that waits for a row lock (or takes one on a row committed
 after the statement began) returns the row as committed but reads the other tables as
 they were when it began: a lease or an attempt that the other writer added would be
-missed. So the locking read of a job keeps the row alone (`counts_dropped`), and a
-count not kept is read by a query of its own, after the lock (`_held_count`).
+missed. So a write that claims a job sends `JOB_HELD` right after the locking read, in
+the same round trip (`LeaseWrites._claimed_row`): a pipeline's statements run in turn, so
+it begins with the lock held, and what it read with the row is kept; a row read without
+it has no counts, and a count not kept is read by a query of its own (`_held_count`).
 
 Part of `StateStore` (broker.state.store), whose `_write` opens and drops `_held_rows`.
 """
@@ -69,9 +71,3 @@ class HeldRows:
         if held is None or name not in held.keys():
             return None
         return held[name]
-
-
-def counts_dropped(row: Any) -> dict[str, Any]:
-    """A job row read by the statement that locked it, without what it was read with
-    but cannot vouch for (the module docstring): the attempts' count and latest number."""
-    return {k: row[k] for k in row.keys() if k not in ("attempts_made", "latest_attempt")}

@@ -30,7 +30,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
-from broker.state.held import JOB_HELD, counts_dropped
+from broker.state.held import JOB_HELD
 from broker.state.model import JobState, StateError, UnknownJob, parse_ts, ts_text
 
 if TYPE_CHECKING:
@@ -42,6 +42,7 @@ STEP_STATES = (JobState.PLANNED, JobState.LAUNCHING, JobState.INTERRUPTED, JobSt
 
 _CLAIM = JOB_HELD  # the whole job row: the write that claims keeps it (broker.state.held)
 _LOCK = {"sqlite": "", "postgresql": " FOR UPDATE OF j SKIP LOCKED"}
+_WAIT_LOCK = "SELECT id FROM jobs WHERE id = ?"  # + " FOR UPDATE": waits for another write
 _TAKE = (
     "INSERT INTO leases (job_id, holder, step, taken_at, heartbeat_at, expires_at)"
     " VALUES (?, ?, ?, ?, ?, ?) ON CONFLICT (job_id) DO UPDATE SET"
@@ -127,6 +128,7 @@ class LeaseWrites:
     _held: Callable[[str, str], Any]
     _hold_row: Callable[[str, str, Any], Any]
     _keep_held: Callable[[str, Any, Any], None]
+    _locked: Callable[[], str]
     _holder: Holder | None
     dialect: str
 
@@ -187,23 +189,21 @@ class LeaseWrites:
 
     # --- inside a write transaction ------------------------------------------------------
 
-    def _claim(self, job_id: str, now: str, step: str) -> None:
+    def _claim(
+        self, job_id: str, now: str, step: str, then: Callable[[], Any] | None = None
+    ) -> Any:
         """Compare-and-set the job's lease to this store's holder; LeaseHeld (the caller
         rolls back) while another holder's lease is live. A lease taken over from a
-        holder whose expiry passed is an event of the job, naming both."""
+        holder whose expiry passed is an event of the job, naming both. `then` sends the
+        write's next read, after the claim's own statements and in their round trip; its
+        pending result is returned (None without `then`)."""
         if self._holder is None:
-            return
-        if self._held("jobs", job_id) is not None:  # locked by this write: read it afresh
-            row = self._conn.execute(JOB_HELD, (job_id,)).fetchone()
-            self._hold_row("jobs", job_id, row)  # with its counts (broker.state.held)
-        else:
-            row = self._conn.execute(claim_sql(self.dialect), (job_id,)).fetchone()
-            if row is None:
-                sql = "SELECT 1 FROM jobs WHERE id = ?"
-                if self._conn.execute(sql, (job_id,)).fetchone() is None:
-                    raise UnknownJob(f"no job {job_id!r}")
-                raise LeaseHeld(job_id, "another transaction", None)  # PostgreSQL: row locked
-            self._hold_row("jobs", job_id, counts_dropped(row))
+            return then() if then is not None else None
+        row, sent = self._held("jobs", job_id), None
+        if row is None or "holder" not in row.keys():  # not yet read with its lease
+            row, sent = self._claimed_row(job_id, locked=row is not None, then=then)
+        elif then is not None:
+            sent = then()
         holder, expires = row["holder"], row["expires_at"]
         mine = self._holder.id
         if holder is not None and holder != mine:
@@ -218,6 +218,45 @@ class LeaseWrites:
         until = self._lease_end(now)
         self._conn.execute(_TAKE, (job_id, mine, step, now, now, until))
         self._keep_held("jobs", job_id, {"holder": mine, "expires_at": until})
+        return sent
+
+    def _job_to_claim(self, job_id: str) -> Any:
+        """The job's row for a write that goes on to claim it (`_claim`): locked, and read
+        again with its lease and attempt counts (`JOB_HELD`) by a statement sent with the
+        lock's, in the same round trip. That statement begins once the lock is this
+        write's (a pipeline's statements run in turn), so what it read with the row holds
+        (broker.state.held); `_claim` then reads nothing."""
+        if self._holder is None or self._held("jobs", job_id) is not None:
+            return self._job_row(job_id)
+        return self._claimed_row(job_id, locked=False, wait=True)[0]
+
+    def _claimed_row(
+        self,
+        job_id: str,
+        *,
+        locked: bool,
+        wait: bool = False,
+        then: Callable[[], Any] | None = None,
+    ) -> tuple[Any, Any]:
+        """The job's row read with its lease and counts (`JOB_HELD`) after this write has
+        locked it, and kept: `locked`, it already is; else it is locked first, by the
+        statement sent just before, in the same round trip: waiting for another write's
+        lock (`wait`, as any locking read of a job) or skipping it (the claim's: LeaseHeld
+        at once). UnknownJob when there is no such job. With the row, what `then` sent
+        after (`_claim`), or None."""
+        locking = None
+        if not locked:
+            lock = _WAIT_LOCK + self._locked() if wait else claim_sql(self.dialect)
+            locking = self._conn.execute(lock, (job_id,))
+        full = self._conn.execute(JOB_HELD, (job_id,))  # sent before either is read
+        sent = then() if then is not None else None
+        got = locking.fetchone() if locking is not None else True
+        row = full.fetchone()
+        if row is None:
+            raise UnknownJob(f"no job {job_id!r}")
+        if got is None:
+            raise LeaseHeld(job_id, "another transaction", None)  # PostgreSQL: row locked
+        return self._hold_row("jobs", job_id, row), sent
 
     def _rest_lease(self, job_id: str) -> None:
         """Release this holder's lease on a job that is at rest (no step half done)."""

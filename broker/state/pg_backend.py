@@ -278,14 +278,12 @@ class PgConnection:
 
 
 class PgRow(tuple):
-    """A row readable as a tuple and by column name (as `sqlite3.Row` is)."""
+    """A row readable as a tuple and by column name (as `sqlite3.Row` is). Each set of
+    column names has its own subclass (`_row_class`) holding their positions, so making
+    a row is the tuple's own constructor: a pass reads some 20,000 rows."""
 
-    _index: dict[str, int]
-
-    def __new__(cls, values: Sequence[Any], index: dict[str, int]) -> PgRow:
-        row = super().__new__(cls, values)
-        row._index = index
-        return row
+    __slots__ = ()
+    _index: dict[str, int] = {}
 
     def __getitem__(self, key: Any) -> Any:  # type: ignore[override]
         if isinstance(key, str):
@@ -296,12 +294,18 @@ class PgRow(tuple):
         return list(self._index)
 
 
-def _rows(cursor: Any) -> Any:
-    """psycopg row factory: PgRow, the first of two columns of one name winning."""
+@functools.lru_cache(maxsize=512)
+def _row_class(names: tuple[str, ...]) -> type[PgRow]:
+    """The PgRow subclass of rows with these columns, the first of two of one name winning."""
     index: dict[str, int] = {}
-    for number, column in enumerate(cursor.description or ()):
-        index.setdefault(column.name, number)
-    return lambda values: PgRow(values, index)
+    for number, name in enumerate(names):
+        index.setdefault(name, number)
+    return type("PgRow", (PgRow,), {"__slots__": (), "_index": index})
+
+
+def _rows(cursor: Any) -> Any:
+    """psycopg row factory: the PgRow class of the cursor's columns."""
+    return _row_class(tuple(column.name for column in cursor.description or ()))
 
 
 @functools.lru_cache(maxsize=512)

@@ -129,7 +129,7 @@ class StateReads(StateTallies):
         """Queued jobs in the order they should be considered: priority, then FIFO."""
         where, params = _filters(("j.state", [JobState.QUEUED]), ("j.queue", queue))
         sql = f"{JOB_SELECT}{where} ORDER BY j.priority DESC, j.queued_at, j.id"
-        return self._jobs_of(self._conn.execute(sql, params))
+        return self._jobs_of(self._conn.execute(sql, params).fetchall())  # all at once: faster
 
     def version(self, job_id: str, number: int | None = None) -> JobVersion:
         """One version of a job's manifest; by default the one in force."""
@@ -153,7 +153,7 @@ class StateReads(StateTallies):
             "SELECT v.job_id, v.version, v.spec_key, j.name, j.team, v.submitted_at FROM jobs j"
             f" JOIN job_versions v ON v.job_id = j.id AND v.version = j.version{where}"
         )
-        rows = self._conn.execute(sql, params)
+        rows = self._conn.execute(sql, params).fetchall()  # than row by row, on PostgreSQL
         return [
             EncodedSpec(job_id, version, key, name, team, datetime.fromisoformat(at))
             for job_id, version, key, name, team, at in rows

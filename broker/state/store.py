@@ -210,10 +210,12 @@ class StateStore(Transactions, RunWrites, AttemptWrites, LeaseWrites, StateReads
         to = JobState(to)
         try:
             with self._write() as now:
-                state = self._job_state(job_id)
+                claims = to is not JobState.CANCELLED
+                row = self._job_to_claim(job_id) if claims else self._job_row(job_id)
+                state = JobState(row["state"])
                 if expect is not None and state != JobState(expect):
                     return False
-                if to is not JobState.CANCELLED:
+                if claims:
                     self._claim(job_id, now, f"to {to}")
                 self._move(job_id, state, to, now, reason, data or {}, None)
                 self._settle(job_id, now)

@@ -1,11 +1,14 @@
 """Round trips of one launch's writes on a real PostgreSQL (issue 20: a launching pass at
 10,000 queued jobs within 1 s): the plan, the start and the "running" of one job, as a
-controller writes them (a lease holder, a team with a quota and a budget), each write's
+controller writes them (a lease holder; a team with a quota and a budget, or none), each write's
 waits for the server counted (`StateStore.round_trips`). Before a write kept the rows it
-had locked (broker.state.held) the three took 5 + 7 + 8 = 20 (now 3 + 6 + 5); the
-bounds below fail that. And what a write keeps never outlives it: another controller's
-change between two writes is seen, a lease another controller took while this one waited
-for the job's row lock is seen, and a write undone leaves nothing kept behind."""
+had locked (broker.state.held) the three took 5 + 7 + 8 = 20, then 3 + 6 + 5 = 14; since
+a write that claims a job reads its lease and counts in the round trip that locks it (and
+the "running" write its instance row there too), 2 + 5 + 3 = 10, or 2 + 3 + 3 = 8 for a
+team with no quota or budget to check; the bounds below fail each earlier count. And what
+a write keeps never outlives it: another controller's change between two writes is seen, a
+lease another controller took while this one waited for the job's row lock is seen, and a
+write undone leaves nothing kept behind."""
 
 from __future__ import annotations
 
@@ -43,14 +46,19 @@ def _trips(store: StateStore, write: Callable[[], Any]) -> tuple[Any, int]:
     return result, (store.round_trips or 0) - before
 
 
-def test_a_launch_takes_fewer_round_trips_than_before(postgres_cluster) -> None:
+@pytest.mark.parametrize(
+    "limits, most", [(LIMITS, (2, 5, 3)), (None, (2, 3, 3))], ids=["quota", "no quota"]
+)
+def test_a_launch_takes_fewer_round_trips_than_before(
+    postgres_cluster, limits: TeamLimits | None, most: tuple[int, int, int]
+) -> None:
     with StateStore.open(postgres_cluster.fresh_database(), FixedClock(T0)) as store:
         store.hold_as(Holder("controller-a", 30))
         job = store.submit(job_spec("trips", "ml"), "x", "d").job_id
         planned, plan = _trips(
             store, lambda: store.transition(job, JobState.PLANNED, "p", expect=JobState.QUEUED)
         )
-        attempt, start = _trips(store, lambda: store.start_attempt(job, PLACED, LIMITS))
+        attempt, start = _trips(store, lambda: store.start_attempt(job, PLACED, limits))
         up, running = _trips(store, lambda: store.attempt_running(attempt, {"provider_id": "i-1"}))
         assert planned and up
         assert store.job(job).state is JobState.RUNNING
@@ -64,8 +72,8 @@ def test_a_launch_takes_fewer_round_trips_than_before(postgres_cluster) -> None:
             "transition",
             "attempt_running",
         ]
-    assert plan <= 3 and start <= 6 and running <= 5, (plan, start, running)
-    assert plan + start + running <= 14 < 20, (plan, start, running)
+    assert plan <= most[0] and start <= most[1] and running <= most[2], (plan, start, running)
+    assert plan + start + running <= sum(most) < 14, (plan, start, running)
 
 
 def test_what_a_write_kept_is_read_again_by_the_next(postgres_cluster) -> None:

@@ -46,17 +46,23 @@ def _copy(value: Any) -> Any:
 
 
 _PLAIN = (str, int, type(None))  # arguments that are their own key
+_READS_OF: dict[str, list[str]] = {}  # table -> the remembered reads whose SQL reads it
+# the tables whose changes a SimStateStore watches (temporary triggers, `_watch`)
+_WATCHED = ("jobs", "job_versions", "attempts", "instances", "events", "ledger", "leases")
 
 
-def _remembered(read: Callable[..., Any]) -> Callable[..., Any]:
-    """`read`, answered from memory when asked again before the next write."""
+def _remembered(read: Callable[..., Any], tables: tuple[str, ...]) -> Callable[..., Any]:
+    """`read`, answered from memory when asked again before a write changes a row of
+    one of `tables` (those its SQL reads)."""
     name = read.__name__
+    for table in tables:
+        _READS_OF.setdefault(table, []).append(name)
 
     @functools.wraps(read)
     def remembered(self: SimStateStore, *args: Any, **kwargs: Any) -> Any:
         if self._conn.in_transaction:  # inside a write: its own reads must see it
             return read(self, *args, **kwargs)
-        memo = self._memo
+        memo = self._memo[name]
         if not kwargs and all(type(a) in _PLAIN for a in args):  # most reads: ids only
             key: tuple = (name, args)
             if key not in memo:
@@ -112,7 +118,10 @@ class SimStateStore(StateStore):
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
-        self._memo: dict[tuple, Any] = {}  # read and arguments -> answer, until a write
+        # read -> {arguments -> answer}, until a write changes a table the read reads
+        self._memo: dict[str, dict[tuple, Any]] = {n: {} for r in _READS_OF.values() for n in r}
+        self._touched: set[str] = set()  # tables the write under way changed (`_watch`)
+        self._watching = False  # whether `_touched` is told (else a write forgets all)
         self._rows: dict[tuple, Any] = {}  # (decoder, row values) -> value
         self._changed = 0  # see `changes`
         self._leases_only = False  # inside a heartbeat
@@ -120,17 +129,18 @@ class SimStateStore(StateStore):
         self._events: dict[str, list[Event]] = {}  # job id -> its events read so far
 
     # the reads the controller, recovery, steering and the cadence ask (each only reads)
-    job = _remembered(StateStore.job)
-    jobs = _remembered(StateStore.jobs)
-    queued = _remembered(StateStore.queued)
-    version = _remembered(StateStore.version)
-    versions = _remembered(StateStore.versions)
-    attempt = _remembered(StateStore.attempt)
-    attempts = _remembered(StateStore.attempts)
-    ledger = _remembered(StateStore.ledger)
-    checkpoints = _remembered(StateStore.checkpoints)
-    lost_shares = _remembered(StateStore.lost_shares)
-    migration = _remembered(StateStore.migration)
+    # (each only reads), with the tables their SQL reads (broker.state.reads, attempts)
+    job = _remembered(StateStore.job, ("jobs", "job_versions"))
+    jobs = _remembered(StateStore.jobs, ("jobs", "job_versions"))
+    queued = _remembered(StateStore.queued, ("jobs", "job_versions"))
+    version = _remembered(StateStore.version, ("job_versions",))
+    versions = _remembered(StateStore.versions, ("job_versions",))
+    attempt = _remembered(StateStore.attempt, ("attempts",))
+    attempts = _remembered(StateStore.attempts, ("attempts",))
+    ledger = _remembered(StateStore.ledger, ("ledger", "jobs"))
+    checkpoints = _remembered(StateStore.checkpoints, ("events",))
+    lost_shares = _remembered(StateStore.lost_shares, ("events",))
+    migration = _remembered(StateStore.migration, ("events",))
 
     @property
     def changes(self) -> int:
@@ -157,7 +167,22 @@ class SimStateStore(StateStore):
         conn.execute("PRAGMA foreign_keys = ON")  # as StateStore.open sets it
         store = cls(conn, clock, file, new_id, SqliteBackend(file))
         store._file = file
+        store._watch()
         return store
+
+    def _watch(self) -> None:
+        """Temporary triggers that tell which tables a write changes, so a write forgets
+        only the reads of those tables (an interrupted attempt's events and ledger rows
+        leave the jobs' manifests remembered). TEMP: they live in the connection's temp
+        schema, never in the state file (`serialize` writes the main database only)."""
+        self._conn.create_function("sim_touched", 1, self._touched.add, deterministic=False)
+        for table in _WATCHED:
+            for op in ("INSERT", "UPDATE", "DELETE"):
+                self._conn.execute(
+                    f"CREATE TEMP TRIGGER sim_{op.lower()}_{table} AFTER {op} ON main.{table}"
+                    f" BEGIN SELECT sim_touched('{table}'); END"
+                )
+        self._watching = True
 
     def close(self) -> None:
         """Close, writing the state to its file first (when opened by `open_fast`)."""
@@ -177,7 +202,8 @@ class SimStateStore(StateStore):
         finally:
             if self._conn.total_changes != before and not self._leases_only:
                 self._changed += 1
-                self._memo_clear()
+                self._forget(self._touched if self._watching else _READS_OF)
+            self._touched.clear()
 
     def heartbeat(self) -> int:
         """`StateStore.heartbeat`, which writes the leases table alone: no remembered read
@@ -215,5 +241,8 @@ class SimStateStore(StateStore):
             self._rows[key] = decode(row)
         return self._rows[key]
 
-    def _memo_clear(self) -> None:
-        self._memo = {}
+    def _forget(self, tables) -> None:
+        """Forget the remembered answers of every read of `tables`."""
+        for table in tables:
+            for name in _READS_OF.get(table, ()):
+                self._memo[name] = {}

@@ -46,9 +46,8 @@ def _copy(value: Any) -> Any:
 
 
 _PLAIN = (str, int, type(None))  # arguments that are their own key
+_NONE = object()  # no answer remembered
 _READS_OF: dict[str, list[str]] = {}  # table -> the remembered reads whose SQL reads it
-# the tables whose changes a SimStateStore watches (temporary triggers, `_watch`)
-_WATCHED = ("jobs", "job_versions", "attempts", "instances", "events", "ledger", "leases")
 
 
 def _remembered(read: Callable[..., Any], tables: tuple[str, ...]) -> Callable[..., Any]:
@@ -64,17 +63,22 @@ def _remembered(read: Callable[..., Any], tables: tuple[str, ...]) -> Callable[.
             return read(self, *args, **kwargs)
         memo = self._memo[name]
         if not kwargs and all(type(a) in _PLAIN for a in args):  # most reads: ids only
-            key: tuple = (name, args)
-            if key not in memo:
-                memo[key] = read(self, *args)
-            return _copy(memo[key])
+            answer = memo.get(args, _NONE)
+            if answer is _NONE:
+                answer = memo[args] = read(self, *args)
+            return _copy(answer)
+        asked = (args, tuple(kwargs.items()))  # a key as it is, when hashable
+        try:
+            answer = memo.get(asked, _NONE)
+        except TypeError:  # a list of states, say: keyed by its set below
+            pass
+        else:
+            if answer is _NONE:
+                answer = memo[asked] = read(self, *args, **kwargs)
+            return _copy(answer)
         settled = [_settled(a) for a in args]
         named = {k: _settled(v) for k, v in sorted(kwargs.items())}
-        key = (
-            name,
-            tuple(k for _, k in settled),
-            tuple((n, k) for n, (_, k) in named.items()),
-        )
+        key = (tuple(k for _, k in settled), tuple((n, k) for n, (_, k) in named.items()))
         if key not in memo:
             memo[key] = read(
                 self, *(a for a, _ in settled), **{n: a for n, (a, _) in named.items()}
@@ -176,7 +180,7 @@ class SimStateStore(StateStore):
         leave the jobs' manifests remembered). TEMP: they live in the connection's temp
         schema, never in the state file (`serialize` writes the main database only)."""
         self._conn.create_function("sim_touched", 1, self._touched.add, deterministic=False)
-        for table in _WATCHED:
+        for table in sorted(_READS_OF):  # the others' changes forget nothing
             for op in ("INSERT", "UPDATE", "DELETE"):
                 self._conn.execute(
                     f"CREATE TEMP TRIGGER sim_{op.lower()}_{table} AFTER {op} ON main.{table}"

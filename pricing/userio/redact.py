@@ -132,7 +132,7 @@ def redact_data(value: object, text: Callable[[str], str] = redact) -> object:
     if isinstance(value, dict):
         return {
             redact_data(key, text): MASK
-            if isinstance(key, str) and isinstance(item, str) and _secret_name().search(key)
+            if isinstance(key, str) and isinstance(item, str) and _names_secret(key)
             else redact_data(item, text)
             for key, item in value.items()
         }
@@ -141,6 +141,12 @@ def redact_data(value: object, text: Callable[[str], str] = redact) -> object:
     if isinstance(value, tuple):
         return tuple(redact_data(item, text) for item in value)
     return value
+
+
+@functools.lru_cache(maxsize=4096)
+def _names_secret(key: str) -> bool:
+    """Whether the key names a secret; remembered, as data keys are a few field names."""
+    return _secret_name().search(key) is not None
 
 
 @functools.cache

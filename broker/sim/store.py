@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import functools
 import sqlite3
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from datetime import datetime
 from enum import Enum
@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from broker.state import StateStore
-from broker.state.model import Attempt, Event, attempt_of, event_of
+from broker.state.model import Attempt, AttemptState, Event, attempt_of, event_of
 
 
 def _settled(value: Any) -> Any:
@@ -140,7 +140,7 @@ class SimStateStore(StateStore):
     version = _remembered(StateStore.version, ("job_versions",))
     versions = _remembered(StateStore.versions, ("job_versions",))
     attempt = _remembered(StateStore.attempt, ("attempts",))
-    attempts = _remembered(StateStore.attempts, ("attempts",))
+    all_attempts = _remembered(StateStore.attempts, ("attempts",))  # every one, in order
     ledger = _remembered(StateStore.ledger, ("ledger", "jobs"))
     checkpoints = _remembered(StateStore.checkpoints, ("events",))
     lost_shares = _remembered(StateStore.lost_shares, ("events",))
@@ -217,6 +217,35 @@ class SimStateStore(StateStore):
             return super().heartbeat()
         finally:
             self._leases_only = False
+
+    def _picked_attempts(
+        self, job_id: str | None = None, states: Iterable[AttemptState] | None = None
+    ) -> list[Attempt]:
+        """`StateStore.attempts`, picked from every attempt read once (`all_attempts`):
+        its SQL filters them by job and state and keeps the order of every attempt
+        (started_at, job_id, number: one order, no ties), so a filter here gives the same
+        list, and one query serves every job's and every state's question."""
+        if self._conn.in_transaction:
+            return StateStore.attempts(self, job_id, states)
+        picked = self.all_attempts()
+        if job_id is not None:
+            picked = [a for a in picked if a.job_id == job_id]
+        if states is not None:
+            wanted = {states} if isinstance(states, str) else {str(s) for s in states}
+            picked = [a for a in picked if a.state in wanted]
+        return picked
+
+    attempts = _remembered(_picked_attempts, ("attempts",))
+
+    def attempts_of(self, job_ids: Iterable[str]) -> dict[str, list[Attempt]]:
+        """`StateStore.attempts_of`, picked from every attempt read once (as `attempts`)."""
+        if self._conn.in_transaction:
+            return super().attempts_of(job_ids)
+        found: dict[str, list[Attempt]] = {job_id: [] for job_id in job_ids}
+        for attempt in self.all_attempts():
+            if attempt.job_id in found:
+                found[attempt.job_id].append(attempt)
+        return found
 
     def events(self, job_id: str, after: int = 0) -> list[Event]:
         """`StateStore.events`, reading only the events written since the job's last read:

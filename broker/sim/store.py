@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from broker.state import StateStore
-from broker.state.model import Attempt, AttemptState, Event, attempt_of, event_of
+from broker.state.model import Attempt, AttemptState, Event, Job, JobState, attempt_of, event_of
 
 
 def _settled(value: Any) -> Any:
@@ -135,7 +135,7 @@ class SimStateStore(StateStore):
     # the reads the controller, recovery, steering and the cadence ask (each only reads)
     # (each only reads), with the tables their SQL reads (broker.state.reads, attempts)
     job = _remembered(StateStore.job, ("jobs", "job_versions"))
-    jobs = _remembered(StateStore.jobs, ("jobs", "job_versions"))
+    all_jobs = _remembered(StateStore.jobs, ("jobs", "job_versions"))  # every one, in order
     queued = _remembered(StateStore.queued, ("jobs", "job_versions"))
     version = _remembered(StateStore.version, ("job_versions",))
     versions = _remembered(StateStore.versions, ("job_versions",))
@@ -236,6 +236,26 @@ class SimStateStore(StateStore):
         return picked
 
     attempts = _remembered(_picked_attempts, ("attempts",))
+
+    def _picked_jobs(
+        self,
+        states: Iterable[JobState] | None = None,
+        team: str | None = None,
+        queue: str | None = None,
+        submitter: str | None = None,
+    ) -> list[Job]:
+        """`StateStore.jobs`, a question of states alone picked from every job read once
+        (`all_jobs`), as `attempts` is: its SQL keeps the order of every job (created_at,
+        run, id: no ties)."""
+        if self._conn.in_transaction or (team, queue, submitter) != (None, None, None):
+            return StateStore.jobs(self, states, team, queue, submitter)
+        picked = self.all_jobs()
+        if states is not None:
+            wanted = {states} if isinstance(states, str) else {str(s) for s in states}
+            picked = [j for j in picked if j.state in wanted]
+        return picked
+
+    jobs = _remembered(_picked_jobs, ("jobs", "job_versions"))
 
     def attempts_of(self, job_ids: Iterable[str]) -> dict[str, list[Attempt]]:
         """`StateStore.attempts_of`, picked from every attempt read once (as `attempts`)."""

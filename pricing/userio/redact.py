@@ -44,6 +44,16 @@ def _named_word() -> re.Pattern[str]:
 
 
 @functools.cache
+def _clue() -> re.Pattern[str]:
+    """What some pattern of `_patterns` other than the named one needs in a text to
+    match: `://` (URIs), a header word, the start of a JWT, an OAuth token or a PEM
+    block, or a run of 13 or more token characters (every shape's match is one such run,
+    the shortest an AWS session token's prefix and one more). A text with none of these
+    (nor a word of `_NAMES`) is left as it is, without trying the patterns."""
+    return re.compile(r"://|(?i:authoriz|cookie|bearer)|ya29\.|eyJ|-----BEGIN|[\w~.+/=-]{13,}")
+
+
+@functools.cache
 def _patterns() -> tuple[tuple[re.Pattern[str], str], ...]:
     """(pattern, replacement) in the order they apply: named values first, shapes last."""
     shapes = (
@@ -99,6 +109,8 @@ def redact(text: str) -> str:
     """`text` with anything that looks like a key, token, password or signature masked."""
     if not text:
         return text
+    if not _clue().search(text) and not _named_word().search(text):
+        return text  # no pattern can match (`_clue`)
     for pattern, replacement in _patterns():
         if replacement:
             text = pattern.sub(replacement, text)

@@ -195,20 +195,24 @@ class _Layout:
 
 
 _LAYOUTS_KEPT = 8
-# (codes, categories, extra countries, layout), newest last: the tables a planner pass
-# makes from one another (spot closed, learned rates, pools) share their text columns,
-# which `OfferTable` never changes in place, so their layout is derived once
-_layouts: list[tuple[Mapping, Mapping, dict, _Layout]] = []
+_LAID_OUT = ("cloud", "region", "accelerator")  # the text columns a layout reads
+# (categories, those columns' codes as bytes, extra countries, layout), newest last: the
+# tables a planner pass makes from one another (spot closed, learned rates, pools, the
+# rows of cooling places) share their categories and mostly their codes, so their
+# layout is derived once
+_layouts: list[tuple[Mapping, tuple[bytes, ...], dict, _Layout]] = []
 
 
 def _layout(table: OfferTable, extra_countries: dict[tuple[str, str], str]) -> _Layout:
-    """The layout of `table`: one made for a table with the same text columns (the same
-    objects) and extra countries, else a new one."""
-    for codes, categories, extra, layout in reversed(_layouts):
-        if codes is table.codes and categories is table.categories and extra == extra_countries:
+    """The layout of `table`: one made for a table with the same categories (the same
+    object), the same codes in its laid-out columns and the same extra countries, else
+    a new one."""
+    codes = tuple(table.codes[n].tobytes() + table.codes[n].dtype.str.encode() for n in _LAID_OUT)
+    for categories, known, extra, layout in reversed(_layouts):
+        if categories is table.categories and known == codes and extra == extra_countries:
             return layout
     layout = _new_layout(table, extra_countries)
-    _layouts.append((table.codes, table.categories, dict(extra_countries), layout))
+    _layouts.append((table.categories, codes, dict(extra_countries), layout))
     del _layouts[:-_LAYOUTS_KEPT]
     return layout
 

@@ -126,6 +126,8 @@ class SimStateStore(StateStore):
         self._memo: dict[str, dict[tuple, Any]] = {n: {} for r in _READS_OF.values() for n in r}
         self._touched: set[str] = set()  # tables the write under way changed (`_watch`)
         self._watching = False  # whether `_touched` is told (else a write forgets all)
+        self._attempt_rows: dict[int, Attempt] = {}  # rowid -> attempt, as last read
+        self._stale_attempts: set[int] | None = None  # rowids to read again (None: all)
         self._rows: dict[tuple, Any] = {}  # (decoder, row values) -> value
         self._changed = 0  # see `changes`
         self._leases_only = False  # inside a heartbeat
@@ -140,7 +142,28 @@ class SimStateStore(StateStore):
     version = _remembered(StateStore.version, ("job_versions",))
     versions = _remembered(StateStore.versions, ("job_versions",))
     attempt = _remembered(StateStore.attempt, ("attempts",))
-    all_attempts = _remembered(StateStore.attempts, ("attempts",))  # every one, in order
+    def _every_attempt(self) -> list[Attempt]:
+        """`StateStore.attempts()`: every attempt in its order (started_at, job_id,
+        number: no ties). Only the rows a write changed are read again (`_watch` tells
+        their rowids), then sorted by the same key: a reclaim's pass changes one or two
+        attempts of the many a spot job piles up."""
+        if self._conn.in_transaction or not self._watching:
+            return StateStore.attempts(self)
+        if self._stale_attempts is None:
+            sql = "SELECT rowid AS sim_rowid, * FROM attempts"
+            self._attempt_rows = {r[0]: self._attempt_of(r) for r in self._conn.execute(sql)}
+        else:
+            sql = "SELECT rowid AS sim_rowid, * FROM attempts WHERE rowid = ?"
+            for rowid in sorted(self._stale_attempts):
+                row = self._conn.execute(sql, (rowid,)).fetchone()
+                if row is None:
+                    self._attempt_rows.pop(rowid, None)
+                else:
+                    self._attempt_rows[rowid] = self._attempt_of(row)
+        self._stale_attempts = set()
+        return sorted(self._attempt_rows.values(), key=_attempt_order)
+
+    all_attempts = _remembered(_every_attempt, ("attempts",))  # every one, in order
     ledger = _remembered(StateStore.ledger, ("ledger", "jobs"))
     checkpoints = _remembered(StateStore.checkpoints, ("events",))
     lost_shares = _remembered(StateStore.lost_shares, ("events",))
@@ -180,12 +203,18 @@ class SimStateStore(StateStore):
         leave the jobs' manifests remembered). TEMP: they live in the connection's temp
         schema, never in the state file (`serialize` writes the main database only)."""
         self._conn.create_function("sim_touched", 1, self._touched.add, deterministic=False)
+        self._conn.create_function("sim_attempt", 1, self._attempt_changed, deterministic=False)
         for table in sorted(_READS_OF):  # the others' changes forget nothing
             for op in ("INSERT", "UPDATE", "DELETE"):
                 self._conn.execute(
                     f"CREATE TEMP TRIGGER sim_{op.lower()}_{table} AFTER {op} ON main.{table}"
                     f" BEGIN SELECT sim_touched('{table}'); END"
                 )
+        for op, row in (("INSERT", "NEW"), ("UPDATE", "NEW"), ("DELETE", "OLD")):
+            self._conn.execute(
+                f"CREATE TEMP TRIGGER sim_{op.lower()}_attempt AFTER {op} ON main.attempts"
+                f" BEGIN SELECT sim_attempt({row}.rowid); END"
+            )
         self._watching = True
 
     def close(self) -> None:
@@ -217,6 +246,10 @@ class SimStateStore(StateStore):
             return super().heartbeat()
         finally:
             self._leases_only = False
+
+    def _attempt_changed(self, rowid: int) -> None:
+        if self._stale_attempts is not None:
+            self._stale_attempts.add(rowid)
 
     def _picked_attempts(
         self, job_id: str | None = None, states: Iterable[AttemptState] | None = None
@@ -299,3 +332,9 @@ class SimStateStore(StateStore):
         for table in tables:
             for name in _READS_OF.get(table, ()):
                 self._memo[name] = {}
+
+
+def _attempt_order(attempt: Attempt) -> tuple:
+    """`ORDER BY started_at, job_id, number` (the text times are fixed-width UTC, so
+    their text order is their time order; text compares as its code points)."""
+    return attempt.started_at, attempt.job_id, attempt.number

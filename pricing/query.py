@@ -9,6 +9,7 @@ the query, which keeps `broker offers` and the planner on one path.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from fnmatch import fnmatchcase
 from typing import TYPE_CHECKING
@@ -37,34 +38,18 @@ class OfferIndex:
     extra_countries: dict[tuple[str, str], str] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
-        import numpy as np
-
         table = self.offers
         self._cloud_codes, self._clouds = table.codes["cloud"], table.categories["cloud"]
         self._region_codes, self._regions = table.codes["region"], table.categories["region"]
-        gpu_codes, gpus = table.codes["accelerator"], table.categories["accelerator"]
-        self._gpus = gpus
+        self._gpus = table.categories["accelerator"]
         self._count = table.numbers["accelerator_count"]
         self._gpu_mem = table.numbers["accelerator_memory_gib"]
         self._od = table.numbers["price_on_demand"]
         self._spot = table.numbers["price_spot"]
-        # Country per (cloud, region) pair, looked up once per distinct pair.
-        countries = self.extra_countries | REGION_COUNTRY
-        n_regions = max(len(self._regions), 1)
-        pair = self._cloud_codes.astype(np.int64) * n_regions + self._region_codes
-        distinct, inverse = np.unique(pair, return_inverse=True)
-        names = [
-            countries.get((self._clouds[p // n_regions], self._regions[p % n_regions]), "")
-            for p in distinct.tolist()
-        ]
-        self._country_names = np.array(sorted(set(names)) or [""], dtype=object)
-        name_code = {name: i for i, name in enumerate(self._country_names)}
-        self._country_codes = np.array([name_code[n] for n in names], np.int32)[inverse]
-        order = np.argsort(gpu_codes, kind="stable")
-        bounds = np.searchsorted(gpu_codes[order], np.arange(len(gpus) + 1))
-        self._rows_of_gpu = {name: order[bounds[i] : bounds[i + 1]] for i, name in enumerate(gpus)}
-        self._all_rows = np.arange(len(table))
-        self._masks: dict[tuple, np.ndarray] = {}  # per-category masks, cached per filter
+        layout = _layout(table, self.extra_countries)
+        self._country_names, self._country_codes = layout.country_names, layout.country_codes
+        self._rows_of_gpu, self._all_rows = layout.rows_of_gpu, layout.all_rows
+        self._masks = layout.masks
 
     # Building blocks for other vectorised consumers (the planner).
     def rows_of_gpu(self, gpu: str) -> np.ndarray:
@@ -195,3 +180,61 @@ class OfferIndex:
             price=price[order],
             price_per_gpu=per_gpu[order],
         )
+
+
+@dataclass(frozen=True)
+class _Layout:
+    """What an index derives from a table's text columns alone (countries, each GPU's
+    rows, the filters' per-category masks): the same for every table sharing them."""
+
+    country_names: np.ndarray
+    country_codes: np.ndarray
+    rows_of_gpu: dict[str, np.ndarray]
+    all_rows: np.ndarray
+    masks: dict[tuple, np.ndarray]  # per-category masks, cached per filter
+
+
+_LAYOUTS_KEPT = 8
+_LAID_OUT = ("cloud", "region", "accelerator")  # the text columns a layout reads
+# (categories, those columns' codes as bytes, extra countries, layout), newest last: the
+# tables a planner pass makes from one another (spot closed, learned rates, pools, the
+# rows of cooling places) share their categories and mostly their codes, so their
+# layout is derived once
+_layouts: list[tuple[Mapping, tuple[bytes, ...], dict, _Layout]] = []
+
+
+def _layout(table: OfferTable, extra_countries: dict[tuple[str, str], str]) -> _Layout:
+    """The layout of `table`: one made for a table with the same categories (the same
+    object), the same codes in its laid-out columns and the same extra countries, else
+    a new one."""
+    codes = tuple(table.codes[n].tobytes() + table.codes[n].dtype.str.encode() for n in _LAID_OUT)
+    for categories, known, extra, layout in reversed(_layouts):
+        if categories is table.categories and known == codes and extra == extra_countries:
+            return layout
+    layout = _new_layout(table, extra_countries)
+    _layouts.append((table.categories, codes, dict(extra_countries), layout))
+    del _layouts[:-_LAYOUTS_KEPT]
+    return layout
+
+
+def _new_layout(table: OfferTable, extra_countries: dict[tuple[str, str], str]) -> _Layout:
+    import numpy as np
+
+    clouds, regions = table.categories["cloud"], table.categories["region"]
+    gpu_codes, gpus = table.codes["accelerator"], table.categories["accelerator"]
+    # Country per (cloud, region) pair, looked up once per distinct pair.
+    countries = extra_countries | REGION_COUNTRY
+    n_regions = max(len(regions), 1)
+    pair = table.codes["cloud"].astype(np.int64) * n_regions + table.codes["region"]
+    distinct, inverse = np.unique(pair, return_inverse=True)
+    names = [
+        countries.get((clouds[p // n_regions], regions[p % n_regions]), "")
+        for p in distinct.tolist()
+    ]
+    country_names = np.array(sorted(set(names)) or [""], dtype=object)
+    name_code = {name: i for i, name in enumerate(country_names)}
+    country_codes = np.array([name_code[n] for n in names], np.int32)[inverse]
+    order = np.argsort(gpu_codes, kind="stable")
+    bounds = np.searchsorted(gpu_codes[order], np.arange(len(gpus) + 1))
+    rows_of_gpu = {name: order[bounds[i] : bounds[i + 1]] for i, name in enumerate(gpus)}
+    return _Layout(country_names, country_codes, rows_of_gpu, np.arange(len(table)), {})

@@ -10,6 +10,7 @@ reads (`file://`, `s3://`, `gs://`, `az://`).
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 from datetime import datetime
 from decimal import Decimal
@@ -143,6 +144,8 @@ class Checkpoints:
         location = self.location(job_id, cloud, region)
         if location is None:
             return None  # the clouds: the marker is in the job's own URI, not read here
+        if "://" not in location and not os.path.lexists(PurePosixPath(location) / MARKER):
+            return None  # a local folder without one: seen without the ObjectStore's error
         uri = folder_uri(location) + MARKER
         objects = self.provider.object_store()
         try:

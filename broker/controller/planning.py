@@ -102,6 +102,7 @@ class Planning:
     _billing: Billing | None
     _spot_market: SpotMarket | None
     _committed: dict[str, float]  # job id -> USD its running attempt counts for (budgets)
+    _reopened: tuple[object, bytes, OfferIndex] | None  # `_cooling`'s last index, its rows
     _specs: Specs
     _spec: Callable[[Job], JobSpec]
     _projection: Callable[[], tuple[dict[str, float], list]]
@@ -265,7 +266,13 @@ class Planning:
         rows = _rows_at(offered.offers, cooling) if infeasible else []
         if not len(rows):
             return {}
-        reopened = OfferIndex(offered.offers.take(rows), extra_countries=offered.extra_countries)
+        last = self._reopened  # the same rows of the same table: the same index
+        if last is not None and last[0] is offered and last[1] == rows.tobytes():
+            reopened = last[2]
+        else:
+            table = offered.offers.take(rows)
+            reopened = OfferIndex(table, extra_countries=offered.extra_countries)
+            self._reopened = (offered, rows.tobytes(), reopened)
         now = self.clock.now()
         try:
             batch = [specs[job.id] for job in infeasible]

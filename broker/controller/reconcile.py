@@ -100,6 +100,7 @@ class Controller(Observing, Launching, Closing, Budgets):
     _committed: dict[str, float] = field(default_factory=dict, init=False)  # budgets
     _history: History | None = field(default=None, init=False)  # learned runtimes, per pass
     _offered: tuple[object, OfferIndex] | None = field(default=None, init=False)  # per pass
+    _reopened: tuple[object, bytes, OfferIndex] | None = field(default=None, init=False)
 
     def __post_init__(self) -> None:
         self.store.hold_as(self.holder)

@@ -73,6 +73,8 @@ def with_gang_limits(index: OfferIndex, provider: object, nodes: Sequence[int]) 
     """`index` with the `max_gang_nodes` column of `provider`, when any of the jobs
     being planned (`nodes`: their node counts) is a gang; else `index` as it is (a
     single node goes wherever the offer is sold)."""
+    if all(n <= 1 for n in nodes):
+        return index  # the provider not asked (a Protocol check costs as much as a plan)
     return _with_limits(index, provider_limit(provider), nodes)
 
 

@@ -55,6 +55,8 @@ class Cadence:
     _refusal: tuple[tuple[str, int], object, float] | None = None
     # a policy's first change per job and question: (store changes, answer, wake)
     _woken: dict[tuple, tuple[int, str, float | None]] = field(default_factory=dict)
+    # a queued job's wake: job id -> ((version, moment, store changes), offers, wake)
+    _asked: dict[str, tuple[tuple, object, object]] = field(default_factory=dict)
 
     def next_pass(self, now: float) -> float | None:
         """The next pass that may act after the one at `now` (hours from the origin);
@@ -102,6 +104,20 @@ class Cadence:
     # --- a queued job -----------------------------------------------------------------
 
     def _queued_wake(self, job: Job, now: float) -> float | None | object:
+        """`_queued_wake_now`, kept per job for one moment while nothing is written and
+        the same offers are sold: the engine asks `idle_at(now)`, then `next_pass(now)`."""
+        store = self.controller.store
+        if not self.shortcuts or not isinstance(store, SimStateStore):
+            return self._queued_wake_now(job, now)
+        state, offers = (job.version, now, store.changes), self.provider.offers()
+        known = self._asked.get(job.id)
+        if known is not None and known[0] == state and known[1] is offers:
+            return known[2]
+        wake = self._queued_wake_now(job, now)
+        self._asked[job.id] = (state, offers, wake)
+        return wake
+
+    def _queued_wake_now(self, job: Job, now: float) -> float | None | object:
         from broker.controller.moving import moved_by_choice
         from broker.controller.steering import choices, steer
         from broker.dispatch.home import stays_home

@@ -161,15 +161,16 @@ def _run(
             if submitted == len(pending) and done == len(pending):
                 break
             arrival = pending[submitted][0].submit_hours if submitted < len(pending) else None
-            now, only_step = _following(scenario, provider, cadence, now, arrival)
-            # a trace step that moves no instance, while every job provably idles: its
-            # pass would do nothing (Cadence.idle_at), so the next moment is looked for
-            while not reference and only_step and now <= scenario.horizon_hours:
+            now, skippable = _following(scenario, provider, cadence, now, arrival)
+            # a trace step or a wake with no instance alive, while every job provably
+            # idles: its pass would do nothing (Cadence.idle_at), so the next moment is
+            # looked for
+            while not reference and skippable and now <= scenario.horizon_hours:
                 clock.current = ORIGIN + timedelta(hours=now)
                 provider.sync()
                 if not cadence.idle_at(now):
                     break
-                now, only_step = _following(scenario, provider, cadence, now, arrival)
+                now, skippable = _following(scenario, provider, cadence, now, arrival)
             if now > scenario.horizon_hours:
                 break
             clock.current = ORIGIN + timedelta(hours=now)
@@ -181,8 +182,10 @@ def _run(
 def _following(
     scenario: Scenario, provider, cadence, now: float, arrival: float | None
 ) -> tuple[float, bool]:
-    """The next pass after `now`, and whether it is only a trace step with no instance
-    alive (no cadence wake, no submission, no instance ending there)."""
+    """The next pass after `now`, and whether it may be skipped when every job idles
+    then: no instance alive (so none ends or is reclaimed there), no submission, not the
+    horizon's pass (a trace step, or a cadence wake: a cool-down ending where no spot is
+    sold, a refusal proven to its end, a policy's first change)."""
     step = provider.next_event()
     wake = cadence.next_pass(now)
     following = [t for t in (step, wake, arrival) if t is not None and t > now + 1e-9]
@@ -190,15 +193,8 @@ def _following(
     # pass after it, as passing at every step would
     end = grid_after(scenario.horizon_hours, scenario.reconcile_hours)
     then = min([*following, end])
-    only_step = (
-        step is not None
-        and then == step
-        and then != wake
-        and then != arrival
-        and then != end
-        and not provider.alive()
-    )
-    return then, only_step
+    skippable = then != arrival and then != end and not provider.alive()
+    return then, skippable
 
 
 def _terminal_states():

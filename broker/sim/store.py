@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import functools
 import sqlite3
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from datetime import datetime
 from enum import Enum
@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from broker.state import StateStore
-from broker.state.model import Attempt, Event, attempt_of, event_of
+from broker.state.model import Attempt, AttemptState, Event, Job, JobState, attempt_of, event_of
 
 
 def _settled(value: Any) -> Any:
@@ -46,29 +46,39 @@ def _copy(value: Any) -> Any:
 
 
 _PLAIN = (str, int, type(None))  # arguments that are their own key
+_NONE = object()  # no answer remembered
+_READS_OF: dict[str, list[str]] = {}  # table -> the remembered reads whose SQL reads it
 
 
-def _remembered(read: Callable[..., Any]) -> Callable[..., Any]:
-    """`read`, answered from memory when asked again before the next write."""
+def _remembered(read: Callable[..., Any], tables: tuple[str, ...]) -> Callable[..., Any]:
+    """`read`, answered from memory when asked again before a write changes a row of
+    one of `tables` (those its SQL reads)."""
     name = read.__name__
+    for table in tables:
+        _READS_OF.setdefault(table, []).append(name)
 
     @functools.wraps(read)
     def remembered(self: SimStateStore, *args: Any, **kwargs: Any) -> Any:
         if self._conn.in_transaction:  # inside a write: its own reads must see it
             return read(self, *args, **kwargs)
-        memo = self._memo
+        memo = self._memo[name]
         if not kwargs and all(type(a) in _PLAIN for a in args):  # most reads: ids only
-            key: tuple = (name, args)
-            if key not in memo:
-                memo[key] = read(self, *args)
-            return _copy(memo[key])
+            answer = memo.get(args, _NONE)
+            if answer is _NONE:
+                answer = memo[args] = read(self, *args)
+            return _copy(answer)
+        asked = (args, tuple(kwargs.items()))  # a key as it is, when hashable
+        try:
+            answer = memo.get(asked, _NONE)
+        except TypeError:  # a list of states, say: keyed by its set below
+            pass
+        else:
+            if answer is _NONE:
+                answer = memo[asked] = read(self, *args, **kwargs)
+            return _copy(answer)
         settled = [_settled(a) for a in args]
         named = {k: _settled(v) for k, v in sorted(kwargs.items())}
-        key = (
-            name,
-            tuple(k for _, k in settled),
-            tuple((n, k) for n, (_, k) in named.items()),
-        )
+        key = (tuple(k for _, k in settled), tuple((n, k) for n, (_, k) in named.items()))
         if key not in memo:
             memo[key] = read(
                 self, *(a for a, _ in settled), **{n: a for n, (a, _) in named.items()}
@@ -112,7 +122,12 @@ class SimStateStore(StateStore):
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
-        self._memo: dict[tuple, Any] = {}  # read and arguments -> answer, until a write
+        # read -> {arguments -> answer}, until a write changes a table the read reads
+        self._memo: dict[str, dict[tuple, Any]] = {n: {} for r in _READS_OF.values() for n in r}
+        self._touched: set[str] = set()  # tables the write under way changed (`_watch`)
+        self._watching = False  # whether `_touched` is told (else a write forgets all)
+        self._attempt_rows: dict[int, Attempt] = {}  # rowid -> attempt, as last read
+        self._stale_attempts: set[int] | None = None  # rowids to read again (None: all)
         self._rows: dict[tuple, Any] = {}  # (decoder, row values) -> value
         self._changed = 0  # see `changes`
         self._leases_only = False  # inside a heartbeat
@@ -120,17 +135,39 @@ class SimStateStore(StateStore):
         self._events: dict[str, list[Event]] = {}  # job id -> its events read so far
 
     # the reads the controller, recovery, steering and the cadence ask (each only reads)
-    job = _remembered(StateStore.job)
-    jobs = _remembered(StateStore.jobs)
-    queued = _remembered(StateStore.queued)
-    version = _remembered(StateStore.version)
-    versions = _remembered(StateStore.versions)
-    attempt = _remembered(StateStore.attempt)
-    attempts = _remembered(StateStore.attempts)
-    ledger = _remembered(StateStore.ledger)
-    checkpoints = _remembered(StateStore.checkpoints)
-    lost_shares = _remembered(StateStore.lost_shares)
-    migration = _remembered(StateStore.migration)
+    # (each only reads), with the tables their SQL reads (broker.state.reads, attempts)
+    job = _remembered(StateStore.job, ("jobs", "job_versions"))
+    all_jobs = _remembered(StateStore.jobs, ("jobs", "job_versions"))  # every one, in order
+    queued = _remembered(StateStore.queued, ("jobs", "job_versions"))
+    version = _remembered(StateStore.version, ("job_versions",))
+    versions = _remembered(StateStore.versions, ("job_versions",))
+    attempt = _remembered(StateStore.attempt, ("attempts",))
+    def _every_attempt(self) -> list[Attempt]:
+        """`StateStore.attempts()`: every attempt in its order (started_at, job_id,
+        number: no ties). Only the rows a write changed are read again (`_watch` tells
+        their rowids), then sorted by the same key: a reclaim's pass changes one or two
+        attempts of the many a spot job piles up."""
+        if self._conn.in_transaction or not self._watching:
+            return StateStore.attempts(self)
+        if self._stale_attempts is None:
+            sql = "SELECT rowid AS sim_rowid, * FROM attempts"
+            self._attempt_rows = {r[0]: self._attempt_of(r) for r in self._conn.execute(sql)}
+        else:
+            sql = "SELECT rowid AS sim_rowid, * FROM attempts WHERE rowid = ?"
+            for rowid in sorted(self._stale_attempts):
+                row = self._conn.execute(sql, (rowid,)).fetchone()
+                if row is None:
+                    self._attempt_rows.pop(rowid, None)
+                else:
+                    self._attempt_rows[rowid] = self._attempt_of(row)
+        self._stale_attempts = set()
+        return sorted(self._attempt_rows.values(), key=_attempt_order)
+
+    all_attempts = _remembered(_every_attempt, ("attempts",))  # every one, in order
+    ledger = _remembered(StateStore.ledger, ("ledger", "jobs"))
+    checkpoints = _remembered(StateStore.checkpoints, ("events",))
+    lost_shares = _remembered(StateStore.lost_shares, ("events",))
+    migration = _remembered(StateStore.migration, ("events",))
 
     @property
     def changes(self) -> int:
@@ -157,7 +194,28 @@ class SimStateStore(StateStore):
         conn.execute("PRAGMA foreign_keys = ON")  # as StateStore.open sets it
         store = cls(conn, clock, file, new_id, SqliteBackend(file))
         store._file = file
+        store._watch()
         return store
+
+    def _watch(self) -> None:
+        """Temporary triggers that tell which tables a write changes, so a write forgets
+        only the reads of those tables (an interrupted attempt's events and ledger rows
+        leave the jobs' manifests remembered). TEMP: they live in the connection's temp
+        schema, never in the state file (`serialize` writes the main database only)."""
+        self._conn.create_function("sim_touched", 1, self._touched.add, deterministic=False)
+        self._conn.create_function("sim_attempt", 1, self._attempt_changed, deterministic=False)
+        for table in sorted(_READS_OF):  # the others' changes forget nothing
+            for op in ("INSERT", "UPDATE", "DELETE"):
+                self._conn.execute(
+                    f"CREATE TEMP TRIGGER sim_{op.lower()}_{table} AFTER {op} ON main.{table}"
+                    f" BEGIN SELECT sim_touched('{table}'); END"
+                )
+        for op, row in (("INSERT", "NEW"), ("UPDATE", "NEW"), ("DELETE", "OLD")):
+            self._conn.execute(
+                f"CREATE TEMP TRIGGER sim_{op.lower()}_attempt AFTER {op} ON main.attempts"
+                f" BEGIN SELECT sim_attempt({row}.rowid); END"
+            )
+        self._watching = True
 
     def close(self) -> None:
         """Close, writing the state to its file first (when opened by `open_fast`)."""
@@ -177,7 +235,8 @@ class SimStateStore(StateStore):
         finally:
             if self._conn.total_changes != before and not self._leases_only:
                 self._changed += 1
-                self._memo_clear()
+                self._forget(self._touched if self._watching else _READS_OF)
+            self._touched.clear()
 
     def heartbeat(self) -> int:
         """`StateStore.heartbeat`, which writes the leases table alone: no remembered read
@@ -187,6 +246,59 @@ class SimStateStore(StateStore):
             return super().heartbeat()
         finally:
             self._leases_only = False
+
+    def _attempt_changed(self, rowid: int) -> None:
+        if self._stale_attempts is not None:
+            self._stale_attempts.add(rowid)
+
+    def _picked_attempts(
+        self, job_id: str | None = None, states: Iterable[AttemptState] | None = None
+    ) -> list[Attempt]:
+        """`StateStore.attempts`, picked from every attempt read once (`all_attempts`):
+        its SQL filters them by job and state and keeps the order of every attempt
+        (started_at, job_id, number: one order, no ties), so a filter here gives the same
+        list, and one query serves every job's and every state's question."""
+        if self._conn.in_transaction:
+            return StateStore.attempts(self, job_id, states)
+        picked = self.all_attempts()
+        if job_id is not None:
+            picked = [a for a in picked if a.job_id == job_id]
+        if states is not None:
+            wanted = {states} if isinstance(states, str) else {str(s) for s in states}
+            picked = [a for a in picked if a.state in wanted]
+        return picked
+
+    attempts = _remembered(_picked_attempts, ("attempts",))
+
+    def _picked_jobs(
+        self,
+        states: Iterable[JobState] | None = None,
+        team: str | None = None,
+        queue: str | None = None,
+        submitter: str | None = None,
+    ) -> list[Job]:
+        """`StateStore.jobs`, a question of states alone picked from every job read once
+        (`all_jobs`), as `attempts` is: its SQL keeps the order of every job (created_at,
+        run, id: no ties)."""
+        if self._conn.in_transaction or (team, queue, submitter) != (None, None, None):
+            return StateStore.jobs(self, states, team, queue, submitter)
+        picked = self.all_jobs()
+        if states is not None:
+            wanted = {states} if isinstance(states, str) else {str(s) for s in states}
+            picked = [j for j in picked if j.state in wanted]
+        return picked
+
+    jobs = _remembered(_picked_jobs, ("jobs", "job_versions"))
+
+    def attempts_of(self, job_ids: Iterable[str]) -> dict[str, list[Attempt]]:
+        """`StateStore.attempts_of`, picked from every attempt read once (as `attempts`)."""
+        if self._conn.in_transaction:
+            return super().attempts_of(job_ids)
+        found: dict[str, list[Attempt]] = {job_id: [] for job_id in job_ids}
+        for attempt in self.all_attempts():
+            if attempt.job_id in found:
+                found[attempt.job_id].append(attempt)
+        return found
 
     def events(self, job_id: str, after: int = 0) -> list[Event]:
         """`StateStore.events`, reading only the events written since the job's last read:
@@ -215,5 +327,14 @@ class SimStateStore(StateStore):
             self._rows[key] = decode(row)
         return self._rows[key]
 
-    def _memo_clear(self) -> None:
-        self._memo = {}
+    def _forget(self, tables) -> None:
+        """Forget the remembered answers of every read of `tables`."""
+        for table in tables:
+            for name in _READS_OF.get(table, ()):
+                self._memo[name] = {}
+
+
+def _attempt_order(attempt: Attempt) -> tuple:
+    """`ORDER BY started_at, job_id, number` (the text times are fixed-width UTC, so
+    their text order is their time order; text compares as its code points)."""
+    return attempt.started_at, attempt.job_id, attempt.number

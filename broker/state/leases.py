@@ -164,8 +164,12 @@ class LeaseWrites:
 
     def heartbeat(self) -> int:
         """Push back the expiry of every lease this store holds (a controller does it at
-        the start of each pass, so a long pass keeps its claims); how many."""
+        the start of each pass, so a long pass keeps its claims); how many. No write when
+        it holds none (most passes: leases are released at rest), as `release` reasons."""
         if self._holder is None:
+            return 0
+        sql = "SELECT 1 FROM leases WHERE holder = ? LIMIT 1"
+        if self._conn.execute(sql, (self._holder.id,)).fetchone() is None:
             return 0
         with self._write() as now:
             sql = "UPDATE leases SET heartbeat_at = ?, expires_at = ? WHERE holder = ?"

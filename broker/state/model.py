@@ -6,6 +6,7 @@ Nothing here touches a database: the store (`broker.state.store`) is the only wr
 
 from __future__ import annotations
 
+import functools
 import json
 import math
 from collections.abc import Callable, Iterable, Sequence
@@ -270,8 +271,10 @@ def decimal_text(value: Decimal | float | int | str) -> str:
     return "0" if text in ("-0", "") else text
 
 
+@functools.lru_cache(maxsize=1024)
 def ts_text(moment: datetime) -> str:
-    """ISO-8601 UTC, fixed width, so text order is time order."""
+    """ISO-8601 UTC, fixed width, so text order is time order. Remembered: a pass stamps
+    many rows with the same moment (equal moments, whatever their zone, give one text)."""
     if moment.tzinfo is None:
         raise ValueError("naive datetime: the clock must give timezone-aware UTC times")
     return moment.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")

@@ -197,7 +197,7 @@ class StateReads(StateTallies):
         return [version_of(r) for r in self._conn.execute(sql, (job_id,))]
 
     def attempt(self, attempt_id: str) -> Attempt:
-        return attempt_of(self._attempt_row(attempt_id))
+        return self._attempt_of(self._attempt_row(attempt_id))
 
     def attempts(
         self, job_id: str | None = None, states: Iterable[AttemptState] | None = None

@@ -44,6 +44,16 @@ def _named_word() -> re.Pattern[str]:
 
 
 @functools.cache
+def _clue() -> re.Pattern[str]:
+    """What some pattern of `_patterns` other than the named one needs in a text to
+    match: `://` (URIs), a header word, the start of a JWT, an OAuth token or a PEM
+    block, or a run of 13 or more token characters (every shape's match is one such run,
+    the shortest an AWS session token's prefix and one more). A text with none of these
+    (nor a word of `_NAMES`) is left as it is, without trying the patterns."""
+    return re.compile(r"://|(?i:authoriz|cookie|bearer)|ya29\.|eyJ|-----BEGIN|[\w~.+/=-]{13,}")
+
+
+@functools.cache
 def _patterns() -> tuple[tuple[re.Pattern[str], str], ...]:
     """(pattern, replacement) in the order they apply: named values first, shapes last."""
     shapes = (
@@ -99,6 +109,8 @@ def redact(text: str) -> str:
     """`text` with anything that looks like a key, token, password or signature masked."""
     if not text:
         return text
+    if not _clue().search(text) and not _named_word().search(text):
+        return text  # no pattern can match (`_clue`)
     for pattern, replacement in _patterns():
         if replacement:
             text = pattern.sub(replacement, text)
@@ -132,7 +144,7 @@ def redact_data(value: object, text: Callable[[str], str] = redact) -> object:
     if isinstance(value, dict):
         return {
             redact_data(key, text): MASK
-            if isinstance(key, str) and isinstance(item, str) and _secret_name().search(key)
+            if isinstance(key, str) and isinstance(item, str) and _names_secret(key)
             else redact_data(item, text)
             for key, item in value.items()
         }
@@ -141,6 +153,12 @@ def redact_data(value: object, text: Callable[[str], str] = redact) -> object:
     if isinstance(value, tuple):
         return tuple(redact_data(item, text) for item in value)
     return value
+
+
+@functools.lru_cache(maxsize=4096)
+def _names_secret(key: str) -> bool:
+    """Whether the key names a secret; remembered, as data keys are a few field names."""
+    return _secret_name().search(key) is not None
 
 
 @functools.cache

@@ -267,22 +267,26 @@ class ObjectStore:
             driver = self._driver(where.scheme, where.bucket, role)
             return driver, action(driver)
 
-    def _local(self, where: ObjectUri) -> tuple[Any, Any, str]:
+    def _local(self, where: ObjectUri, need_object: bool = False) -> tuple[Any, Any, str]:
         """(Local driver, container, name) for a file:// URI: the container is the
-        parent directory, so listings walk that directory only."""
+        parent directory, so listings walk that directory only. `need_object`: NotFound,
+        as libcloud's driver says it, when no file is there, before a driver is made
+        (a reclaim's checkpoint-marker check mostly finds none)."""
         directory, _, name = where.key.rpartition("/")
         base, _, container_name = directory.rpartition("/")
         if not container_name:
             raise InvalidUri("file", f"{where}: a file:// object must be inside a directory")
         if not os.path.isdir(directory):
             raise NotFound("file", f"no directory {directory}")
+        if need_object and not os.path.lexists(where.key):
+            raise NotFound(where.provider, f"no object {where}")
         driver = drivers.local_driver(base or "/")
         return driver, driver.get_container(container_name), name
 
     def _object(self, where: ObjectUri, role: str) -> tuple[Any, Any]:
         """(driver, libcloud Object) of an existing object; NotFound otherwise."""
         if where.scheme == "file":
-            driver, container, name = self._local(where)
+            driver, container, name = self._local(where, need_object=True)
             return driver, driver.get_object(container.name, name)
         return self._in_bucket(where, role, lambda d: d.get_object(where.bucket, where.key))
 

@@ -74,6 +74,20 @@ def test_a_planned_job_is_the_planners_until_its_lease_expires(pair, clock):
     assert b.job(job).state is Q.RUNNING and b.leases() == []  # at rest: released
 
 
+def test_a_heartbeat_that_holds_no_lease_writes_nothing(pair, clock):
+    """Between steps a controller holds no lease: its heartbeat reads that and begins
+    no write transaction (which would wait for another controller's write lock)."""
+    a, b = pair
+    job = submit(a, "one")
+    assert b.transition(job, Q.PLANNED, expect=Q.QUEUED)  # B holds the job, A nothing
+    began = []
+    a._conn.set_trace_callback(began.append)
+    assert a.heartbeat() == 0
+    a._conn.set_trace_callback(None)
+    assert not any(sql.lstrip().upper().startswith(("BEGIN", "UPDATE")) for sql in began)
+    assert b.heartbeat() == 1 and [lease.holder for lease in a.leases()] == ["B"]
+
+
 def test_the_heartbeat_keeps_a_long_step_and_its_absence_frees_it(pair, clock):
     a, b = pair
     job = submit(a, "one")

@@ -147,3 +147,22 @@ def test_a_named_value_is_still_masked_after_the_word_test():
     assert redact("connect: password=hunter2 sig=abc auth: xyz") == (
         f"connect: password={MASK} sig={MASK} auth: {MASK}"
     )
+
+
+PIECES = [*"aQz09_~.+/=-:@ \n'\"", "://", "ghp_", "AKIA", "ya29.", "eyJ", "1//"]
+PIECES += ["FwoGZXIvYXdz", "Bearer ", "-----BEGIN ", "token=", "abcdefghijklm"]
+
+
+@given(st.lists(st.sampled_from(PIECES), max_size=40).map("".join))
+def test_a_text_without_a_clue_is_left_as_every_pattern_leaves_it(text):
+    """`redact`'s shortcut (no clue of any pattern: the text as it is) gives what running
+    every pattern gives."""
+    from pricing.userio import redact as module
+
+    full = text
+    for pattern, replacement in module._patterns():
+        if replacement:
+            full = pattern.sub(replacement, full)
+        elif module._named_word().search(full):
+            full = pattern.sub(module._mask_named, full)
+    assert redact(text) == full

@@ -16,7 +16,7 @@ if TYPE_CHECKING:
     from pricing.query import OfferIndex
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)
 class OffersInForce:
     """The catalog that was read, what was layered on it, and the query index."""
 

@@ -37,7 +37,7 @@ if TYPE_CHECKING:
 BUNDLED_CATALOG = Path(__file__).parent / "data" / "offers.csv"
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)
 class Catalog:
     """An offers table and where it came from."""
 

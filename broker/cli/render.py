@@ -40,7 +40,7 @@ class Output(StrEnum):
     markdown = "markdown"
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)
 class Column:
     """One column: the row key, its header, how a human sees a value (a `ColumnFormat`
     decides per column; a plain function per value), whether it is a number (default:

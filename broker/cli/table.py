@@ -28,7 +28,7 @@ _BOX = (
 BOLD, RESET = "\x1b[1m", "\x1b[0m"
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)
 class TextColumn:
     """One column as the table sees it: header, cells already formatted, alignment,
     importance when columns must go (higher stays longer), whether its cells may be cut
@@ -42,7 +42,7 @@ class TextColumn:
     colour: Callable[[str], str] | None = None  # cell text -> ANSI code ("" for none)
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)
 class Fitted:
     text: str
     hidden: tuple[str, ...]  # headers of the columns left out to fit, in table order

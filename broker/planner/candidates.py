@@ -14,7 +14,7 @@ if TYPE_CHECKING:
     import numpy as np
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)
 class Candidates:
     """Feasible (requirements, offer, market) triples of a batch, in cost groups.
 

@@ -44,7 +44,7 @@ COPY_GB_PER_SECOND: dict[str, float] = {
 NO_CHECKPOINT_LOSS = 0.5  # without checkpoints an interruption loses half the run, on average
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)
 class SpotHours:
     """Expected hours on a market given interruption rates (arrays per candidate)."""
 

@@ -346,7 +346,7 @@ def _plan_chunk(
     return assemble.decisions(jobs, rejected, cands.considered, index.offers, chosen)
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)
 class _JobParams:
     """Per-job inputs of the cost model as arrays, gathered per pair by job index."""
 

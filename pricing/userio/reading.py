@@ -48,7 +48,7 @@ _KIND_NAMES = {
 }
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)
 class Limits:
     """The size caps in force and the deepest nesting a structured file may have."""
 

@@ -23,7 +23,7 @@ from typing import Any
 from pricing.userio.dirs import user_config_dir
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)
 class DeclaredSetting:
     """One setting: its key, its value when nothing sets it, and what it is for."""
 
@@ -83,7 +83,7 @@ _TABLE: tuple[tuple[str, Any, str], ...] = (  # key, default, what it is for
 SETTINGS: dict[str, DeclaredSetting] = {row[0]: DeclaredSetting(*row) for row in _TABLE}
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)
 class Setting:
     """A resolved value and where it came from (for `--verbose` and error messages)."""
 

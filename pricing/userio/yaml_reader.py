@@ -41,7 +41,7 @@ _SURROGATE = re.compile("[\ud800-\udfff]")
 MAX_EXPANDED_NODES = 1_000_000  # values of one document once its aliases are expanded
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)
 class YamlDocument:
     """One `---` document of a file: its plain data, and where each node came from."""
 

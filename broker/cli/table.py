@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import NamedTuple
 
 ELLIPSIS = "…"
 SOFT_MIN = 14  # text is first cut no narrower than this (or than it is) ...
@@ -42,8 +43,7 @@ class TextColumn:
     colour: Callable[[str], str] | None = None  # cell text -> ANSI code ("" for none)
 
 
-@dataclass(frozen=True, eq=False)
-class Fitted:
+class Fitted(NamedTuple):
     text: str
     hidden: tuple[str, ...]  # headers of the columns left out to fit, in table order
 

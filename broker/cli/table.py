@@ -9,7 +9,6 @@ and whether to colour.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
 from typing import NamedTuple
 
 ELLIPSIS = "…"
@@ -29,8 +28,7 @@ _BOX = (
 BOLD, RESET = "\x1b[1m", "\x1b[0m"
 
 
-@dataclass(frozen=True, eq=False)
-class TextColumn:
+class TextColumn(NamedTuple):
     """One column as the table sees it: header, cells already formatted, alignment,
     importance when columns must go (higher stays longer), whether its cells may be cut
     (numbers and ids may not), an optional cell colour."""

@@ -83,14 +83,14 @@ def read_yaml_text(path: Path, limits: Limits | None = None) -> str:
 
 
 def parse_yaml_documents(
-    text: str, path: Path, max_depth: int = Limits.nesting_depth
+    text: str, path: Path, max_depth: int = Limits().nesting_depth
 ) -> list[YamlDocument]:
     """`load_yaml_documents` for text already read; `path` is only used to name it in errors."""
     return list(iter_yaml_documents(text, path, max_depth))
 
 
 def iter_yaml_documents(
-    text: str, path: Path, max_depth: int = Limits.nesting_depth
+    text: str, path: Path, max_depth: int = Limits().nesting_depth
 ) -> Iterator[YamlDocument]:
     """The documents of `text` one at a time; a syntax error is raised on reaching it.
 

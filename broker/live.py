@@ -8,7 +8,6 @@ Kept apart from `broker.offers` because it calls clouds: only `--live` pays for 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import replace
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
@@ -37,4 +36,4 @@ def live_offers(
         if isinstance(provider, Restrictions):
             reasons.extend(provider.unavailable())
     index = OfferIndex(concat(parts), extra_countries=view.index.extra_countries)
-    return replace(view, index=index), reasons
+    return view._replace(index=index), reasons

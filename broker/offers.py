@@ -6,9 +6,8 @@ Every command that looks at prices (offers, plan, estimate) goes through
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, NamedTuple
 
 from pricing.catalog import Catalog, load_catalog
 
@@ -16,8 +15,7 @@ if TYPE_CHECKING:
     from pricing.query import OfferIndex
 
 
-@dataclass(frozen=True)
-class OffersInForce:
+class OffersInForce(NamedTuple):
     """The catalog that was read, what was layered on it, and the query index."""
 
     catalog: Catalog

@@ -14,10 +14,9 @@ numpy arrays instead of parsing text (and need no pandas at all).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from datetime import date
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, NamedTuple
 
 from pricing.schema import (
     COLUMN_NAMES,
@@ -37,8 +36,7 @@ if TYPE_CHECKING:
 BUNDLED_CATALOG = Path(__file__).parent / "data" / "offers.csv"
 
 
-@dataclass(frozen=True)
-class Catalog:
+class Catalog(NamedTuple):
     """An offers table and where it came from."""
 
     offers: OfferTable

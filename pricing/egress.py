@@ -14,9 +14,9 @@ transfers slightly and never understates them.
 from __future__ import annotations
 
 import csv
-from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
+from typing import NamedTuple
 
 from pricing.regions import Place, continent_of_country
 
@@ -24,8 +24,7 @@ EGRESS_TABLE = Path(__file__).parent / "data" / "egress.csv"
 SCOPES = ("same_zone", "same_region", "same_continent", "other_continent", "internet")
 
 
-@dataclass(frozen=True, slots=True)
-class EgressPrice:
+class EgressPrice(NamedTuple):
     """Price per GB for one move, with the rule that priced it."""
 
     price_per_gb: float

@@ -15,13 +15,12 @@ that GPU (a GCE N1 host, chosen freely, could otherwise be a 1-vCPU machine).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from typing import NamedTuple
 
 from pricing.userio.suggest import hint
 
 
-@dataclass(frozen=True, slots=True)
-class GpuModel:
+class GpuModel(NamedTuple):
     """Facts about one accelerator model."""
 
     name: str  # canonical name used in every offers table
@@ -63,8 +62,7 @@ GPU_MODELS: tuple[GpuModel, ...] = (
 
 
 
-@dataclass(frozen=True, slots=True)
-class MigProfile:
+class MigProfile(NamedTuple):
     """One MIG (Multi-Instance GPU) profile of a GPU model, as NVIDIA's MIG user guide and
     mig-parted layouts define it: `3g.40gb` is 3 of the GPU's 7 compute slices and 4 of
     its 8 memory slices (40 GB), and at most `per_gpu` of them fit on one GPU."""
@@ -218,8 +216,7 @@ def parse_gpu_request(text: str, known: list[str] | None = None) -> tuple[str, f
     return canonical_gpu(name, known), count
 
 
-@dataclass(frozen=True, slots=True)
-class HostFloor:
+class HostFloor(NamedTuple):
     """The least host a GPU gets per GPU when a job states no vCPUs or memory."""
 
     vcpus_per_gpu: float

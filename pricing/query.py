@@ -30,7 +30,7 @@ class QueryError(ValueError):
     """A query names something the catalog does not know (with a did-you-mean)."""
 
 
-@dataclass
+@dataclass(eq=False)
 class OfferIndex:
     """Arrays over one offers table, built once, queried many times."""
 

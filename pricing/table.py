@@ -46,7 +46,7 @@ def import_numpy() -> None:
         del os.environ[_BLAS_THREADS]
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)
 class OfferTable:
     """Offers as columns: `numbers[name]` (float64), `codes[name]` into `categories[name]`."""
 

@@ -20,11 +20,10 @@ import math
 import os
 import sys
 from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass
 from datetime import datetime
 from decimal import Decimal
 from enum import StrEnum
-from typing import Any, TextIO
+from typing import Any, NamedTuple, TextIO
 
 from broker.cli.formats import ColumnFormat, missing, number, usd
 
@@ -40,8 +39,7 @@ class Output(StrEnum):
     markdown = "markdown"
 
 
-@dataclass(frozen=True)
-class Column:
+class Column(NamedTuple):
     """One column: the row key, its header, how a human sees a value (a `ColumnFormat`
     decides per column; a plain function per value), whether it is a number (default:
     the format's), how important it is when a narrow table must leave columns out

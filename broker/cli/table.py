@@ -9,7 +9,7 @@ and whether to colour.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from typing import NamedTuple
 
 ELLIPSIS = "…"
 SOFT_MIN = 14  # text is first cut no narrower than this (or than it is) ...
@@ -28,8 +28,7 @@ _BOX = (
 BOLD, RESET = "\x1b[1m", "\x1b[0m"
 
 
-@dataclass(frozen=True)
-class TextColumn:
+class TextColumn(NamedTuple):
     """One column as the table sees it: header, cells already formatted, alignment,
     importance when columns must go (higher stays longer), whether its cells may be cut
     (numbers and ids may not), an optional cell colour."""
@@ -42,8 +41,7 @@ class TextColumn:
     colour: Callable[[str], str] | None = None  # cell text -> ANSI code ("" for none)
 
 
-@dataclass(frozen=True)
-class Fitted:
+class Fitted(NamedTuple):
     text: str
     hidden: tuple[str, ...]  # headers of the columns left out to fit, in table order
 

@@ -64,7 +64,7 @@ class Manifest:
     text: str = ""  # the document as written (comments included): what the store keeps
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)
 class LoadResult:
     """Everything `load_manifests` found: valid manifests, every error, and skipped files."""
 

@@ -4,8 +4,7 @@ cost groups (`Candidates`), and the tally of what each filter removed (`Tally`).
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, NamedTuple
 
 from broker.planner.decision import Rejection, Rejections
 from broker.spec import Requirements
@@ -14,8 +13,7 @@ if TYPE_CHECKING:
     import numpy as np
 
 
-@dataclass(frozen=True)
-class Candidates:
+class Candidates(NamedTuple):
     """Feasible (requirements, offer, market) triples of a batch, in cost groups.
 
     A cost group is the candidates of one requirements that share every input of

@@ -13,8 +13,7 @@ job would never finish on that offer and the offer is infeasible.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, NamedTuple
 
 if TYPE_CHECKING:
     import numpy as np
@@ -44,8 +43,7 @@ COPY_GB_PER_SECOND: dict[str, float] = {
 NO_CHECKPOINT_LOSS = 0.5  # without checkpoints an interruption loses half the run, on average
 
 
-@dataclass(frozen=True)
-class SpotHours:
+class SpotHours(NamedTuple):
     """Expected hours on a market given interruption rates (arrays per candidate)."""
 
     total: np.ndarray  # inf where the job would never finish

@@ -14,9 +14,8 @@ one implementation.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
 from datetime import datetime
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, NamedTuple
 
 from broker.collector import collector_paused
 from broker.planner import assemble, cost
@@ -346,8 +345,7 @@ def _plan_chunk(
     return assemble.decisions(jobs, rejected, cands.considered, index.offers, chosen)
 
 
-@dataclass(frozen=True)
-class _JobParams:
+class _JobParams(NamedTuple):
     """Per-job inputs of the cost model as arrays, gathered per pair by job index."""
 
     factor: np.ndarray  # [job, alternative]: estimate multiplier for that GPU

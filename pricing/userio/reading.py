@@ -23,8 +23,8 @@ from __future__ import annotations
 import os
 import stat
 from collections.abc import Sequence
-from dataclasses import dataclass
 from pathlib import Path
+from typing import NamedTuple
 
 from pricing.userio.errors import UserInputError
 
@@ -48,8 +48,7 @@ _KIND_NAMES = {
 }
 
 
-@dataclass(frozen=True)
-class Limits:
+class Limits(NamedTuple):
     """The size caps in force and the deepest nesting a structured file may have."""
 
     yaml_bytes: int = 8 << 20

@@ -16,15 +16,13 @@ by their SDKs.
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 from pricing.userio.dirs import user_config_dir
 
 
-@dataclass(frozen=True)
-class DeclaredSetting:
+class DeclaredSetting(NamedTuple):
     """One setting: its key, its value when nothing sets it, and what it is for."""
 
     name: str
@@ -83,8 +81,7 @@ _TABLE: tuple[tuple[str, Any, str], ...] = (  # key, default, what it is for
 SETTINGS: dict[str, DeclaredSetting] = {row[0]: DeclaredSetting(*row) for row in _TABLE}
 
 
-@dataclass(frozen=True)
-class Setting:
+class Setting(NamedTuple):
     """A resolved value and where it came from (for `--verbose` and error messages)."""
 
     value: Any

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gc
 import sys
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -25,6 +26,7 @@ def run_cli(
     main = entry or through_typer
     old_argv = sys.argv
     sys.argv = ["broker", *args]
+    collecting = gc.isenabled()  # the console entry turns the collector off until its exit
     code = 0
     try:
         main()
@@ -32,6 +34,8 @@ def run_cli(
         code = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
     finally:
         sys.argv = old_argv
+        if collecting:
+            gc.enable()  # in-process, the next test finds it as it was
     out, err = capsys.readouterr()
     return Result(code, out, err)
 

@@ -114,6 +114,20 @@ def test_a_lone_surrogate_escape_is_located(tmp_path):
     }
 
 
+@given(
+    st.text(st.characters(codec=None, min_codepoint=0xD000, max_codepoint=0xE100) | st.characters())
+)
+def test_a_surrogate_is_found_in_any_double_quoted_value(text):
+    """The reader looks for surrogates by encoding (no regular expression to compile)."""
+    escaped = '"' + "".join(f"\\U{ord(c):08x}" for c in text) + '"'  # YAML's escapes
+    has_surrogate = any(0xD800 <= ord(c) <= 0xDFFF for c in text)
+    if has_surrogate:
+        with pytest.raises(UserInputError, match="lone surrogate"):
+            parse_yaml_documents(f"name: {escaped}\n", Path("x.yaml"))
+    else:
+        assert parse_yaml_documents(f"name: {escaped}\n", Path("x.yaml"))[0].data == {"name": text}
+
+
 def test_an_alias_bomb_is_refused_and_a_recursive_alias_still_reads(tmp_path):
     lines = ["a0: &a0 [x, x, x, x, x, x, x, x, x, x]"]
     lines += [f"a{i}: &a{i} [" + ", ".join([f"*a{i - 1}"] * 10) + "]" for i in range(1, 9)]

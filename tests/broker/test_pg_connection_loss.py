@@ -4,21 +4,22 @@ unavailable", whatever psycopg raised for it: the write is retried on a new conn
 or, lost at its COMMIT, reported as CommitUnknown (a StateUnavailable), never a bare
 psycopg error that would stop `broker run` rather than make it wait.
 
-The server is made to end the connection at a chosen statement, with no sleeps: a
-deferred constraint trigger makes the COMMIT wait for an advisory lock the test holds,
-and once the backend waits there (pg_stat_activity) it is terminated
-(pg_terminate_backend, the FATAL a shutting-down server sends). Between the store and
-the server sits a relay that passes the FATAL on but holds back the server's close, as
-a network can when the FATAL and the close arrive apart: psycopg then raises "cannot
-exit pipeline mode while busy" with the connection not yet seen as broken (what
-`test_broker_run_waits_for_the_database_and_goes_on[while it runs]` once met)."""
+The server ends the connection at a chosen statement, with no sleeps: another session
+holds a lock the write will wait for (a row lock, or an advisory lock a deferred
+constraint trigger takes at the COMMIT), and once the backend waits for it
+(pg_stat_activity) it is terminated (pg_terminate_backend: the FATAL a shutting-down
+server sends). What `test_broker_run_waits_for_the_database_and_goes_on[while it runs]`
+once met, psycopg's "cannot exit pipeline mode while busy" escaping, needs the server's
+FATAL to be read before its close; no test here makes that ordering happen on demand,
+so the state it leaves (libpq unable to leave pipeline mode, the connection not yet
+broken) is made at a COMMIT by a query sent beneath psycopg, and the classification
+(`connection_gone`) is checked on real errors of a real server."""
 
 from __future__ import annotations
 
 import threading
 from datetime import UTC, datetime
 
-import psycopg
 import pytest
 
 from broker.clock import FixedClock
@@ -28,6 +29,8 @@ from broker.state.pg_backend import PgConnection, connection_gone
 from tests.fakes.specs import job_spec
 from tests.state_backends import query
 from tests.waiting import wait_until
+
+psycopg = pytest.importorskip("psycopg")
 
 T0 = datetime(2026, 12, 1, tzinfo=UTC)
 LOCK = 4242

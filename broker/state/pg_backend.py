@@ -257,9 +257,9 @@ class PgConnection:
         raw = self._raw
         if not connection_gone(raw, exc, pipelined=self._pipeline is not None):
             return exc
-        self._pipeline = self._pipeline_cm = None
         if raw is not None and not raw.closed:
-            raw.close()
+            raw.close()  # before the pipeline is let go: its exit must not wait on it
+        self._pipeline = self._pipeline_cm = None
         return self._backend.unavailable(_cause(exc))
 
     def executemany(self, sql: str, rows: Sequence[Sequence[Any]]) -> None:

@@ -217,7 +217,7 @@ class PgConnection:
             if sql == "COMMIT":
                 self._end_pipeline()
             return PendingResult(cursor, self)
-        except psycopg.OperationalError as exc:
+        except psycopg.Error as exc:
             raise self._unavailable_or(exc) from None
 
     def _live(self) -> Any:
@@ -234,7 +234,8 @@ class PgConnection:
 
     def _end_pipeline(self, quiet: bool = False) -> None:
         """Leave pipeline mode: send what is queued and wait for every answer (one round
-        trip); `quiet`: after an error already raised, ignore what the rest says."""
+        trip); `quiet`: after an error already raised, ignore what the rest says (but a
+        connection the pipeline could not be left on is discarded all the same)."""
         import psycopg
 
         entered, self._pipeline, self._pipeline_cm = self._pipeline_cm, None, None
@@ -243,26 +244,23 @@ class PgConnection:
         self.round_trips += 1
         try:
             entered.__exit__(None, None, None)
-        except psycopg.Error:
+        except psycopg.Error as exc:
             if not quiet:
                 raise
+            self._unavailable_or(exc)  # discards a connection that is gone
 
     def _unavailable_or(self, exc: BaseException) -> BaseException:
-        """StateUnavailable when the server went away (not the statement's fault: the
-        connection is broken, or the server said it is shutting down, which can arrive
-        before the connection is seen to close), else the error itself (a lock or
-        statement timeout: the statement's)."""
-        from psycopg import errors
-
+        """StateUnavailable when the connection is gone (`connection_gone`: not the
+        statement's fault), after discarding it: closed, so the next statement connects
+        again and a pool's connection is dropped, not lent again. Else the error itself
+        (a lock or statement timeout, a constraint: the statement's)."""
         raw = self._raw
-        going = (errors.AdminShutdown, errors.CrashShutdown, errors.CannotConnectNow,
-                 errors.ConnectionException)  # fmt: skip
-        if raw is None or raw.broken or raw.closed or isinstance(exc, going):
-            self._pipeline = self._pipeline_cm = None
-            if raw is not None and not raw.closed:
-                raw.close()  # the next statement connects again
-            return self._backend.unavailable(exc)
-        return exc
+        if not connection_gone(raw, exc, pipelined=self._pipeline is not None):
+            return exc
+        if raw is not None and not raw.closed:
+            raw.close()  # before the pipeline is let go: its exit must not wait on it
+        self._pipeline = self._pipeline_cm = None
+        return self._backend.unavailable(_cause(exc))
 
     def executemany(self, sql: str, rows: Sequence[Sequence[Any]]) -> None:
         """One statement for many rows (`broker state migrate`), in the open transaction."""
@@ -275,6 +273,51 @@ class PgConnection:
         if self._raw is not None and self._raw is not self._borrowed:
             self._raw.close()
         self._raw = None
+
+
+GONE_SQLSTATES = ("08", "57P01", "57P02", "57P03", "57P05", "25P03")  # connection
+# exceptions, admin/crash shutdown, cannot connect now, idle (in transaction) timeouts
+GONE_SEVERITIES = ("FATAL", "PANIC")  # the server ends the session after these
+
+
+def connection_gone(raw: Any, exc: BaseException, *, pipelined: bool) -> bool:
+    """Whether `exc` (a psycopg error) means the connection `raw` is gone, not that a
+    statement failed: the connection is closed or broken; it is left in pipeline mode
+    once the store's pipeline ended (`pipelined` off: psycopg could not leave it,
+    "cannot exit pipeline mode while busy", as when the server's FATAL was read before
+    its close); or the error, or one it was raised over (psycopg raises that exit
+    error over the FATAL), is the server ending the session (a FATAL, a shutdown, a
+    connection failure)."""
+    from psycopg import pq
+
+    if raw is None or raw.closed or raw.broken:
+        return True
+    if not pipelined and raw.pgconn.pipeline_status != pq.PipelineStatus.OFF:
+        return True  # libpq could not leave pipeline mode: no statement works on it
+    return any(_ends_session(error) for error in _chain(exc))
+
+
+def _ends_session(exc: BaseException) -> bool:
+    from psycopg import Error
+
+    if not isinstance(exc, Error):
+        return False
+    severity = exc.diag.severity_nonlocalized  # None for psycopg's own errors
+    return severity in GONE_SEVERITIES or (exc.sqlstate or "").startswith(GONE_SQLSTATES)
+
+
+def _chain(exc: BaseException | None) -> Iterator[BaseException]:
+    """`exc` and the errors it was raised over (`__context__`), oldest last."""
+    seen: set[int] = set()
+    while exc is not None and id(exc) not in seen:
+        seen.add(id(exc))
+        yield exc
+        exc = exc.__cause__ or exc.__context__
+
+
+def _cause(exc: BaseException) -> BaseException:
+    """The error to show: the server's (the FATAL), not psycopg's own over it."""
+    return next((e for e in _chain(exc) if _ends_session(e)), exc)
 
 
 class PgRow(tuple):

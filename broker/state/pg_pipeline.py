@@ -30,7 +30,7 @@ class PendingResult:
                 if conn._pipeline is not None and what is _rowcount:
                     conn._pipeline.sync()
             return what(cursor)
-        except psycopg.OperationalError as exc:
+        except psycopg.Error as exc:
             raise conn._unavailable_or(exc) from None
 
     def fetchone(self) -> Any:

@@ -142,6 +142,7 @@ class SimStateStore(StateStore):
     version = _remembered(StateStore.version, ("job_versions",))
     versions = _remembered(StateStore.versions, ("job_versions",))
     attempt = _remembered(StateStore.attempt, ("attempts",))
+
     def _every_attempt(self) -> list[Attempt]:
         """`StateStore.attempts()`: every attempt in its order (started_at, job_id,
         number: no ties). Only the rows a write changed are read again (`_watch` tells
@@ -264,7 +265,7 @@ class SimStateStore(StateStore):
         if job_id is not None:
             picked = [a for a in picked if a.job_id == job_id]
         if states is not None:
-            wanted = {states} if isinstance(states, str) else {str(s) for s in states}
+            wanted = _state_names(states)
             picked = [a for a in picked if a.state in wanted]
         return picked
 
@@ -284,7 +285,7 @@ class SimStateStore(StateStore):
             return StateStore.jobs(self, states, team, queue, submitter)
         picked = self.all_jobs()
         if states is not None:
-            wanted = {states} if isinstance(states, str) else {str(s) for s in states}
+            wanted = _state_names(states)
             picked = [j for j in picked if j.state in wanted]
         return picked
 
@@ -332,6 +333,12 @@ class SimStateStore(StateStore):
         for table in tables:
             for name in _READS_OF.get(table, ()):
                 self._memo[name] = {}
+
+
+def _state_names(states: Iterable[str] | str) -> set[str]:
+    """The states a filter keeps, as the store's SQL takes them (`_filters`: one state
+    or several)."""
+    return {states} if isinstance(states, str) else {str(s) for s in states}
 
 
 def _attempt_order(attempt: Attempt) -> tuple:

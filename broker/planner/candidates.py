@@ -34,9 +34,28 @@ class Candidates(NamedTuple):
     group_spot: np.ndarray  # per group: bool
     group_rate: np.ndarray  # per group: interruptions per hour (0 on-demand)
     group_rate_from_catalog: np.ndarray  # per group: bool
+    group_nodes: np.ndarray  # per group: its requirements' nodes (a gang's size)
     req_groups: np.ndarray  # len(reqs) + 1 offsets into the groups
     rejected: list[list[Rejection]]  # per requirements, in filter order
     considered: int  # offers in the table
+
+    def rerated(self, spot_rate: np.ndarray) -> Candidates:
+        """These candidates with each group at its rate in `spot_rate` (per row): over a
+        table that differs in its rates alone, in the same order (`Partitions.rerated`)."""
+        rate = group_rates(spot_rate, self.row[self.group_start], self.group_nodes, self.group_spot)
+        return self._replace(group_rate=rate)
+
+
+def group_rates(
+    spot_rate: np.ndarray, first: np.ndarray, nodes: np.ndarray, spot: np.ndarray
+) -> np.ndarray:
+    """Each cost group's interruptions per hour: its first row's (`first`) in `spot_rate`
+    for a gang of `nodes`, 0 on demand."""
+    import numpy as np
+
+    from broker.dispatch.gangs import gang_interruption_rate
+
+    return np.where(spot, gang_interruption_rate(spot_rate[first], nodes), 0.0)
 
 
 class Tally:

@@ -11,8 +11,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from broker.dispatch.gangs import gang_interruption_rate
-from broker.planner.candidates import Candidates, Tally
+from broker.planner.candidates import Candidates, Tally, group_rates
 from broker.planner.partitions import Partitions
 from broker.spec import Requirements
 
@@ -112,8 +111,10 @@ class SliceCandidates:
         first = self.row[self.group_start]
         self.group_spot = self.slice_spot[slice_of_group]
         self.group_place = partitions.place_of_row[first]
-        rate = gang_interruption_rate(partitions.spot_rate[first], nodes[slice_of_group])
-        self.group_rate = np.where(self.group_spot, rate, 0.0)
+        self.group_nodes = nodes[slice_of_group]
+        self.group_rate = group_rates(
+            partitions.spot_rate, first, self.group_nodes, self.group_spot
+        )
         self.group_from_catalog = self.group_spot & partitions.from_catalog[first]
         self.slice_groups = np.searchsorted(slice_of_group, np.arange(self.n + 1))
         del self.at
@@ -227,6 +228,7 @@ def cut_at_max_price(
         group_spot=s.group_spot[group],
         group_rate=s.group_rate[group],
         group_rate_from_catalog=s.group_from_catalog[group],
+        group_nodes=s.group_nodes[group],
         req_groups=np.searchsorted(use_req[use], np.arange(len(reqs) + 1)),
         rejected=tally.rejected,
         considered=considered,

@@ -9,6 +9,7 @@ the rows passing a location constraint are a few runs, read in memory order.
 
 from __future__ import annotations
 
+import copy
 from typing import TYPE_CHECKING
 
 from broker.dispatch.gangs import GANG_COLUMN
@@ -38,21 +39,17 @@ class Partitions:
         numbers = table.numbers
         n = len(table)
         gpu, cloud, region = (table.codes[c] for c in ("accelerator", "cloud", "region"))
-        default = np.array(
-            [DEFAULT_INTERRUPTION_RATE.get(c, 0.05) for c in table.categories["cloud"]]
-        )
-        catalog_rate = numbers["spot_interruption_rate"]
-        self.from_catalog = ~np.isnan(catalog_rate)
-        self.spot_rate = np.where(self.from_catalog, catalog_rate, default[cloud] if n else 0.0)
+        self.from_catalog, self.spot_rate = _spot_rates(index)
         # One integer per partition, in (GPU, count, cloud, region) order, so that each
         # market's order is one sort of two to four keys (stable: ties keep the row order).
         counts, count = np.unique(numbers["accelerator_count"], return_inverse=True)
         key = gpu.astype(np.int64) * len(counts) + count.reshape(-1)
         key = key * len(table.categories["cloud"]) + cloud
         key = key * len(table.categories["region"]) + region
+        self._key = key
         self.order = {
             False: np.lexsort((numbers["price_on_demand"], key)),
-            True: np.lexsort((numbers["price_spot"], self.spot_rate, self.from_catalog, key)),
+            True: self._spot_order(index, self.spot_rate),
         }
         ordered = self.order[False]
         change = np.ones(n, dtype=bool)
@@ -78,9 +75,8 @@ class Partitions:
         )
         # The cost group (see Candidates) of each position: on demand, its partition; on
         # spot, its run of equal (rate, whether from the catalog) in its partition.
-        runs = change.copy()  # the partitions start at the same places in both orders
-        rate, known = self.spot_rate[spot_order], self.from_catalog[spot_order]
-        runs[1:] |= (rate[1:] != rate[:-1]) | (known[1:] != known[:-1])
+        self._change = change
+        runs = self._runs = self._spot_runs(self.spot_rate)
         self.group_at = np.concatenate([np.cumsum(change), n + np.cumsum(runs)])
         self.has_capacity = bool((~np.isnan(numbers["capacity"])).any())
         # The partitions of each (GPU, count): a range of partition numbers.
@@ -107,6 +103,41 @@ class Partitions:
             )
             for code, country in zip(distinct.tolist(), countries, strict=True)
         ]
+
+    def rerated(self, index: OfferIndex) -> Partitions | None:
+        """This layout over `index`, whose table must differ from this one's in its
+        interruption rates alone (not checked here: broker.sim.plans keys by the rest):
+        None unless its rates keep the spot order and its runs of equal rates, when every
+        position, cost group and place is the same and only `spot_rate` differs."""
+        import numpy as np
+
+        from_catalog, spot_rate = _spot_rates(index)
+        if not np.array_equal(from_catalog, self.from_catalog):
+            return None
+        if not np.array_equal(self._spot_order(index, spot_rate), self.order[True]):
+            return None
+        if not np.array_equal(self._spot_runs(spot_rate), self._runs):
+            return None
+        made = copy.copy(self)  # the memos below are of locations: shared
+        made.index, made.spot_rate = index, spot_rate
+        return made
+
+    def _spot_order(self, index: OfferIndex, spot_rate: np.ndarray) -> np.ndarray:
+        """The spot market's order: by partition, then (whether the rate is the catalog's,
+        rate, price, row)."""
+        import numpy as np
+
+        price = index.offers.numbers["price_spot"]
+        return np.lexsort((price, spot_rate, self.from_catalog, self._key))
+
+    def _spot_runs(self, spot_rate: np.ndarray) -> np.ndarray:
+        """Where a spot cost group starts, in the spot order: a partition's start, or a
+        change of rate or of whether it is the catalog's."""
+        runs = self._change.copy()  # the partitions start at the same places in both orders
+        order = self.order[True]
+        rate, known = spot_rate[order], self.from_catalog[order]
+        runs[1:] |= (rate[1:] != rate[:-1]) | (known[1:] != known[:-1])
+        return runs
 
     def rows(
         self,
@@ -158,3 +189,16 @@ class Partitions:
                     stage[(stage == 0) & (passes == excludes)] = k
             self._located[location] = stage
         return self._located[location]
+
+
+def _spot_rates(index: OfferIndex) -> tuple[np.ndarray, np.ndarray]:
+    """Per row: whether the catalog (or a learned rate) gives its interruption rate, and
+    the rate (the cloud's default where not)."""
+    import numpy as np
+
+    table = index.offers
+    default = np.array([DEFAULT_INTERRUPTION_RATE.get(c, 0.05) for c in table.categories["cloud"]])
+    catalog_rate = table.numbers["spot_interruption_rate"]
+    from_catalog = ~np.isnan(catalog_rate)
+    cloud = table.codes["cloud"]
+    return from_catalog, np.where(from_catalog, catalog_rate, default[cloud] if len(table) else 0.0)

@@ -13,7 +13,7 @@ one implementation.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from datetime import datetime
 from typing import TYPE_CHECKING, NamedTuple
 
@@ -47,6 +47,7 @@ def plan_many(
     now: datetime,
     top: int = DEFAULT_TOP,
     chunk_pairs: int = 2_000_000,
+    search: Callable[[Sequence[JobSpec], OfferIndex, int], Search] | None = None,
 ) -> list[Decision]:
     """Plan a batch; jobs that ask the same of an offer share one candidate search, and
     jobs whose specs differ only in name and team (a queue of jobs from one template)
@@ -55,38 +56,78 @@ def plan_many(
 
     Jobs go through in chunks whose candidate searches hold about `chunk_pairs`
     offers, so that memory stays bounded when some jobs (CPU-only ones, say) match
-    very many offers.
+    very many offers. `search` makes the batch's `Search` (`Search.of` when None; the
+    simulator's reuses one over tables that differ in their learned rates alone).
     """
     if not jobs:
         return []
+    search = Search.of if search is None else search
     which = shared_plans(jobs)
     if len(set(which)) == len(jobs):
-        return _plan_batch(jobs, index, now, top, chunk_pairs)
+        return _plan_batch(jobs, index, now, top, search(jobs, index, chunk_pairs))
     firsts: dict[int, JobSpec] = {}
     for job, at in zip(jobs, which, strict=True):
         firsts.setdefault(at, job)
-    shared = _plan_batch([firsts[at] for at in range(len(firsts))], index, now, top, chunk_pairs)
+    distinct = [firsts[at] for at in range(len(firsts))]
+    shared = _plan_batch(distinct, index, now, top, search(distinct, index, chunk_pairs))
     return [named(shared[at], job.name) for job, at in zip(jobs, which, strict=True)]
 
 
+class Search(NamedTuple):
+    """Step 1 of planning a batch of distinct jobs over one table, and their data
+    movement's figures: all that the cost model reads but the clock and the rates. The
+    table's interruption rates enter it only through their order (`Partitions`) and each
+    cost group's rate (`Candidates.group_rate`), so a table that differs in its rates
+    alone takes the same search, `rerated`, while they keep that order."""
+
+    partitions: Partitions
+    places: _Places
+    slices: Slices
+    chunks: tuple[tuple[int, int, list[int], Candidates], ...]  # begin, end, requirements
+
+    @classmethod
+    def of(cls, jobs: Sequence[JobSpec], index: OfferIndex, chunk_pairs: int) -> Search:
+        with collector_paused():
+            partitions = Partitions(index)
+            places = _Places(index, partitions)
+            ids: dict[Requirements, int] = {}
+            req_of_job = [ids.setdefault(job.requirements, len(ids)) for job in jobs]
+            slices = Slices(list(ids), partitions)
+            chunks = []
+            for begin, end in _chunks(req_of_job, slices, chunk_pairs):
+                local: dict[int, int] = {}  # the batch's requirements id -> the chunk's
+                req_of_chunk_job = [local.setdefault(r, len(local)) for r in req_of_job[begin:end]]
+                chunks.append((begin, end, req_of_chunk_job, slices.candidates(local)))
+        return cls(partitions, places, slices, tuple(chunks))
+
+    def rerated(self, index: OfferIndex) -> Search | None:
+        """This search over `index`, whose table differs from this one's in its
+        interruption rates alone; None when they change the order (`Partitions.rerated`)."""
+        partitions = self.partitions.rerated(index)
+        if partitions is None:
+            return None
+        rate = partitions.spot_rate
+        chunks = tuple((b, e, r, cands.rerated(rate)) for b, e, r, cands in self.chunks)
+        return self._replace(partitions=partitions, chunks=chunks)
+
+
 def _plan_batch(
-    jobs: Sequence[JobSpec], index: OfferIndex, now: datetime, top: int, chunk_pairs: int
+    jobs: Sequence[JobSpec], index: OfferIndex, now: datetime, top: int, search: Search
 ) -> list[Decision]:
-    """`plan_many` of distinct jobs."""
+    """`plan_many` of distinct jobs, over their `search`."""
     with collector_paused():
-        partitions = Partitions(index)
-        places = _Places(index, partitions)
-        ids: dict[Requirements, int] = {}
-        req_of_job = [ids.setdefault(job.requirements, len(ids)) for job in jobs]
-        slices = Slices(list(ids), partitions)
         decisions: list[Decision] = []
-        for begin, end in _chunks(req_of_job, slices, chunk_pairs):
-            local: dict[int, int] = {}  # the batch's requirements id -> the chunk's
-            req_of_chunk_job = [local.setdefault(r, len(local)) for r in req_of_job[begin:end]]
-            cands = slices.candidates(local)
+        for begin, end, req_of_chunk_job, cands in search.chunks:
             decisions.extend(
                 _plan_chunk(
-                    jobs[begin:end], req_of_chunk_job, cands, index, places, now, top, slices
+                    jobs[begin:end],
+                    req_of_chunk_job,
+                    cands,
+                    index,
+                    search.places,
+                    now,
+                    top,
+                    search.slices,
                 )
             )
     return decisions

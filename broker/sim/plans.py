@@ -13,6 +13,7 @@ planner reads; a Decision is frozen, so an answer is shared as it is.
 from __future__ import annotations
 
 import functools
+from collections import OrderedDict
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
@@ -20,18 +21,22 @@ from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from broker.planner.decision import Decision
+    from broker.planner.plan import Search
     from broker.spec import JobSpec
     from pricing.query import OfferIndex
 
 KEPT = 1 << 13  # answers remembered (each small: a few placements)
+SEARCHES = 1 << 10  # candidate searches remembered (each a few small arrays)
+RATES = "spot_interruption_rate"  # the column a learned rate changes
 
 
 def remembered_plan_many(
     jobs: Sequence[JobSpec], index: OfferIndex, now: datetime
 ) -> list[Decision]:
     """`plan_many(jobs, index, now)`, answered from memory when asked before."""
-    key = (tuple(jobs), table_key(index), tuple(_left(job, now) for job in jobs))
-    return list(_answer(_Question(key, tuple(jobs), index, now)))
+    rest, rates = table_key(index)
+    key = (tuple(jobs), rest, rates, tuple(_left(job, now) for job in jobs))
+    return list(_answer(_Question(key, tuple(jobs), index, now, rest)))
 
 
 def _left(job: JobSpec, now: datetime) -> timedelta | None:
@@ -40,14 +45,21 @@ def _left(job: JobSpec, now: datetime) -> timedelta | None:
     return None if deadline is None else deadline - now
 
 
-def table_key(index: OfferIndex) -> tuple:
-    """What the planner reads of `index`: every column's type and bytes, the category
-    names, the extra countries (an OfferIndex holds nothing else)."""
+def table_key(index: OfferIndex) -> tuple[tuple, bytes]:
+    """What the planner reads of `index` (an OfferIndex holds nothing else): every
+    column's type and bytes, the category names and the extra countries, but the learned
+    rates' values (where a rate is known is kept); and those values."""
+    import numpy as np
+
     table = index.offers
-    numbers = tuple((n, a.dtype.str, a.tobytes()) for n, a in sorted(table.numbers.items()))
+    numbers = tuple(
+        (n, a.dtype.str, np.isnan(a).tobytes() if n == RATES else a.tobytes())
+        for n, a in sorted(table.numbers.items())
+    )
     codes = tuple((n, a.dtype.str, a.tobytes()) for n, a in sorted(table.codes.items()))
     names = tuple((n, tuple(a.tolist())) for n, a in sorted(table.categories.items()))
-    return numbers, codes, names, tuple(sorted(index.extra_countries.items()))
+    rest = (numbers, codes, names, tuple(sorted(index.extra_countries.items())))
+    return rest, table.numbers[RATES].tobytes()
 
 
 @dataclass(frozen=True)
@@ -58,10 +70,36 @@ class _Question:
     jobs: tuple = field(compare=False)
     index: OfferIndex = field(compare=False)
     now: datetime = field(compare=False)
+    rest: tuple = field(compare=False)  # the table's key but its rates
 
 
 @functools.lru_cache(maxsize=KEPT)
 def _answer(question: _Question) -> tuple[Decision, ...]:
     from broker.planner.plan import plan_many
 
-    return tuple(plan_many(question.jobs, question.index, question.now))
+    def search(jobs: Sequence[JobSpec], index: OfferIndex, chunk_pairs: int) -> Search:
+        return _search(jobs, index, chunk_pairs, question.rest)
+
+    return tuple(plan_many(question.jobs, question.index, question.now, search=search))
+
+
+_searches: OrderedDict[tuple, Search] = OrderedDict()
+
+
+def _search(jobs: Sequence[JobSpec], index: OfferIndex, chunk_pairs: int, rest: tuple) -> Search:
+    """The planner's `Search` of `jobs` over `index`: the one kept for the same jobs on a
+    table equal but for its learned rates, rerated, when they keep its order; else new
+    (and kept)."""
+    from broker.planner.plan import Search
+
+    key = (tuple(jobs), rest, chunk_pairs)
+    kept = _searches.get(key)
+    if kept is not None:
+        _searches.move_to_end(key)
+        rerated = kept.rerated(index)
+        if rerated is not None:
+            return rerated
+    made = _searches[key] = Search.of(jobs, index, chunk_pairs)
+    if len(_searches) > SEARCHES:
+        _searches.popitem(last=False)
+    return made

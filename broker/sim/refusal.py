@@ -20,14 +20,16 @@ memo of it ever hits. What is exact instead is a bound over an interval [now, T]
 
 So if the planner, asked at now with every place at the lower of its two rates, has no
 placement for the job, it has none at any pass in [now, T], and those passes do nothing.
-The largest such T is found by doubling then bisection (a bigger interval only lowers
-the bound). The spec planned is the controller's own (`Planning.spec_to_plan`), so the spot
-policy's say is what the pass would plan with; its answer changing later is the
-cadence's own wake (`first_change`).
+The largest such T is found by bisection (a bigger interval only lowers the bound),
+below the next cool-down's end when there is one (most refusals last until then: the
+pass before it is asked first), else after doubling. The spec planned is the
+controller's own (`Planning.spec_to_plan`), so the spot policy's say is what the pass
+would plan with; its answer changing later is the cadence's own wake (`first_change`).
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from datetime import datetime
 from typing import TYPE_CHECKING
@@ -78,13 +80,18 @@ def refused_through(
 
     if not refused(0):
         return None
-    low, high = 0, 1  # refused through low; high untried
-    for _ in range(MAX_DOUBLINGS):
-        if not refused(high):
-            break
-        low, high = high, high * 2
+    low, high = 0, _first_not_before(start, step, before)  # refused through low, not high
+    if high <= 1 << (MAX_DOUBLINGS - 1):
+        if refused(high - 1):  # most refusals last until the next cool-down's end
+            return grid_at(start + high - 1, step) if high > 1 else now
     else:
-        return grid_at(start + low, step) if low else now
+        high = 1  # untried
+        for _ in range(MAX_DOUBLINGS):
+            if not refused(high):
+                break
+            low, high = high, high * 2
+        else:
+            return grid_at(start + low, step) if low else now
     while high - low > 1:
         mid = (low + high) // 2
         if refused(mid):
@@ -92,6 +99,19 @@ def refused_through(
         else:
             high = mid
     return grid_at(start + low, step) if low else now
+
+
+def _first_not_before(start: int, step: float, before: float) -> int | float:
+    """The least k >= 1 whose pass, the grid's index `start + k`, is at or after
+    `before` (inf when `before` is)."""
+    if math.isinf(before):
+        return math.inf
+    k = max(1, math.ceil(before / step) - start)
+    while k > 1 and grid_at(start + k - 1, step) >= before:
+        k -= 1
+    while grid_at(start + k, step) < before:
+        k += 1
+    return k
 
 
 def _spec_now(controller: Controller, job: Job, when: datetime) -> JobSpec | None:

@@ -119,7 +119,7 @@ class Cadence:
 
     def _queued_wake_now(self, job: Job, now: float) -> float | None | object:
         from broker.controller.moving import moved_by_choice
-        from broker.controller.steering import choices, steer
+        from broker.controller.steering import choices
         from broker.dispatch.home import stays_home
         from broker.dispatch.market import spot_only
         from broker.recovery import checkpoint_place, with_checkpoint_at
@@ -129,11 +129,27 @@ class Cadence:
         home = checkpoint_place(store, job)
         spec = with_checkpoint_at(self._spec(job), home, True)  # a store per place
         requirements = spec.requirements
-        when = self._at(now)
         is_open = self._spot_open(spec)
+        asked: dict[bool, Callable[[float], str]] = {}
+
+        def said(available: bool) -> Callable[[float], str]:
+            """The policy's choice at a moment (`steer`'s, as a pass asks it then), asked
+            once per moment: the bisections below ask `now` again."""
+            if available not in asked:
+                choice_at = choices(spec, job, store, settings, spot_available=available)
+                answers: dict[float, str] = {}
+
+                def answer(t: float) -> str:
+                    if t not in answers:
+                        answers[t] = choice_at(self._at(t))
+                    return answers[t]
+
+                asked[available] = answer
+            return asked[available]
+
         choice = ""
         if requirements.spot != "only":
-            _, choice = steer(spec, job, store, when, settings, spot_available=is_open)
+            choice = said(is_open)(now)
             if not spot_only(choice, settings):
                 return _ANY
         clouds, regions = requirements.clouds, requirements.regions
@@ -141,9 +157,7 @@ class Cadence:
             settings,
             has_home=spec.checkpoint is not None and not moved_by_choice(store, job),
             choice=choice,
-            choice_without_spot=lambda: steer(
-                spec, job, store, when, settings, spot_available=False
-            )[1],
+            choice_without_spot=lambda: said(False)(now),
         ):
             clouds, regions = (home.cloud,), (home.region,)
         refused = None  # on sale, but the planner provably refuses the job until then
@@ -154,11 +168,6 @@ class Cadence:
         if not choice:
             return refused  # spot only: only an event, a cool-down or the refusal's end
         deadline = self._deadline(job, spec)
-
-        def said(available: bool) -> Callable[[float], str]:
-            choice_at = choices(spec, job, store, settings, spot_available=available)
-            return lambda t: choice_at(self._at(t))
-
         wakes = [self._first_change((job.id, is_open), said(is_open), now, deadline)]
         if home is not None:  # stay-home also asks as if no spot were on sale
             wakes.append(self._first_change((job.id, None), said(False), now, deadline))

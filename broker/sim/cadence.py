@@ -210,12 +210,15 @@ class Cadence:
         if len(exact) < len(regions):
             exact = ()  # a glob: do not narrow
         table = self.provider.offers()
-        prices = table.numbers["price_spot"]
+        prices = table.numbers["price_spot"].tolist()
+        sold = [i for i, price in enumerate(prices) if not math.isnan(price)]
+        if not sold:  # the common case on a trace's empty steps: nothing more to read
+            return False
         text = {n: table.text(n) for n in ("cloud", "region", "zone", "instance_type")}
         accelerator = table.text("accelerator")
         closed = self._closed()
-        for i in range(len(table)):
-            if math.isnan(prices[i]) or (gpus and accelerator[i] not in gpus):
+        for i in sold:
+            if gpus and accelerator[i] not in gpus:
                 continue
             if clouds and text["cloud"][i] not in clouds:
                 continue

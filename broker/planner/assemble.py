@@ -6,6 +6,7 @@ column (see `_build`): every figure is one list, from the arrays of the planner.
 
 from __future__ import annotations
 
+import functools
 from collections import deque
 from collections.abc import Sequence
 from dataclasses import fields
@@ -98,13 +99,18 @@ def _build(cls: type, **columns: list[Any]) -> list[Any]:
     what that __init__ does, one object at a time. For these classes __init__ does
     nothing else (no __post_init__), so `columns` must name every field.
     """
-    names = [f.name for f in fields(cls)]
-    if sorted(columns) != sorted(names) or hasattr(cls, "__post_init__"):
+    names = _field_names(cls)
+    if columns.keys() != set(names) or hasattr(cls, "__post_init__"):
         raise TypeError(f"cannot build {cls.__name__} from columns {sorted(columns)}")
     made = list(map(object.__new__, repeat(cls, len(columns[names[0]]))))
     for name in names:
         deque(map(cls.__dict__[name].__set__, made, columns[name]), maxlen=0)
     return made
+
+
+@functools.cache
+def _field_names(cls: type) -> tuple[str, ...]:
+    return tuple(f.name for f in fields(cls))
 
 
 def _rate_sources(spot: list[bool], from_catalog: list[bool], cloud: list[str]) -> list[str]:

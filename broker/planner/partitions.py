@@ -9,7 +9,6 @@ the rows passing a location constraint are a few runs, read in memory order.
 
 from __future__ import annotations
 
-import copy
 from typing import TYPE_CHECKING
 
 from broker.dispatch.gangs import GANG_COLUMN
@@ -118,8 +117,8 @@ class Partitions:
             return None
         if not np.array_equal(self._spot_runs(spot_rate), self._runs):
             return None
-        made = copy.copy(self)  # the memos below are of locations: shared
-        made.index, made.spot_rate = index, spot_rate
+        made = object.__new__(Partitions)  # a shallow copy; the memos (of locations) shared
+        made.__dict__.update(self.__dict__, index=index, spot_rate=spot_rate)
         return made
 
     def _spot_order(self, index: OfferIndex, spot_rate: np.ndarray) -> np.ndarray:
@@ -197,8 +196,10 @@ def _spot_rates(index: OfferIndex) -> tuple[np.ndarray, np.ndarray]:
     import numpy as np
 
     table = index.offers
-    default = np.array([DEFAULT_INTERRUPTION_RATE.get(c, 0.05) for c in table.categories["cloud"]])
     catalog_rate = table.numbers["spot_interruption_rate"]
     from_catalog = ~np.isnan(catalog_rate)
+    if from_catalog.all():  # every rate known (learned ones included): no default needed
+        return from_catalog, catalog_rate.copy()
+    default = np.array([DEFAULT_INTERRUPTION_RATE.get(c, 0.05) for c in table.categories["cloud"]])
     cloud = table.codes["cloud"]
     return from_catalog, np.where(from_catalog, catalog_rate, default[cloud] if len(table) else 0.0)

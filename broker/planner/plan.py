@@ -165,6 +165,7 @@ class _Places:
         self._tables: list[np.ndarray] = []
         self._from: dict[Place, tuple[np.ndarray, np.ndarray]] = {}
         self._to: dict[Place, np.ndarray] = {}
+        self._stacked: np.ndarray | None = None  # `moves()`, until a new figure is added
 
     def moves_id(self, job: JobSpec) -> int:
         # Keyed by what _move_figures reads, as plain values (they hash faster).
@@ -185,6 +186,7 @@ class _Places:
         if found is None:
             found = self._moves[key] = len(self._tables)
             self._tables.append(self._move_figures(job))
+            self._stacked = None
         return found
 
     def _egress_place(self, location: Place) -> Place:
@@ -255,7 +257,9 @@ class _Places:
         """All memoised figures: [moves id, place, MOVE_COLUMNS]."""
         import numpy as np
 
-        return np.stack(self._tables)
+        if self._stacked is None:
+            self._stacked = np.stack(self._tables)
+        return self._stacked
 
 
 def _plan_chunk(

@@ -80,10 +80,21 @@ def refused_through(
 
     if not refused(0):
         return None
-    low, high = 0, _first_not_before(start, step, before)  # refused through low, not high
+    last = last_refused(refused, _first_not_before(start, step, before))
+    return grid_at(start + last, step) if last else now
+
+
+def last_refused(refused: Callable[[int], bool], out: int | float) -> int:
+    """The largest k with `refused(k)`, given `refused(0)` and that `refused` is true up
+    to some k and false after (a longer interval only lowers the bound), and false from
+    `out` on (the pass there is at or after the next cool-down's end; inf when none is
+    known). Below a known `out`, the pass before it is asked first (most refusals last
+    until then), then bisection; else doubling, then bisection, at most
+    2**(MAX_DOUBLINGS - 1) passes ahead."""
+    low, high = 0, out  # refused through low, not from high
     if high <= 1 << (MAX_DOUBLINGS - 1):
-        if refused(high - 1):  # most refusals last until the next cool-down's end
-            return grid_at(start + high - 1, step) if high > 1 else now
+        if high == 1 or refused(high - 1):
+            return high - 1
     else:
         high = 1  # untried
         for _ in range(MAX_DOUBLINGS):
@@ -91,14 +102,14 @@ def refused_through(
                 break
             low, high = high, high * 2
         else:
-            return grid_at(start + low, step) if low else now
+            return low
     while high - low > 1:
         mid = (low + high) // 2
         if refused(mid):
             low = mid
         else:
             high = mid
-    return grid_at(start + low, step) if low else now
+    return low
 
 
 def _first_not_before(start: int, step: float, before: float) -> int | float:

@@ -94,3 +94,22 @@ def test_a_learned_rate_between_two_moments_lies_between_its_values_there(runs, 
     low, high = min(first, last), max(first, last)
     assert low - 1e-12 * max(1.0, high) <= between <= high + 1e-12 * max(1.0, high)
     assert math.isfinite(between)
+
+
+@settings(max_examples=200, deadline=None)
+@given(boundary=st.integers(0, 5000), out=st.none() | st.integers(1, 6000))
+def test_the_last_refused_pass_is_where_a_monotone_refusal_ends(boundary, out):
+    """However it searches (the pass before the next cool-down's end first, or doubling
+    without one), the proof ends at the last pass the refusal holds, below `out`, in a
+    few questions."""
+    from broker.sim.refusal import last_refused
+
+    asked = []
+
+    def refused(k: int) -> bool:
+        asked.append(k)
+        return k <= boundary and (out is None or k < out)
+
+    expected = boundary if out is None else min(boundary, out - 1)
+    assert last_refused(refused, math.inf if out is None else out) == expected
+    assert len(asked) <= 2 * math.ceil(math.log2(6001)) + 2

@@ -303,6 +303,53 @@ def test_a_remembered_plan_is_asked_again_when_the_table_changes():
     assert second != first
 
 
+@settings(max_examples=40, deadline=None)
+@given(
+    rates=st.lists(st.sampled_from([float("nan"), 0.0, 0.05, 0.2, 0.2, 1.5]), min_size=1),
+    later=st.lists(st.sampled_from([float("nan"), 0.0, 0.05, 0.2, 3.0]), min_size=1),
+    spot=st.sampled_from(["prefer", "only"]),
+    deadline=st.none() | st.floats(2.0, 80.0),
+)
+def test_a_search_rerated_plans_as_a_fresh_one(rates, later, spot, deadline):
+    """The planner's search made on one table and rerated for another that differs in
+    its rates alone (`Search.rerated`: in the same order, or refused) gives the answer
+    of a fresh plan, on tables whose rates tie, vanish (NaN: the default) and reorder;
+    and a rate scaled by two keeps the order, so its search is rerated, not remade."""
+    import numpy as np
+
+    from broker.manifest.load import parse_manifest_text
+    from broker.planner.plan import Search, plan_many
+    from broker.sim.manifests import manifest_text
+    from broker.sim.plans import remembered_plan_many
+    from pricing.query import OfferIndex
+    from pricing.table import OfferTable
+
+    job = SimJob("r", "nlp", 0.0, "V100", 1, 20.0, deadline, checkpoint_minutes=10.0)
+    (manifest,) = parse_manifest_text(manifest_text(job, spot))
+    east = ZONES[0][:2]  # more zones in one region: one partition, ordered by rate
+    table = synthetic_offers(
+        (*ZONES, (*east, "us-east-1b", *ZONES[0][3:]), (*east, "us-east-1c", "p3.2xlarge",
+                                                        "V100", 3.06, 0.99, 0.05))
+    )  # fmt: skip
+
+    def rated(values: list[float]) -> OfferIndex:
+        numbers = dict(table.numbers)
+        numbers["spot_interruption_rate"] = np.resize(np.array(values), len(table))
+        return OfferIndex(OfferTable(numbers, table.codes, table.categories))
+
+    first, second = rated(rates), rated(later)
+    doubled = rated([2 * r for r in rates])
+    made = Search.of([manifest.spec], first, 2_000_000)
+    assert made.rerated(doubled) is not None
+    for index in (first, second, doubled):
+        kept = made.rerated(index)
+        fresh = plan_many([manifest.spec], index, ORIGIN)
+        if kept is not None:
+            reused = plan_many([manifest.spec], index, ORIGIN, search=lambda *_, s=kept: s)
+            assert reused == fresh
+        assert remembered_plan_many([manifest.spec], index, ORIGIN) == fresh
+
+
 def test_a_jobs_events_read_again_are_the_production_stores(tmp_path):
     """The simulator's store reads only the events written since a job's last read; what
     it answers (with and without `after`) is what the production store answers."""

@@ -261,7 +261,9 @@ def restrict_offers(
 
     from pricing.table import OfferTable
 
-    numbers = {name: column.copy() for name, column in table.numbers.items()}
+    numbers = dict(table.numbers)  # the columns written below are copies, the rest shared
+    for name in ("price_spot", "price_on_demand", "capacity"):
+        numbers[name] = numbers[name].copy()
     text = {name: table.text(name) for name in ("cloud", "region", "zone", "instance_type")}
     mine = text["cloud"] == cloud
     reasons = list(unavailable)

@@ -7,7 +7,10 @@ at catalog rates while nothing changed, the cool-down's second look on the same 
 place, and the runs of a benchmark, which replay one job on the same few tables (over
 half of the questions of bench/engine_speed.py's 128 runs were asked before). So the
 simulator's controller plans through `remembered_plan_many`, keyed by exactly what the
-planner reads; a Decision is frozen, so an answer is shared as it is.
+planner reads; a Decision is frozen, so an answer is shared as it is. A question not
+asked before is mostly a table whose learned rates moved: it is planned over the
+planner's `Search` kept for the same jobs on a table equal but for its rates, rerated
+(`Search.rerated`), so only the cost model runs again.
 """
 
 from __future__ import annotations

@@ -29,7 +29,9 @@ if TYPE_CHECKING:
     from pricing.query import OfferIndex
 
 KEPT = 1 << 13  # answers remembered (each small: a few placements)
-SEARCHES = 1 << 10  # candidate searches remembered (each a few small arrays)
+SEARCHES = 1 << 8  # candidate searches remembered (each its table's layout)
+SMALL = 1 << 10  # rows of the largest table whose search is remembered: on larger ones
+# the array work dwarfs the fixed costs a search saves, and a layout weighs its table
 RATES = "spot_interruption_rate"  # the column a learned rate changes
 
 
@@ -92,9 +94,11 @@ _searches: OrderedDict[tuple, Search] = OrderedDict()
 def _search(jobs: Sequence[JobSpec], index: OfferIndex, chunk_pairs: int, rest: tuple) -> Search:
     """The planner's `Search` of `jobs` over `index`: the one kept for the same jobs on a
     table equal but for its learned rates, rerated, when they keep its order; else new
-    (and kept)."""
+    (and kept, on a small table)."""
     from broker.planner.plan import Search
 
+    if len(index.offers) > SMALL:
+        return Search.of(jobs, index, chunk_pairs)
     key = (tuple(jobs), rest, chunk_pairs)
     kept = _searches.get(key)
     if kept is not None:

@@ -184,10 +184,13 @@ def _roomy(seed: int) -> Scenario:
     return Scenario(synthetic_offers(), synthetic_availability(seed), jobs, restart_hours=0.1)
 
 
-@pytest.mark.parametrize("seed", [1, 3, 6])
+@pytest.mark.parametrize("seed", [1, 3, 4, 6, 7])
 def test_the_engines_agree_where_holds_act_among_several_jobs(seed):
     # Six jobs on three zones, several held at once: the hold changes the figures, and
-    # both engines and passes at every step give the same ones.
+    # both engines and passes at every step give the same ones. (Seeds 4 and 7 need the
+    # fleet-scale engine to decide every job waiting for a place that frees room, as
+    # the controller plans them all: two held jobs race for one instance, the loser
+    # waits, and a job kept home must not stand for one that would launch.)
     scenario = _roomy(seed)
     policy = policies.make("broker")
     full = simulate(scenario, policy)

@@ -224,8 +224,9 @@ def test_the_default_broker_keeps_a_reclaimed_place_closed_for_its_cooldown(engi
     job = SimJob("j", "t", 0.0, "V100", 1, 10.0, 40.0, checkpoint_minutes=10.0)
     scenario = Scenario(synthetic_offers((cheap,)), trace, [job], restart_hours=0.1,
                         reconcile_hours=0.05)  # fmt: skip
-    default = ENGINES[engine](scenario, policies.make("broker"))
-    eager = ENGINES[engine](scenario, policies.make("broker", cooldown_scale=0))
+    # the hold after a reclaim (broker.dispatch.hold) off: this is the cool-down alone
+    default = ENGINES[engine](scenario, policies.make("broker", hold_hours=0))
+    eager = ENGINES[engine](scenario, policies.make("broker", cooldown_scale=0, hold_hours=0))
     assert default.preemptions == eager.preemptions == 2
     assert default.mean_completion_hours > eager.mean_completion_hours
 
@@ -243,7 +244,7 @@ def test_a_morning_of_reclaims_does_not_close_a_place_all_afternoon(tmp_path, en
     job = SimJob("j", "t", 0.0, "V100", 1, 20.0, 40.0, checkpoint_minutes=10.0)
     scenario = Scenario(synthetic_offers((cheap,)), trace, [job], restart_hours=0.1,
                         reconcile_hours=0.05)  # fmt: skip
-    policy = policies.make("broker")
+    policy = policies.make("broker", hold_hours=0)  # the cool-down alone, no hold
     result, rows, _ = _attempts(scenario, policy, tmp_path / "run")
     assert [r[2:4] for r in rows] == [("spot", "interrupted")] * 4 + [("spot", "succeeded")]
     assert [round(r[1], 2) for r in rows[:4]] == [0.5, 1.25, 2.5, 8.0]

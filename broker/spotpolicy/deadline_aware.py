@@ -14,8 +14,9 @@ is spare held back for later: waiting idle for spot, and leaving on-demand for s
 must keep the spare above threshold + reserve(t). The reserve shrinks as the deadline
 nears, so time spent on on-demand rebuilds the spare measured against it; that is
 what the resume threshold (hysteresis) waits for. pace=0 holds nothing back (wait for
-spot until the safety net); pace=1 spends the spare evenly over the job, which is Can't
-Be Late's uniform progress line (spare - reserve(t) = progress - expected progress).
+spot until the safety net); pace=1, uncapped, spends the spare evenly over the job, which
+is Can't Be Late's uniform progress line (spare - reserve(t) = progress - expected
+progress).
 `reserve_rate` caps the hours held per hour left: the reserve insures against spot
 being out over the time left, which depends on the market, not on how loose the
 deadline is, so a loose deadline's spare beyond that share is spent freely (with the

@@ -58,7 +58,7 @@ class DeadlineAware:
     - `reserve_rate` (>= 0, hours per hour left): the most the reserve holds back per
       hour until the deadline. 0.15: above the 0.125 h an hour that pace 0.75 holds for
       a deadline of 1.2x the work, which the suite's 1.2x jobs need whole (0.10 cost
-      them up to 27 %), and below V100's 0.25 (1.5x), more than its window 1 could
+      them 18-26 % more), and below V100's 0.25 (1.5x), more than its window 1 could
       afford (docs/benchmarks.md, "The reserve's shape"). math.inf: no cap.
     """
 

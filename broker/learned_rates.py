@@ -88,7 +88,9 @@ def posterior_rate(prior: float, seen: Evidence) -> float:
 
 def store_runs(store: StateStore, now: datetime) -> list[SpotRun]:
     """The spot attempts of the store that ran within WINDOW_HOURS of `now`, as runs:
-    ended ones with their billed hours, running ones up to now."""
+    ended ones with their billed hours, running ones up to now. `now` may be a past
+    moment (what was known then: `reclaims_often`): an attempt that ended later counts
+    as running then, one that started later not at all."""
     from broker.state import AttemptState
 
     runs = []
@@ -97,8 +99,9 @@ def store_runs(store: StateStore, now: datetime) -> list[SpotRun]:
             continue
         p = attempt.placed_on
         key = (p.cloud, p.region, p.instance_type)
-        if attempt.ended_at is None:
-            if attempt.running_at is None or attempt.state != AttemptState.RUNNING:
+        if attempt.ended_at is None or attempt.ended_at > now:
+            running = attempt.ended_at is not None or attempt.state == AttemptState.RUNNING
+            if attempt.running_at is None or attempt.running_at > now or not running:
                 continue
             hours = (now - attempt.running_at).total_seconds() / 3600
             runs.append(SpotRun(key, 0.0, max(0.0, hours), False))
@@ -111,6 +114,39 @@ def store_runs(store: StateStore, now: datetime) -> list[SpotRun]:
     return runs
 
 
+def at_least_prior(prior: float, seen: Evidence | None) -> bool:
+    """Whether a place reclaims at least as often as its catalog says: its posterior
+    rate is at or above the prior (no evidence: no)."""
+    return seen is not None and posterior_rate(prior, seen) >= prior
+
+
+def catalog_rate(table: OfferTable, key: Key) -> float:
+    """The prior of place `key` in `table`: its first spot row's rate, or its cloud's
+    default (as `with_learned_rates` takes it); the default when no row is there."""
+    import numpy as np
+
+    cloud, region, itype = (table.text(n) for n in ("cloud", "region", "instance_type"))
+    rows = np.flatnonzero((cloud == key[0]) & (region == key[1]) & (itype == key[2]))
+    column = table.numbers["spot_interruption_rate"]
+    return _prior(float(column[rows[0]]) if len(rows) else math.nan, key[0])
+
+
+def reclaims_often(store: StateStore, table: OfferTable, key: Key, at: datetime) -> bool:
+    """`at_least_prior` at place `key` as the store knew it at `at` (a reclaim's moment,
+    which fixes the answer for good: `broker.dispatch.hold`)."""
+    found = evidence(run for run in store_runs(store, at) if run.key == key)
+    return at_least_prior(catalog_rate(table, key), found.get(key))
+
+
+def _prior(rate: float, cloud: str) -> float:
+    """A row's rate, or its cloud's default when the catalog has none."""
+    if not math.isnan(rate):
+        return rate
+    from broker.planner.cost import DEFAULT_INTERRUPTION_RATE
+
+    return DEFAULT_INTERRUPTION_RATE.get(cloud, 0.05)
+
+
 def with_learned_rates(table: OfferTable, seen: Mapping[Key, Evidence]) -> OfferTable:
     """`table` with each spot row of a place with evidence at its posterior rate, the
     row's own rate (or its cloud's default) as the prior. The same table without
@@ -119,7 +155,6 @@ def with_learned_rates(table: OfferTable, seen: Mapping[Key, Evidence]) -> Offer
         return table
     import numpy as np
 
-    from broker.planner.cost import DEFAULT_INTERRUPTION_RATE
     from pricing.table import OfferTable
 
     numbers = dict(table.numbers)
@@ -127,9 +162,6 @@ def with_learned_rates(table: OfferTable, seen: Mapping[Key, Evidence]) -> Offer
     cloud, region, itype = (table.text(n) for n in ("cloud", "region", "instance_type"))
     for (c, r, t), found in seen.items():
         for i in np.flatnonzero((cloud == c) & (region == r) & (itype == t)).tolist():
-            prior = column[i]
-            if math.isnan(prior):
-                prior = DEFAULT_INTERRUPTION_RATE.get(c, 0.05)
-            column[i] = posterior_rate(float(prior), found)
+            column[i] = posterior_rate(_prior(float(column[i]), c), found)
     numbers["spot_interruption_rate"] = column
     return OfferTable(numbers, table.codes, table.categories)

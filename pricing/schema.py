@@ -12,6 +12,8 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:  # pandas is imported lazily: `broker --help` must not load it
+    from datetime import date
+
     import pandas as pd
 
 CLOUDS: tuple[str, ...] = ("aws", "gcp", "azure", "onprem")
@@ -123,9 +125,15 @@ def first_bad_cell(numbers: Any, codes: Any, categories: Any) -> RowError | None
             else:
                 message = f"{value:g} is not a sane value (from {low:g} to {high:g}, or empty)"
             found.append(RowError(int(bad[0]), name, message))
+    from pricing.userio.bounds import EARLIEST_PRICE_DAY
     for name, sane, what in (
         ("cloud", lambda v: v in CLOUDS, f"unknown cloud (one of {', '.join(CLOUDS)})"),
         ("as_of", _iso_date_or_empty, "not an ISO date such as 2026-05-20"),
+        (
+            "as_of",
+            lambda v: _read_since(v, EARLIEST_PRICE_DAY),
+            f"not a day prices were read (none before {EARLIEST_PRICE_DAY})",
+        ),
     ):
         wrong = [i for i, value in enumerate(categories[name]) if not sane(value)]
         if wrong:
@@ -145,3 +153,16 @@ def _iso_date_or_empty(value: str) -> bool:
     except ValueError:
         return False
     return len(value) == 10 or value[10] in "T "
+
+
+def _read_since(value: str, earliest: date) -> bool:
+    """An empty or malformed `as_of` passes here (`_iso_date_or_empty` names it). No
+    upper bound: a refresh stamps rows with its (injectable) clock, which the readers
+    of a catalog do not know."""
+    from datetime import date
+
+    try:
+        day = date.fromisoformat(value[:10])
+    except ValueError:
+        return True
+    return earliest <= day

@@ -22,6 +22,12 @@ def missing(value: Any) -> bool:
     return value is None or value == "" or (isinstance(value, float) and math.isnan(value))
 
 
+def minute_text(moment: Any) -> str:
+    """`2026-11-01 03:00`: the year always four digits (glibc's `%Y` drops the leading
+    zeros of years before 1000)."""
+    return f"{moment.year:04d}-{moment:%m-%d %H:%M}"
+
+
 def _floats(values: Iterable[Any]) -> list[float]:
     found = []
     for value in values:
@@ -137,7 +143,7 @@ class When(ColumnFormat):
                 return "-"
             if isinstance(value, str):
                 value = datetime.fromisoformat(value)
-            return f"{value.astimezone(UTC):%Y-%m-%d %H:%M}"
+            return minute_text(value.astimezone(UTC))
 
         return shown
 

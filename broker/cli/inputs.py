@@ -156,9 +156,6 @@ def time_flag(text: str | None, flag: str, inclusive_day: bool = False) -> datet
     return moment if moment.tzinfo else moment.replace(tzinfo=UTC)
 
 
-EARLIEST_PRICE_DAY = date(2000, 1, 1)  # before any GPU was rented by the hour
-
-
 def price_day_flag(text: str, flag: str, today: date | None = None) -> date:
     """The day prices were read, written YYYY-MM-DD, from EARLIEST_PRICE_DAY to tomorrow
     (UTC; a day's grace for time zones); else exit 2 naming the flag. A price read in
@@ -166,8 +163,9 @@ def price_day_flag(text: str, flag: str, today: date | None = None) -> date:
     other shapes Python also reads as dates (20260520, 2026-W21-3) are typos here."""
     import re
 
-    today = today or datetime.now(UTC).date()
-    latest = today + timedelta(days=1)
+    from pricing.userio.bounds import EARLIEST_PRICE_DAY, latest_price_day
+
+    latest = latest_price_day(today)
     shown = text if len(text) <= 40 else text[:40] + "..."
     try:
         if not re.fullmatch(r"\d{4}-\d{2}-\d{2}", text):

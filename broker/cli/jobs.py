@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any
 import typer
 
 from broker.cli.exits import BAD_INPUT, fail
-from broker.cli.formats import count, hours, when
+from broker.cli.formats import count, hours, minute_text, when
 from broker.cli.options import (
     CatalogOption,
     OutputOption,
@@ -189,8 +189,8 @@ def _filtered(team, states, since, until, user=None) -> str:
     said = [f"team {team}"] if team else []
     said += [f"user {user}"] if user else []
     said += ["state " + ",".join(map(str, states))] if states else []
-    said += [f"since {since:%Y-%m-%d %H:%M}"] if since else []
-    said += [f"until {until:%Y-%m-%d %H:%M}"] if until else []
+    said += [f"since {minute_text(since)}"] if since else []
+    said += [f"until {minute_text(until)}"] if until else []
     return f" ({'; '.join(said)})" if said else ""
 
 

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING
 
 from broker.controller.isolation import ERROR, not_one_jobs
 from broker.controller.room import Room
-from broker.controller.steering import steer
+from broker.controller.steering import holds_at, reclaims_often_in, steer
 from broker.dispatch.home import stays_home
 from broker.dispatch.market import spot_only
 from broker.dispatch.steered import steered
@@ -31,6 +31,7 @@ if TYPE_CHECKING:
     from broker.clock import Clock
     from broker.controller.checkpoints import Checkpoints
     from broker.controller.specs import Specs
+    from broker.dispatch.hold import Hold
     from broker.dispatch.settings import DispatchSettings
     from broker.planner.decision import Decision, Placement
     from broker.queue import Policy, Verdict
@@ -74,12 +75,14 @@ class Planned:
 @dataclass(frozen=True, slots=True)
 class Plans:
     """One batch of plans: the jobs planned, their plans, why the others could not be
-    planned, and the cool-down each infeasible job waits for."""
+    planned, the cool-down each infeasible job waits for, and the jobs held after a
+    reclaim (each with an empty plan)."""
 
     jobs: list[Job]
     decisions: list[Decision]
     broken: dict[str, str]
     cooling: dict[str, tuple[Cooling, Placement]]
+    holds: dict[str, Hold]  # job id -> its hold, for the jobs held now (planned nothing)
 
 
 class Planning:
@@ -161,6 +164,8 @@ class Planning:
         self._held = set(broken)
         if plans.cooling:
             items = [_cooled(item, plans.cooling) for item in items]
+        if plans.holds:
+            items = [_holding(item, plans.holds, self.clock.now()) for item in items]
         for job in queued:
             if job.id in broken:
                 verdict = Verdict(job.id, "wait", broken[job.id], category=ERROR)
@@ -181,18 +186,31 @@ class Planning:
         scale = self.settings.cooldown_scale
         index = self._pools(self.adjusted_offers(now, offered, reclaims))
         specs: dict[str, JobSpec] = {}  # steered once per pass, whoever plans it
+        holds: dict[str, Hold] = {}  # held after a reclaim: planned nothing
+        often = reclaims_often_in(self.store, offered.offers)
 
         def plan(jobs: list[Job]) -> list[Decision]:
             for job in jobs:
-                if job.id not in specs:
+                if job.id in specs or job.id in holds:
+                    continue
+                held = holds_at(self._spec(job), job, self.store, self.settings, often)(now)
+                if held.held:
+                    holds[job.id] = held
+                else:
                     specs[job.id] = self._steered_spec(job, now)
-            batch = [specs[job.id] for job in jobs]
-            return self._plan_many(batch, self._gangs(index, batch), now)
+            batch = [specs[job.id] for job in jobs if job.id in specs]
+            planned = iter(self._plan_many(batch, self._gangs(index, batch), now))
+            return [next(planned) if job.id in specs else _nothing(job) for job in jobs]
 
         jobs, decisions, broken = isolate(queued, plan, _job_id, "planning", sorted(self._held))
         cooling = cooling_places(reclaims, now, scale)
-        waits = self._cooling(jobs, decisions, specs, offered, cooling) if cooling else {}
-        return Plans(jobs, decisions, broken, waits)
+        waits = {}
+        if cooling:
+            free = [(job, d) for job, d in zip(jobs, decisions, strict=True) if job.id not in holds]
+            waits = self._cooling(
+                [job for job, _ in free], [d for _, d in free], specs, offered, cooling
+            )
+        return Plans(jobs, decisions, broken, waits, holds)
 
     def adjusted_offers(
         self, now: datetime, offered: OfferIndex | None = None, reclaims: list | None = None
@@ -383,6 +401,24 @@ def _cooled(item: Planned, cooling: dict[str, tuple[Cooling, Placement]]) -> Pla
     until, placement = wait
     verdict = replace(item.verdict, reason=cooling_reason(until), category="cooling down")
     return Planned(item.job, item.decision, verdict, placement, until.until)
+
+
+def _nothing(job: Job) -> Decision:
+    """The plan of a held job: no placement (it plans nothing while held)."""
+    from broker.planner.decision import Decision
+
+    return Decision(job.name, (), (), 0)
+
+
+def _holding(item: Planned, holds: dict[str, Hold], now: datetime) -> Planned:
+    """`item`, waiting for its hold's end (`broker.dispatch.hold`) when it is held."""
+    from datetime import timedelta
+
+    held = holds.get(item.job.id)
+    if held is None:
+        return item
+    verdict = replace(item.verdict, action="wait", reason=held.reason, category="held")
+    return Planned(item.job, item.decision, verdict, None, now + timedelta(hours=held.ends_in))
 
 
 def _rows_at(table, cooling: list[Cooling]):

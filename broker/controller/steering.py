@@ -10,6 +10,7 @@ the pass interval to be true (docs/spot-policy.md), which is what the settings'
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from dataclasses import replace
 from datetime import datetime
@@ -19,9 +20,11 @@ from broker.dispatch.market import MarketAsk, choose_market
 from broker.dispatch.steered import steered
 
 if TYPE_CHECKING:
+    from broker.dispatch.hold import Hold
     from broker.dispatch.settings import DispatchSettings
     from broker.spec import JobSpec
-    from broker.state import Job, StateStore
+    from broker.state import Attempt, Job, StateStore
+    from pricing.table import OfferTable
 
 
 def restart_overhead(spec: JobSpec, settings: DispatchSettings) -> float:
@@ -83,10 +86,16 @@ def market_ask(
 
 
 def market_asks(
-    store: StateStore, job: Job, spec: JobSpec, settings: DispatchSettings
+    store: StateStore,
+    job: Job,
+    spec: JobSpec,
+    settings: DispatchSettings,
+    often: Callable[[Attempt], bool] | None = None,
 ) -> Callable[[datetime], MarketAsk]:
     """`market_ask` at any moment while the store is as it is now, its reads done once (a
-    question asked at many moments: `choices`)."""
+    question asked at many moments: `choices`). `often`: whether a reclaimed attempt's
+    place reclaims at least as its catalog says (`reclaims_often`), asked of the job's
+    last reclaim for the hold (None: not asked, never held)."""
     submitted = store.version(job.id, job.version).submitted_at
     deadline_at = spec.runtime.deadline_at(submitted)
     assert deadline_at is not None, "only jobs with a deadline are steered"
@@ -95,8 +104,13 @@ def market_asks(
     done_at = _work_parts(store, job, spec, overhead)
     deadline = (deadline_at - submitted).total_seconds() / 3600
     every = checkpoint.interval_minutes / 60 if checkpoint else None
+    last = last_reclaim(store, job) if often is not None else None
+    reclaimed_often = last is not None and often(last)  # type: ignore[misc]
 
     def ask_at(now: datetime) -> MarketAsk:
+        since = math.inf
+        if last is not None and last.ended_at is not None:
+            since = (now - last.ended_at).total_seconds() / 3600
         return MarketAsk(
             elapsed=(now - submitted).total_seconds() / 3600,
             deadline=deadline,
@@ -104,9 +118,62 @@ def market_asks(
             work_done=done_at(now),
             restart_hours=overhead,
             checkpoint_hours=every,
+            since_reclaim=since,
+            reclaimed_often=reclaimed_often,
         )
 
     return ask_at
+
+
+def last_reclaim(store: StateStore, job: Job) -> Attempt | None:
+    """The job's last spot attempt that ended by a reclaim (None: never reclaimed)."""
+    from broker.state import AttemptState
+
+    reclaimed = [
+        a
+        for a in store.attempts(job.id)
+        if a.state == AttemptState.INTERRUPTED and a.market == "spot" and a.ended_at is not None
+    ]
+    return max(reclaimed, key=lambda a: a.ended_at) if reclaimed else None  # type: ignore[arg-type,return-value]
+
+
+def reclaims_often_in(store: StateStore, table: OfferTable) -> Callable[[Attempt], bool]:
+    """`often` for `market_asks`: the learned rate at a reclaimed attempt's place, as the
+    store knew it at the reclaim, against the prior `table` gives it."""
+    from broker.learned_rates import reclaims_often
+
+    def often(attempt: Attempt) -> bool:
+        p = attempt.placed_on
+        key = (p.cloud, p.region, p.instance_type)
+        return reclaims_often(store, table, key, attempt.ended_at)  # type: ignore[arg-type]
+
+    return often
+
+
+def holds_at(
+    spec: JobSpec,
+    job: Job,
+    store: StateStore,
+    settings: DispatchSettings,
+    often: Callable[[Attempt], bool],
+) -> Callable[[datetime], Hold]:
+    """The hold (`broker.dispatch.hold`) of the queued job at any moment while the store
+    is as it is now, its reads done once. A job that is not steered, or was not
+    reclaimed within the hold's hours, is not held (asked without building its
+    question: most of a queue)."""
+    from broker.dispatch.hold import Hold, hold
+
+    if settings.hold_hours <= 0 or not steered(
+        spec.requirements.spot, spec.runtime.deadline is not None
+    ):
+        free = Hold(False, "not held: not steered by a spot policy")
+        return lambda now: free
+    last = last_reclaim(store, job)
+    if last is None:
+        free = Hold(False, "not held: never reclaimed")
+        return lambda now: free
+    ask_at = market_asks(store, job, spec, settings, often)
+    return lambda now: hold(ask_at(now), settings)
 
 
 def choices(

@@ -10,6 +10,7 @@ the same rules and differ only in how they keep their books.
 | `settings` | `DispatchSettings`: the spot policy and the knobs every engine shares |
 | `market` | which market a deadline job may use now (the spot policy's say) |
 | `home` | whether a reclaimed job waits for spot where its checkpoint is |
+| `hold` | whether a job reclaimed lately plans nothing for a while (flaps skipped) |
 | `pool` | whether a job waits for a full on-prem pool or bursts to a cloud (Starburst) |
 | `gangs` | where an N-node gang may go (the provider's `Gangs`), a spot gang's reclaim rate |
 """

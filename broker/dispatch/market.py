@@ -25,6 +25,8 @@ class MarketAsk:
     `work_done` is work that survives a restart (checkpointed, or running now), less
     what each start spent before working; `checkpoint_hours` is the interval between
     checkpoints (None: the job keeps none, so a reclaim loses everything).
+    `since_reclaim` and `reclaimed_often` are for the hold after a reclaim
+    (`broker.dispatch.hold`); the spot policy does not read them.
     """
 
     elapsed: float
@@ -33,6 +35,8 @@ class MarketAsk:
     work_done: float
     restart_hours: float
     checkpoint_hours: float | None
+    since_reclaim: float = math.inf  # hours since the job's last reclaim
+    reclaimed_often: bool = False  # that reclaim's place reclaims at least as its catalog says
 
 
 def spot_state(

@@ -42,6 +42,12 @@ class DispatchSettings:
       share of its price, when the saving pays for the move (`broker.dispatch.move`;
       0: never moves). 0.5: only a gap a job gets stuck in, not zones a few percent
       apart.
+    - `hold_hours`, `hold_margin` (W, X): a job reclaimed less than W hours ago, at a
+      place that has reclaimed at least as often as its catalog says, plans nothing
+      while its spare stays W + X above the line where its policy would send it to
+      on-demand (`broker.dispatch.hold`; 0: never held). After our own reclaim the zone
+      often sells again for minutes and takes the new instance back (a "flap"): waiting
+      W skips most of them (V100 39.40 -> 38.78 USD, docs/benchmarks.md).
     """
 
     spot_policy: Any = None
@@ -52,6 +58,8 @@ class DispatchSettings:
     pass_hours: float = 0.0
     pool_wait_factor: float = 1.0
     move_below: float = 0.5
+    hold_hours: float = 1.2
+    hold_margin: float = 1.0
 
     def policy(self) -> Any:
         """The spot policy in force."""

@@ -421,4 +421,5 @@ def job_label(job: QueuedJob) -> str:
 
 
 def _when(moment: datetime) -> str:
-    return moment.astimezone(UTC).strftime("%Y-%m-%dT%H:%MZ")
+    utc = moment.astimezone(UTC)
+    return f"{utc.year:04d}{utc:-%m-%dT%H:%MZ}"

@@ -8,7 +8,7 @@ from typing import Literal
 # Why a job waits (or how it launches): the first words of its reason, as a value.
 Category = Literal[
     "", "quota", "budget", "capacity", "lower priority", "fair share", "backfill",
-    "preemption", "infeasible", "cooling down", "error",
+    "preemption", "infeasible", "cooling down", "held", "error",
 ]  # fmt: skip
 
 
@@ -18,8 +18,9 @@ class Verdict:
 
     `category` says why: for "wait" one of quota, budget, capacity, lower priority,
     fair share, backfill, infeasible (no placement at all), cooling down (its only
-    places are closed for spot a while), error (the broker's code raised on the job:
-    broker.controller.isolation); for "launch" it is ""
+    places are closed for spot a while), held (reclaimed lately: broker.dispatch.hold),
+    error (the broker's code raised on the job: broker.controller.isolation); for
+    "launch" it is ""
     unless the launch is a backfill or preempts. `reason` is the sentence users read,
     which starts with the category ("quota: team nlp at 8/8 GPUs, ...").
     """

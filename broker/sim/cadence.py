@@ -14,6 +14,8 @@ could act on is provably idle until later, that later pass:
   leaves the cool-down's 4-hour window (`broker.recovery.HISTORY`), or at the first pass
   at which its spot policy would answer otherwise (`broker.dispatch.cadence.first_change`;
   asked with and without spot on sale, as stay-home asks both);
+- a queued job **held after a reclaim** (`broker.dispatch.hold`) plans nothing until its
+  hold ends: W after the reclaim, or the first pass its spare no longer affords it;
 - a **policy-steered on-demand run** may go back to spot (`Controller._back_to_spot`) at
   the first pass at which its policy would say "spot";
 - a plain running attempt is never acted on between events.
@@ -155,6 +157,9 @@ class Cadence:
 
         settings = self.controller.settings
         store = _Reads(self.controller.store)  # read once for every question below
+        held = self._held_wake(job, store, now)
+        if held is not None:
+            return held
         home = checkpoint_place(store, job)
         spec = with_checkpoint_at(self._spec(job), home, True)  # a store per place
         requirements = spec.requirements
@@ -206,6 +211,28 @@ class Cadence:
         found = [w for w in wakes if w is not None]
         wake = min(found) if found else grid_from(deadline, self.step)
         return (wake if refused is None else min(wake, refused)), through
+
+    def _held_wake(self, job: Job, store: _Reads, now: float) -> tuple[float, float] | None:
+        """For a job held after a reclaim (`broker.dispatch.hold`), the first pass at which
+        it no longer is: W after the reclaim, or earlier when its spare stops affording
+        the hold (it only shrinks while the job waits), found by bisection; and the last
+        moment it is known held (`_queued_wake_now`). None when it is not held now. The
+        learned rate it asks is the one known at the reclaim, so other jobs' runs change
+        nothing."""
+        from broker.controller.steering import holds_at, reclaims_often_in
+
+        controller = self.controller
+        often = reclaims_often_in(controller.store, controller.index_of(self.provider).offers)
+        held_at = holds_at(self._spec(job), job, store, controller.settings, often)
+        now_held = held_at(self._at(now))
+        if not now_held.held:
+            return None
+        until = grid_from(now + now_held.ends_in, self.step)
+        wake = self._first_change(
+            ("held", job.id), lambda t: str(held_at(self._at(t)).held), now, until
+        )
+        through = self._same_through(wake, now, until)
+        return (wake if wake is not None else grid_after(until, self.step)), through
 
     def _refused(self, job: Job, now: float) -> float | None:
         """The last moment through which the planner provably refuses `job`

@@ -43,6 +43,9 @@ class SimPolicy:
     pool_wait_factor: float = 0.0
     # move a steered spot run to spot at most this share of its price (broker.dispatch.move)
     move_below: float = 0.0
+    # hold a reclaimed job W hours while its spare affords W + X (broker.dispatch.hold)
+    hold_hours: float = 0.0
+    hold_margin: float = 0.0
     params: Mapping[str, Any] = field(default_factory=dict)
 
     def settings(self, restart_hours: float, pass_hours: float) -> DispatchSettings:
@@ -57,6 +60,8 @@ class SimPolicy:
             pass_hours=pass_hours,
             pool_wait_factor=self.pool_wait_factor,
             move_below=self.move_below,
+            hold_hours=self.hold_hours,
+            hold_margin=self.hold_margin,
         )
 
     def describe(self) -> dict[str, Any]:
@@ -69,6 +74,8 @@ class SimPolicy:
             "cooldown_scale": self.cooldown_scale,
             "pool_wait_factor": self.pool_wait_factor,
             "move_below": self.move_below,
+            "hold_hours": self.hold_hours,
+            "hold_margin": self.hold_margin,
             "spot_policy": self.spot_policy.describe(),
         }
 
@@ -89,7 +96,8 @@ def make(name: str, **params: Any) -> SimPolicy:
         # production's settings (DispatchSettings' defaults), what `broker run` does;
         # burst-always only never waits for a full pool
         base = DispatchSettings()
-        own = ("stay_home", "cooldown_scale", "pool_wait_factor", "strict", "move_below")
+        own = ("stay_home", "cooldown_scale", "pool_wait_factor", "strict", "move_below",
+               "hold_hours", "hold_margin")  # fmt: skip
         rules = {k: v for k, v in params.items() if k not in own}
         stay = bool(params.get("stay_home", base.stay_home))
         scale = float(params.get("cooldown_scale", base.cooldown_scale))
@@ -97,9 +105,11 @@ def make(name: str, **params: Any) -> SimPolicy:
                                 base.pool_wait_factor if name == "broker" else 0.0))  # fmt: skip
         strict = bool(params.get("strict", base.spot_strict))
         below = float(params.get("move_below", base.move_below))
+        held = float(params.get("hold_hours", base.hold_hours))
+        margin = float(params.get("hold_margin", base.hold_margin))
         return SimPolicy(name, "prefer", DeadlineAware(**rules), strict=strict, params=params,
-                         stay_home=stay, cooldown_scale=scale,
-                         pool_wait_factor=wait, move_below=below)  # fmt: skip
+                         stay_home=stay, cooldown_scale=scale, pool_wait_factor=wait,
+                         move_below=below, hold_hours=held, hold_margin=margin)  # fmt: skip
     raise ValueError(f"unknown policy {name!r}{hint(name, NAMES)}; known: {', '.join(NAMES)}")
 
 

@@ -225,17 +225,17 @@ class _Fleet(DecideSide, RunSide, SpotSide, PoolSide):
         heapq.heappush(self.soon, (wake, seq, i))
 
     def _waiters_for(self, place: int) -> list[int]:
-        """The jobs waiting for `place` that its freed room can take, first in the queue's
-        order first. (The controller plans every queued job in the pass, and the others
-        would lose the race for the room and wait again: they are left waiting.)"""
-        room = self._spot_left(place)
-        if room <= 0 or not self.spot_waiters[place]:
+        """The jobs waiting for `place`, when it has room again: all of them, decided in
+        the queue's order, as the controller plans every queued job in the pass. Those
+        the room cannot take lose the race (`_lost_race`); those whose decision takes
+        them elsewhere (kept home, held after a reclaim) leave the room to the next.
+        Deciding only as many as the room could take let a job kept home stand for one
+        that would have launched (docs/benchmarks.md, "The hold after our own reclaims,
+        built")."""
+        if self._spot_left(place) <= 0 or not self.spot_waiters[place]:
             return []
         st = self.state
-        waiting = [i for i in self.spot_waiters[place] if st[i].run is None and st[i].end is None]
-        if room >= len(waiting):
-            return waiting  # all of them: the pass decides them in the queue's order
-        return self._in_queue_order(waiting, first=int(room))
+        return [i for i in self.spot_waiters[place] if st[i].run is None and st[i].end is None]
 
     def _reconsider(self, i: int) -> None:
         """Waiting job `i` is told otherwise of spot: its policy's answer, and so its next
@@ -255,11 +255,11 @@ class _Fleet(DecideSide, RunSide, SpotSide, PoolSide):
             self._usage = (self.now, self.usage.usage(self.now))
         return self._usage[1]
 
-    def _in_queue_order(self, jobs, first: int | None = None) -> list[int]:
+    def _in_queue_order(self, jobs) -> list[int]:
         state = self.state
         chosen = [i for i in jobs if state[i].run is None and state[i].end is None]
         if len(chosen) < 2:
-            return chosen if first is None else chosen[:first]
+            return chosen
         return queue_order(
             chosen,
             priority=self.priority,
@@ -267,7 +267,6 @@ class _Fleet(DecideSide, RunSide, SpotSide, PoolSide):
             queued_at=self.submitted,  # the store's queued_at: a job's submission, kept
             usage=self._team_usage,
             teams=self.teams,
-            first=first,
         )
 
 

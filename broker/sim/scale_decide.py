@@ -8,9 +8,11 @@ The questions are the controller's (`broker.dispatch.market`, `broker.dispatch.h
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Hashable
 
-from broker.dispatch.cadence import first_change, grid_from, grid_index_after
+from broker.dispatch.cadence import first_change, grid_after, grid_from, grid_index_after
+from broker.dispatch.hold import hold
 from broker.dispatch.home import stays_home
 from broker.dispatch.market import MarketAsk, choose_market, spot_only
 from broker.sim.scale_spot import RETRY
@@ -32,6 +34,8 @@ class DecideSide:
             self.spot_waiters[place].pop(i, None)
         self._unwatch(i)
         self._unqueue(i)
+        if self._held(i):
+            return
         markets, choice = self._markets(i)
         home = self._home(i, choice)
         pool_pick: Option | None = None
@@ -58,6 +62,27 @@ class DecideSide:
         if cloud is not None:
             return self._launch(i, cloud, steered=choice == "on-demand")
         self._wait(i, choice)
+
+    def _held(self, i: int) -> bool:
+        """Whether job `i` is held after its last reclaim (`broker.dispatch.hold`): then it
+        plans nothing and is decided again at the first pass its hold no longer holds (W
+        after the reclaim, or earlier when its spare stops affording it)."""
+        st = self.state[i]
+        if st.reclaimed_at is None or self.jobs[i].deadline_hours is None:
+            return False
+        if self.policy.spot != "prefer":
+            return False
+        held = hold(self._ask(i, self.now, st.saved), self.settings)
+        if not held.held:
+            return False
+        until = grid_from(self.now + held.ends_in, self.step)
+
+        def answer(t: float) -> str:
+            return str(hold(self._ask(i, t, st.saved), self.settings).held)
+
+        wake = self._first_change((i, "held", st.reclaimed_at, st.saved), answer, until)
+        self._retry(i, wake if wake is not None else grid_after(until, self.step))
+        return True
 
     def _markets(self, i: int) -> tuple[tuple[str, ...], str]:
         """The cloud markets this decision may use, and the spot policy's choice ("" when
@@ -109,7 +134,7 @@ class DecideSide:
 
     def _ask(self, i: int, at: float, done: float) -> MarketAsk:
         """Job `i`'s situation at hour `at`, as the controller's `market_ask` has it."""
-        job = self.jobs[i]
+        job, st = self.jobs[i], self.state[i]
         return MarketAsk(
             elapsed=max(0.0, at - job.submit_hours),  # events within 1e-9 h are one pass
             deadline=self.deadline[i],  # type: ignore[arg-type]
@@ -117,6 +142,8 @@ class DecideSide:
             work_done=done,
             restart_hours=self.restart,
             checkpoint_hours=job.checkpoint_minutes / 60 if job.checkpoint_minutes else None,
+            since_reclaim=at - st.reclaimed_at if st.reclaimed_at is not None else math.inf,
+            reclaimed_often=st.reclaimed_often,
         )
 
     def _next_change(self, i: int) -> float:

@@ -39,6 +39,8 @@ class JobState:
     back: int = 0  # the sequence number of its pending back-to-spot check (0: none)
     asked_open: bool = False  # what its policy was last told of spot
     moved: bool = False  # its last run stopped to move to cheaper spot (no stay-home)
+    reclaimed_at: float | None = None  # the hour of its last reclaim (None: none yet)
+    reclaimed_often: bool = False  # that place reclaimed at least as its catalog says then
 
 
 class RunSide:

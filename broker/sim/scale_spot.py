@@ -31,6 +31,7 @@ from datetime import timedelta
 from typing import TYPE_CHECKING
 
 from broker.dispatch.cadence import grid_after, grid_from
+from broker.learned_rates import at_least_prior
 from broker.recovery import HISTORY
 
 if TYPE_CHECKING:
@@ -177,7 +178,7 @@ class SpotSide:
     def _tick(self, t: float) -> list[int]:
         """Apply every count that changes at `t`; the reclaimed jobs (returned) decide
         again in this pass, with the jobs waiting where spot opened."""
-        reclaimed = []
+        reclaimed, where = [], []
         for place, count in self.changes[t]:
             room = count * self.scale
             before = self.spot_room[place]
@@ -186,9 +187,17 @@ class SpotSide:
             self.touched.add(place)
             runs = self.spot_runs[place]
             while len(runs) > room:
+                where.append((runs[-1].option.rate_key, runs[-1].option.rate))
                 reclaimed.append(self._reclaim(runs[-1]))
             if room > before:
                 self.freed[place] = None
+        # the learned rate as known at the reclaim, every reclaim of this step counted (the
+        # controller reads them from the store: broker.learned_rates.reclaims_often)
+        for i, (key, prior) in zip(reclaimed, where, strict=True):
+            st = self.state[i]
+            st.reclaimed_at = self.now
+            seen = self.rates.evidence(key, self.now) if key is not None else None
+            st.reclaimed_often = at_least_prior(prior, seen)
         return reclaimed
 
     def _reclaim(self, run: _Run) -> int:

@@ -277,7 +277,8 @@ def ts_text(moment: datetime) -> str:
     many rows with the same moment (equal moments, whatever their zone, give one text)."""
     if moment.tzinfo is None:
         raise ValueError("naive datetime: the clock must give timezone-aware UTC times")
-    return moment.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+    utc = moment.astimezone(UTC)
+    return f"{utc.year:04d}{utc:-%m-%dT%H:%M:%S.%fZ}"  # glibc's %Y drops a year's leading 0s
 
 
 def parse_ts(text: str | None) -> datetime | None:

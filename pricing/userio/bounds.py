@@ -13,6 +13,8 @@ catalog) uses these names, so the limits are the same everywhere and documented 
 
 from __future__ import annotations
 
+from datetime import UTC, date, datetime, timedelta
+
 MAX_PRICE_PER_HOUR = 100_000.0  # USD per instance- or node-hour
 MAX_MONEY = 1_000_000_000.0  # USD: a budget, a cap, a cost
 MAX_NODES = 100_000  # nodes of a pool, of a job, instances of an offer
@@ -24,6 +26,13 @@ MAX_SIZE_GB = 10_000_000.0  # 10 PB: a checkpoint, a data input
 MAX_RATE_PER_HOUR = 1_000.0  # interruptions per hour
 MAX_PRIORITY = 1_000_000  # |priority| of a job, a weight, a share
 MAX_COUNT = 1_000_000  # any other count (restarts, jobs of a quota)
+EARLIEST_PRICE_DAY = date(2000, 1, 1)  # before any GPU was rented by the hour
+
+
+def latest_price_day(today: date | None = None) -> date:
+    """The last day a price can have been read: tomorrow (UTC; a day's grace for time
+    zones). A price "read" in the future would stay fresh for ever."""
+    return (today or datetime.now(UTC).date()) + timedelta(days=1)
 
 
 def finite_in(value: float, low: float, high: float) -> bool:

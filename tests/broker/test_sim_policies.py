@@ -73,7 +73,8 @@ STAY_TRACE = SpotTrace(
 def test_stay_home_waits_for_the_checkpoint_zone_and_pays_no_egress(tmp_path):
     scenario = Scenario(synthetic_offers((HOME, AWAY)), STAY_TRACE, [_job()],
                         restart_hours=RESTART)  # fmt: skip
-    policy = policies.make("broker", stay_home=True, cooldown_scale=0)
+    # the hold after a reclaim off (broker.dispatch.hold): stay-home alone
+    policy = policies.make("broker", stay_home=True, cooldown_scale=0, hold_hours=0)
     result, attempts = _run(scenario, policy, tmp_path / "stay")
     assert result.preemptions == 1 and result.deadline_misses == 0 and result.finished == 1
     first, second = attempts
@@ -90,7 +91,8 @@ def test_without_stay_home_the_job_moves_at_once_and_pays_egress(tmp_path):
     scenario = Scenario(synthetic_offers((HOME, AWAY)), STAY_TRACE, [_job()],
                         restart_hours=RESTART)  # fmt: skip
     moved, attempts = _run(
-        scenario, policies.make("broker", stay_home=False, cooldown_scale=0), tmp_path / "go"
+        scenario, policies.make("broker", stay_home=False, cooldown_scale=0, hold_hours=0),
+        tmp_path / "go",
     )
     first, second = attempts
     assert (first[2], second[2]) == (HOME[1], AWAY[1])
@@ -112,7 +114,7 @@ COOL_TRACE = SpotTrace({_place(HOME): Availability(STEP, (1,) * round(GONE / STE
 
 def _cool(tmp_path, scale: float):
     scenario = Scenario(synthetic_offers((HOME,)), COOL_TRACE, [_job()], restart_hours=RESTART)
-    result, attempts = _run(scenario, policies.make("broker", cooldown_scale=scale),
+    result, attempts = _run(scenario, policies.make("broker", cooldown_scale=scale, hold_hours=0),
                             tmp_path / f"scale-{scale}")  # fmt: skip
     assert result.preemptions == 1 and result.finished == 1 and result.deadline_misses == 0
     first, second = attempts

@@ -4,6 +4,8 @@ determinism, and the bursting rule's guarantees."""
 
 from __future__ import annotations
 
+import math
+
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
@@ -129,7 +131,8 @@ def test_the_scale_engine_ranks_spot_by_learned_rates_as_the_planner_does(monkey
     # catalog's rates it would not.
     from broker.sim import scale_rates
 
-    policy = policies.make("broker", cooldown_scale=0)  # no cool-down: the rates alone
+    # no cool-down: the rates alone; the reserve uncapped, as the scenario was read
+    policy = policies.make("broker", cooldown_scale=0, reserve_rate=math.inf)
     scenario = synthetic(18)
     full = simulate(scenario, policy)
     assert_agree(simulate_at_scale(scenario, policy, spot_scale=1), full)

@@ -12,6 +12,7 @@ check by hand, in both engines:
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 
 import pytest
@@ -45,10 +46,10 @@ def _hours(moment) -> float:
     return (moment - ORIGIN).total_seconds() / 3600
 
 
-def _attempts(scenario: Scenario, workdir: Path) -> tuple[float, list[tuple]]:
+def _attempts(scenario: Scenario, workdir: Path, **params) -> tuple[float, list[tuple]]:
     """The broker's cost and (start, end, market, zone, reason) of every attempt."""
     workdir.mkdir()
-    result = simulate(scenario, policies.make("broker"), workdir=workdir)
+    result = simulate(scenario, policies.make("broker", **params), workdir=workdir)
     store = StateStore.open(workdir / "state.db", FixedClock(ORIGIN))
     try:
         rows = [
@@ -207,9 +208,13 @@ def test_a_move_saves_more_than_it_costs_and_leaves_the_spare_for_a_restart(
 # --- an on-demand run goes back to spot at the line that sent it there ----------------
 
 
+UNCAPPED = {"reserve_rate": math.inf}  # the pace's own line: 0.25 h an hour for 1.5x
+
+
 def _spot_late() -> Scenario:
     """One zone selling no spot for 2.8 h, then for good. A 20 h job due in 30 h
-    (spare 10 h, reserve 0.25 x (30 - t) h at pace 0.75), a 0.2 h restart."""
+    (spare 10 h, reserve 0.25 x (30 - t) h at pace 0.75 uncapped, 0.15 x (30 - t) h
+    capped at the default reserve_rate), a 0.2 h restart."""
     return _one_zone((0,) * 28 + (1,), 20.0, 30.0, 50.0)
 
 
@@ -219,7 +224,7 @@ def test_an_on_demand_run_goes_back_to_spot_at_the_line_that_sent_it_there(tmp_p
     # 0.25 h an hour, so it is back at the line (7.3 >= 0.57 + 0.25 x (30 - t) + a step)
     # at 3.5 h. Before, it also had to rebuild the hysteresis band (another 0.2 h):
     # on demand until 4.3 h, 22.62 USD.
-    cost, rows = _attempts(_spot_late(), tmp_path / "run")
+    cost, rows = _attempts(_spot_late(), tmp_path / "run", **UNCAPPED)
     (od_start, od_end, market, _, why), back = rows
     assert market == "on-demand" and "back to spot" in why
     assert od_start == pytest.approx(2.5, abs=STEP + 1e-6)
@@ -230,10 +235,28 @@ def test_an_on_demand_run_goes_back_to_spot_at_the_line_that_sent_it_there(tmp_p
 
 @pytest.mark.parametrize("engine", ENGINES)
 def test_both_engines_go_back_to_spot_alike(engine):
+    full = simulate(_spot_late(), policies.make("broker", **UNCAPPED))
+    result = ENGINES[engine](_spot_late(), policies.make("broker", **UNCAPPED))
+    assert result.total_cost == pytest.approx(full.total_cost, abs=1e-4)
+    assert result.total_cost < 22.0 and result.deadline_misses == 0
+
+
+def test_the_capped_reserve_waits_out_what_the_pace_sent_to_on_demand(tmp_path):
+    # Capped at 0.15 h an hour, the idle job is at its line only at 5.8 h (10 - t =
+    # 0.57 + 0.15 x (30 - t)), after the zone sells again: spot from 2.8 h, no on-demand.
+    cost, rows = _attempts(_spot_late(), tmp_path / "run")
+    assert [row[2] for row in rows] == ["spot"]
+    assert rows[0][0] == pytest.approx(2.8, abs=STEP + 1e-6)
+    uncapped, _ = _attempts(_spot_late(), tmp_path / "uncapped", **UNCAPPED)
+    assert cost < uncapped
+
+
+@pytest.mark.parametrize("engine", ENGINES)
+def test_both_engines_agree_on_the_capped_reserve(engine):
     full = simulate(_spot_late(), policies.make("broker"))
     result = ENGINES[engine](_spot_late(), policies.make("broker"))
     assert result.total_cost == pytest.approx(full.total_cost, abs=1e-4)
-    assert result.total_cost < 22.0 and result.deadline_misses == 0
+    assert result.deadline_misses == 0
 
 
 def _on_demand(spare: float, **kw) -> SpotState:
@@ -244,7 +267,7 @@ def _on_demand(spare: float, **kw) -> SpotState:
 
 
 def test_back_to_spot_at_switch_threshold_plus_reserve_never_below_resume():
-    policy = DeadlineAware()  # switch 2, resume 3, pace 0.75: reserve(10) = 5 h
+    policy = DeadlineAware(**UNCAPPED)  # switch 2, resume 3, pace 0.75: reserve(10) = 5 h
     assert policy.back_at(_on_demand(6.0)) == pytest.approx(2 * 0.2 + 0.1 + 5.0)
     assert policy.choose(_on_demand(5.6)) == "spot"  # at the line (old: resume + reserve 5.7)
     assert policy.choose(_on_demand(5.4)) == "on-demand"  # below it

@@ -103,17 +103,21 @@ def test_short_of_time_counts_whole_steps():
     avail=availability,
     step=steps,
     pace=st.sampled_from([0.0, 0.5, 0.75, 1.0]),
+    rate=st.sampled_from([0.0, 0.05, 0.15, 0.5, math.inf]),
     wait=st.booleans(),
     switch=st.sampled_from([1.0, 1.5, 2.0, 3.0]),
     band=st.sampled_from([1.0, 2.0]),
 )
-def test_deadline_aware_meets_every_feasible_deadline(job, avail, step, pace, wait, switch, band):
+def test_deadline_aware_meets_every_feasible_deadline(
+    job, avail, step, pace, rate, wait, switch, band
+):
     """The bound: deadline - work >= restart overhead (a single start) suffices, for any
-    availability, step, checkpoint interval and thresholds (so the issue's bound,
+    availability, step, checkpoint interval, thresholds and reserve (so the issue's bound,
     deadline - work >= switch_margin x overhead + one step, is covered with room)."""
     policy = DeadlineAware(
-        switch_margin=switch, resume_margin=switch + band, pace=pace, wait_for_spot=wait
-    )
+        switch_margin=switch, resume_margin=switch + band, pace=pace, reserve_rate=rate,
+        wait_for_spot=wait,
+    )  # fmt: skip
     result = run(policy, job, avail, step)
     assert result.deadline_met, result
 
@@ -149,7 +153,10 @@ def test_waits_for_spot_while_the_spare_allows():
     unavailable = dict(spot_available=False, deadline=10.0)
     # 6 h spare; the default pace holds back 0.75 x 6 = 4.5 h of it: waiting still allowed.
     assert DeadlineAware().choose(state(work_left=4.0, **unavailable)) == "wait"
-    assert DeadlineAware(pace=1.0).choose(state(work_left=4.0, **unavailable)) == "on-demand"
+    uncapped = DeadlineAware(pace=1.0, reserve_rate=math.inf)  # holds all 6 h back
+    assert uncapped.choose(state(work_left=4.0, **unavailable)) == "on-demand"
+    # Capped at 0.15 h an hour left, it holds 1.5 h of the 6: waiting allowed.
+    assert DeadlineAware(pace=1.0).choose(state(work_left=4.0, **unavailable)) == "wait"
     assert DeadlineAware().choose(state(work_left=9.1, **unavailable)) == "on-demand"
     no_wait = DeadlineAware(wait_for_spot=False)
     assert no_wait.choose(state(work_left=4.0, **unavailable)) == "on-demand"
@@ -183,9 +190,9 @@ def test_hysteresis_band_holds_either_market():
 
 
 def test_pace_holds_spare_back_and_rebuilds_it_on_on_demand():
-    """pace=1: waiting is allowed only ahead of the uniform line; time on on-demand
-    rebuilds the spare measured against the shrinking reserve."""
-    policy = DeadlineAware(pace=1.0)
+    """pace=1, uncapped: waiting is allowed only ahead of the uniform line; time on
+    on-demand rebuilds the spare measured against the shrinking reserve."""
+    policy = DeadlineAware(pace=1.0, reserve_rate=math.inf)
     job = dict(deadline=20.0, work_total=10.0, restart_overhead=0.1)
     # At t=5 the line asks for 2.5 h done. 3 h done: ahead, wait. 2 h done: behind, run.
     ahead = state(elapsed=5.0, work_left=7.0, spot_available=False, **job)
@@ -224,6 +231,67 @@ def test_flapping_availability_switches_a_bounded_number_of_times(up, down, over
     assert result.switches <= 2 * math.floor(entries) + 1, result.switches
 
 
+# ---- the reserve ----
+
+
+def _reserve_state(work: float, deadline: float, elapsed: float) -> SpotState:
+    return SpotState(elapsed=elapsed, deadline=deadline, work_left=work, restart_overhead=0.2,
+                     current=None, spot_available=False, work_total=work)  # fmt: skip
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    work=st.floats(0.5, 100.0),
+    loose=st.floats(1.0, 4.0),
+    at=st.floats(0.0, 1.2),
+    pace=st.floats(0.0, 1.0),
+    rate=st.one_of(st.floats(0.0, 1.0), st.just(math.inf)),
+)
+def test_the_reserve_is_the_lesser_of_the_pace_line_and_the_rate(work, loose, at, pace, rate):
+    deadline = work * loose
+    state = _reserve_state(work, deadline, at * deadline)
+    left = max(deadline - state.elapsed, 0.0)
+    line = pace * (deadline - work) * (left / deadline)
+    cap = rate * left if left > 0 else 0.0  # (inf x 0 is not a number)
+    held = DeadlineAware(pace=pace, reserve_rate=rate).reserve(state)
+    assert held == pytest.approx(min(line, cap), rel=1e-9, abs=1e-12)
+    assert 0.0 <= held <= line + 1e-12 and held <= cap + 1e-12
+    # Uncapped it is the pace's line to the bit: today's figures stay as they were.
+    assert DeadlineAware(pace=pace, reserve_rate=math.inf).reserve(state) == line
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    work=st.floats(0.5, 100.0),
+    loose=st.floats(1.0, 4.0),
+    at=st.floats(0.0, 1.0),
+    later=st.floats(0.0, 1.0),
+    pace=st.floats(0.0, 1.0),
+    rate=st.one_of(st.floats(0.0, 2.0), st.just(math.inf)),
+)
+def test_the_reserve_sheds_at_most_an_hour_an_hour(work, loose, at, later, pace, rate):
+    """It only shrinks, and never faster than time passes: an idle job's spare above its
+    line only falls, so its answer turns from "wait" to "on-demand" once, which is what
+    the engines' wake-ups bisect for (broker.dispatch.cadence)."""
+    deadline = work * loose
+    t0, t1 = at * deadline, (at + later * (1 - at)) * deadline
+    policy = DeadlineAware(pace=pace, reserve_rate=rate)
+    r0 = policy.reserve(_reserve_state(work, deadline, t0))
+    r1 = policy.reserve(_reserve_state(work, deadline, t1))
+    assert r1 <= r0 + 1e-9
+    assert r0 - r1 <= (t1 - t0) + 1e-9
+
+
+def test_the_cap_binds_only_for_loose_deadlines():
+    policy = DeadlineAware()  # pace 0.75, at most 0.15 h an hour left
+    # 1.2x: 0.75 x 8 / 48 = 0.125 h an hour, under the cap: the pace's line.
+    assert policy.reserve(_reserve_state(40.0, 48.0, 0.0)) == pytest.approx(6.0)
+    # 1.5x (V100): 0.25 h an hour, capped at 0.15: 9 h held at the start, not 15.
+    assert policy.reserve(_reserve_state(40.0, 60.0, 0.0)) == pytest.approx(9.0)
+    assert policy.reserve(_reserve_state(40.0, 60.0, 20.0)) == pytest.approx(6.0)
+    assert DeadlineAware(reserve_rate=0.0).reserve(_reserve_state(40.0, 60.0, 0.0)) == 0.0
+
+
 def test_deadline_aware_rejects_thresholds_that_would_flap_or_miss():
     with pytest.raises(ValueError, match="switch_margin"):
         DeadlineAware(switch_margin=0.5)
@@ -231,6 +299,9 @@ def test_deadline_aware_rejects_thresholds_that_would_flap_or_miss():
         DeadlineAware(switch_margin=2.0, resume_margin=2.5)
     with pytest.raises(ValueError, match="pace"):
         DeadlineAware(pace=1.5)
+    for rate in (-0.1, math.nan):
+        with pytest.raises(ValueError, match="reserve_rate"):
+            DeadlineAware(reserve_rate=rate)
     with pytest.raises(ValueError, match="work_total"):
         DeadlineAware(pace=0.5).choose(state(work_total=None, spot_available=False))
 
@@ -333,6 +404,7 @@ def test_registry_builds_each_policy_by_name_with_parameters():
         "resume_margin": 4.0,
         "wait_for_spot": True,
         "pace": DeadlineAware().pace,
+        "reserve_rate": DeadlineAware().reserve_rate,
     }
     with pytest.raises(TypeError):
         POLICIES["mine"] = OnDemand  # type: ignore[index]

@@ -84,7 +84,8 @@ CATALOG_FAULTS: tuple[tuple[str, str], ...] = (
     ("price_on_demand", "0"), ("price_on_demand", "abc"), ("price_spot", "-inf"),
     ("accelerator_count", "1e9"), ("accelerator_count", "-1"), ("vcpus", "-5"),
     ("memory_gib", "inf"), ("spot_interruption_rate", "1e9"), ("capacity", "-1"),
-    ("as_of", "yesterday"), ("as_of", "2026-13-01"), ("cloud", "oracle"),
+    ("as_of", "yesterday"), ("as_of", "2026-13-01"), ("as_of", "1999-12-31T23:00:00"),
+    ("cloud", "oracle"),
 )  # fmt: skip
 VMS_FAULTS = (
     ("Price", "inf"),

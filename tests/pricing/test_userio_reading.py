@@ -166,6 +166,7 @@ def _catalog(tmp_path: Path, cell: str, value: str) -> Path:
         ("price_spot", "1e400", "price_spot: inf is not a sane value"),
         ("accelerator_count", "1e9", "accelerator_count: 1e+09 is not a sane value"),
         ("as_of", "yesterday", "as_of: 'yesterday': not an ISO date"),
+        ("as_of", "1999-12-31", "as_of: '1999-12-31': not a day prices were read (none"),
         ("cloud", "oracle", "cloud: 'oracle': unknown cloud"),
         ("price_on_demand", "0", "price_on_demand: must be positive or missing, never 0"),
     ],

@@ -64,8 +64,6 @@ class Cadence:
     # a queued job's wakes: job id -> ((version, store changes, an instance alive),
     # {what is sold: (from, through, before, wake)}): see `_queued_wake`
     _asked: dict[str, tuple[tuple, dict[bytes, tuple]]] = field(default_factory=dict)
-    # a steered on-demand run's wake: its key -> (store changes, from, through, wake)
-    _ran: dict[tuple, tuple[int, float, float, float | None]] = field(default_factory=dict)
     # a job's open attempts' markets: job id -> (store changes, {(market, steered)})
     _markets: dict[str, tuple[int, frozenset]] = field(default_factory=dict)
 
@@ -290,31 +288,21 @@ class Cadence:
 
     def _running_wake(self, job: Job, now: float) -> float | None:
         """When a policy-steered on-demand run would go back to spot (None: a plain run,
-        nothing to wake it for). Kept while nothing is written and whether spot is on
-        sale is the same, through the grid's last pass before that wake (its policy's
-        answer moves one way in time: `dispatch.cadence`)."""
+        nothing to wake it for)."""
         from broker.controller.steering import choices
 
         if ("on-demand", True) not in self._open_markets(job):
             return None
-        store = self.controller.store
+        store = _Reads(self.controller.store)
         spec = self._spec(job)
-        is_open = self._spot_open(spec)
-        key = ("running", job.id, is_open)
-        changes = store.changes if self.shortcuts and isinstance(store, SimStateStore) else None
-        kept = self._ran.get(key)
-        if changes is not None and kept is not None and kept[0] == changes:
-            if now == kept[1] or kept[1] < now <= kept[2]:
-                return kept[3]
         settings = self.controller.settings
-        choice_at = choices(
-            spec, job, _Reads(store), settings, current="on-demand", spot_available=is_open
-        )
-        deadline = self._deadline(job, spec)
-        wake = self._first_change(key, lambda t: choice_at(self._at(t)), now, deadline)
-        if changes is not None:
-            self._ran[key] = (changes, now, self._same_through(wake, now, deadline), wake)
-        return wake
+        is_open = self._spot_open(spec)
+
+        choice_at = choices(spec, job, store, settings, current="on-demand", spot_available=is_open)
+        return self._first_change(
+            ("running", job.id, is_open), lambda t: choice_at(self._at(t)), now,
+            self._deadline(job, spec),
+        )  # fmt: skip
 
     def _first_change(
         self, key: tuple, said: Callable[[float], str], now: float, until: float

@@ -64,8 +64,6 @@ class Cadence:
     # a queued job's wakes: job id -> ((version, store changes, an instance alive),
     # {what is sold: (from, through, before, wake)}): see `_queued_wake`
     _asked: dict[str, tuple[tuple, dict[bytes, tuple]]] = field(default_factory=dict)
-    # a job's open attempts' markets: job id -> (store changes, {(market, steered)})
-    _markets: dict[str, tuple[int, frozenset]] = field(default_factory=dict)
 
     def next_pass(self, now: float) -> float | None:
         """The next pass that may act after the one at `now` (hours from the origin);
@@ -130,12 +128,12 @@ class Cadence:
         if kept is None or kept[0] != state:
             kept = self._asked[job.id] = (state, {})
         known = kept[1].get(sold)
-        if known is not None and (now == known[0] or known[0] < now <= known[1] and now < known[2]):
+        if known is not None and known[0] <= now <= known[1] and now < known[2]:
             return known[3]
         wake, through = self._queued_wake_now(job, now)
         # a cool-down's change matters only where spot is sold (`_sells_spot`)
         cooled = through > now and not np.isnan(offers.numbers["price_spot"]).all()
-        before = self._cooling_moment(now, leaving_now=True) if cooled else math.inf
+        before = self._cooling_moment(now) if cooled else math.inf
         if len(kept[1]) >= KEPT_SALES:
             del kept[1][next(iter(kept[1]))]
         kept[1][sold] = (now, through, before, wake)
@@ -290,10 +288,12 @@ class Cadence:
         """When a policy-steered on-demand run would go back to spot (None: a plain run,
         nothing to wake it for)."""
         from broker.controller.steering import choices
+        from broker.state import OPEN_ATTEMPT
 
-        if ("on-demand", True) not in self._open_markets(job):
-            return None
         store = _Reads(self.controller.store)
+        attempts = self.controller.store.attempts(job.id, states=OPEN_ATTEMPT)
+        if not any(a.market == "on-demand" and a.placed_on.steered for a in attempts):
+            return None
         spec = self._spec(job)
         settings = self.controller.settings
         is_open = self._spot_open(spec)
@@ -337,7 +337,7 @@ class Cadence:
     def _may_move(self, unfinished: list[Job]) -> bool:
         """Whether a steered spot run may move to cheaper spot (broker.dispatch.move): it
         may when a place reopens after a cool-down, or at a provider event."""
-        from broker.state import JobState
+        from broker.state import OPEN_ATTEMPT, JobState
 
         if self.controller.settings.move_below <= 0:
             return False
@@ -347,25 +347,10 @@ class Cadence:
             spec = self._spec(job)
             if spec.runtime.deadline is None or spec.requirements.spot != "prefer":
                 continue
-            if any(market == "spot" for market, _ in self._open_markets(job)):
+            attempts = self.controller.store.attempts(job.id, states=OPEN_ATTEMPT)
+            if any(a.market == "spot" for a in attempts):
                 return True
         return False
-
-    def _open_markets(self, job: Job) -> frozenset[tuple[str, bool]]:
-        """(market, whether steered) of the job's open attempts, kept while nothing is
-        written: `next_pass` asks it of every running job, twice."""
-        from broker.state import OPEN_ATTEMPT
-
-        store = self.controller.store
-        changes = store.changes if isinstance(store, SimStateStore) else None
-        known = self._markets.get(job.id)
-        if changes is not None and known is not None and known[0] == changes:
-            return known[1]
-        attempts = store.attempts(job.id, states=OPEN_ATTEMPT)
-        markets = frozenset((a.market, bool(a.placed_on.steered)) for a in attempts)
-        if changes is not None:
-            self._markets[job.id] = (changes, markets)
-        return markets
 
     # --- cool-downs ---------------------------------------------------------------------
 
@@ -382,11 +367,10 @@ class Cadence:
         moment = self._cooling_moment(now)
         return grid_from(moment, self.step) if moment < math.inf else math.inf
 
-    def _cooling_moment(self, now: float, *, leaving_now: bool = False) -> float:
+    def _cooling_moment(self, now: float) -> float:
         """The first moment after `now` at which a cool-down may end: a closed place
         reopens, or a reclaim leaves the HISTORY window (the next cool-down there is
-        shorter); inf when none is known. `leaving_now`: a reclaim that leaves it at `now`
-        itself counts too (it counts at `now`, not a moment later)."""
+        shorter); inf when none is known."""
         from broker.recovery import HISTORY, cooling_until, recent_reclaims
 
         when = self._at(now)
@@ -395,10 +379,10 @@ class Cadence:
         times: dict[tuple, list[datetime]] = {}
         for r in reclaims:
             times.setdefault((r.cloud, r.region, r.zone, r.instance_type), []).append(r.at)
-        later = [cooling_until(sorted(ts), scale) for ts in times.values()]
-        later = [m for m in later if m > when]
-        later += [r.at + HISTORY for r in reclaims if r.at + HISTORY > when or leaving_now]
-        return min((self._hours(m) for m in later), default=math.inf)
+        moments = [cooling_until(sorted(ts), scale) for ts in times.values()]
+        moments += [r.at + HISTORY for r in reclaims]
+        later = [self._hours(m) for m in moments if m > when]
+        return min(later, default=math.inf)
 
     # --- helpers ------------------------------------------------------------------------
 

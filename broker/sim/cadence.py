@@ -27,7 +27,6 @@ any job is unfinished: the reference the skipping is tested against.
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
@@ -41,9 +40,6 @@ if TYPE_CHECKING:
     from broker.sim.provider import SimulatedProvider
     from broker.spec import JobSpec
     from broker.state import Job
-
-
-KEPT_SALES = 16  # a queued job's wakes kept per store state, one per content of the offers
 
 
 @dataclass
@@ -61,9 +57,8 @@ class Cadence:
     _refusal: tuple[tuple[str, int], object, float] | None = None
     # a policy's first change per job and question: (store changes, answer, wake)
     _woken: dict[tuple, tuple[int, str, float | None]] = field(default_factory=dict)
-    # a queued job's wakes: job id -> ((version, store changes, an instance alive),
-    # {what is sold: (from, through, before, wake)}): see `_queued_wake`
-    _asked: dict[str, tuple[tuple, dict[bytes, tuple]]] = field(default_factory=dict)
+    # a queued job's wake: job id -> ((version, moment, store changes), offers, wake)
+    _asked: dict[str, tuple[tuple, object, object]] = field(default_factory=dict)
 
     def next_pass(self, now: float) -> float | None:
         """The next pass that may act after the one at `now` (hours from the origin);
@@ -111,40 +106,20 @@ class Cadence:
     # --- a queued job -----------------------------------------------------------------
 
     def _queued_wake(self, job: Job, now: float) -> float | None | object:
-        """`_queued_wake_now`, kept per job and what is sold while nothing is written: a
-        wake found at t holds at every later moment through the last one its answer is
-        known to hold (`_queued_wake_now`) and, where spot is sold, before the next
-        cool-down change (the engine asks `idle_at(now)`, then `next_pass(now)`, and the
-        same again at the trace steps of a spot count that flaps)."""
-        import numpy as np
-
+        """`_queued_wake_now`, kept per job for one moment while nothing is written and
+        the same offers are sold: the engine asks `idle_at(now)`, then `next_pass(now)`."""
         store = self.controller.store
         if not self.shortcuts or not isinstance(store, SimStateStore):
-            return self._queued_wake_now(job, now)[0]
-        state = (job.version, store.changes, bool(self.provider.alive()))
-        offers = self.provider.offers()
-        sold = offers.numbers["price_spot"].tobytes() + offers.numbers["capacity"].tobytes()
-        kept = self._asked.get(job.id)
-        if kept is None or kept[0] != state:
-            kept = self._asked[job.id] = (state, {})
-        known = kept[1].get(sold)
-        if known is not None and known[0] <= now <= known[1] and now < known[2]:
-            return known[3]
-        wake, through = self._queued_wake_now(job, now)
-        # a cool-down's change matters only where spot is sold (`_sells_spot`)
-        cooled = through > now and not np.isnan(offers.numbers["price_spot"]).all()
-        before = self._cooling_moment(now) if cooled else math.inf
-        if len(kept[1]) >= KEPT_SALES:
-            del kept[1][next(iter(kept[1]))]
-        kept[1][sold] = (now, through, before, wake)
+            return self._queued_wake_now(job, now)
+        state, offers = (job.version, now, store.changes), self.provider.offers()
+        known = self._asked.get(job.id)
+        if known is not None and known[0] == state and known[1] is offers:
+            return known[2]
+        wake = self._queued_wake_now(job, now)
+        self._asked[job.id] = (state, offers, wake)
         return wake
 
-    def _queued_wake_now(self, job: Job, now: float) -> tuple[float | None | object, float]:
-        """The job's wake (`_ANY`: any pass may act), and the last moment through which,
-        with the store and what is sold as they are and no cool-down change, the same
-        questions give the same answer: while the policy's answer stays what it is now
-        (it moves one way in time, so up to the grid's pass before its first change) and
-        the refusal proven holds (`now` alone when not known further)."""
+    def _queued_wake_now(self, job: Job, now: float) -> float | None | object:
         from broker.controller.moving import moved_by_choice
         from broker.controller.steering import choices
         from broker.dispatch.home import stays_home
@@ -181,7 +156,7 @@ class Cadence:
         if requirements.spot != "only":
             choice = said(is_open)(now)
             if not spot_only(choice, settings):
-                return _ANY, now
+                return _ANY
         clouds, regions = requirements.clouds, requirements.regions
         if home is not None and stays_home(
             settings,
@@ -191,22 +166,19 @@ class Cadence:
         ):
             clouds, regions = (home.cloud,), (home.region,)
         refused = None  # on sale, but the planner provably refuses the job until then
-        through = math.inf
         if self._sells_spot(spec, clouds, regions):
-            through = self._refused(job, now)
-            if through is None:
-                return _ANY, now
-            refused = grid_after(through, self.step)
+            refused = self._refused(job, now)
+            if refused is None:
+                return _ANY
         if not choice:
-            return refused, through  # spot only: an event, a cool-down or the refusal's end
+            return refused  # spot only: only an event, a cool-down or the refusal's end
         deadline = self._deadline(job, spec)
         wakes = [self._first_change((job.id, is_open), said(is_open), now, deadline)]
         if home is not None:  # stay-home also asks as if no spot were on sale
             wakes.append(self._first_change((job.id, None), said(False), now, deadline))
-        through = min([through, *(self._same_through(w, now, deadline) for w in wakes)])
         found = [w for w in wakes if w is not None]
         wake = min(found) if found else grid_from(deadline, self.step)
-        return (wake if refused is None else min(wake, refused)), through
+        return wake if refused is None else min(wake, refused)
 
     def _held_wake(self, job: Job, store: _Reads, now: float) -> tuple[float, float] | None:
         """For a job held after a reclaim (`broker.dispatch.hold`), the first pass at which
@@ -231,7 +203,7 @@ class Cadence:
         return (wake if wake is not None else grid_after(until, self.step)), through
 
     def _refused(self, job: Job, now: float) -> float | None:
-        """The last moment through which the planner provably refuses `job`
+        """The first pass after the planner's provable refusal of `job` ends
         (`broker.sim.refusal`); None when it may place the job now, or when no bound is
         claimed (an instance alive adds evidence; the reference runs without it)."""
         from broker.sim.refusal import refused_through
@@ -245,19 +217,21 @@ class Cadence:
         known = self._refusal
         if known is not None and known[0] == state[:2] and known[1] is state[2]:
             if now <= known[2]:
-                return known[2]
+                return grid_after(known[2], self.step)
         through = refused_through(
             self.controller, job, now, self.step, self._cooling_wake(now), self._at
         )
         if through is None:
             return None
         self._refusal = (state[:2], state[2], through)
-        return through
+        return grid_after(through, self.step)
 
     def _sells_spot(self, spec: JobSpec, clouds: tuple, regions: tuple) -> bool:
         """Whether some place the job may use sells spot for its GPUs now and is not
         cooling down. Looser than the planner (only exact clouds and regions narrow it),
         so a False is sure."""
+        import math
+
         gpus = {a.gpu for a in spec.requirements.accelerators}
         exact = tuple(r for r in regions if not any(c in r for c in "*?["))
         if len(exact) < len(regions):
@@ -322,18 +296,6 @@ class Cadence:
             self._woken[key] = (changes, said(now), wake)
         return wake
 
-    def _same_through(self, wake: float | None, now: float, until: float) -> float:
-        """The last moment at which a policy answers as at `now`, its first change being
-        `wake` (`first_change` up to `until`): the grid's pass before the change, or the
-        last pass up to `until` when none was found (its answer there was asked)."""
-        from broker.dispatch.cadence import grid_at
-
-        if wake is not None:
-            return max(now, grid_at(round(wake / self.step) - 1, self.step))
-        if math.isinf(until):
-            return math.inf
-        return max(now, grid_at(math.floor(until / self.step + 1e-9), self.step))
-
     def _may_move(self, unfinished: list[Job]) -> bool:
         """Whether a steered spot run may move to cheaper spot (broker.dispatch.move): it
         may when a place reopens after a cool-down, or at a provider event."""
@@ -363,14 +325,8 @@ class Cadence:
         return {(u.cloud, u.region, u.zone, u.instance_type) for u in closed}
 
     def _cooling_wake(self, now: float) -> float:
-        """The first pass at which a cool-down may end (`_cooling_moment`)."""
-        moment = self._cooling_moment(now)
-        return grid_from(moment, self.step) if moment < math.inf else math.inf
-
-    def _cooling_moment(self, now: float) -> float:
-        """The first moment after `now` at which a cool-down may end: a closed place
-        reopens, or a reclaim leaves the HISTORY window (the next cool-down there is
-        shorter); inf when none is known."""
+        """The first pass at which a cool-down may end: a closed place reopens, or a
+        reclaim leaves the HISTORY window (the next cool-down there is shorter)."""
         from broker.recovery import HISTORY, cooling_until, recent_reclaims
 
         when = self._at(now)
@@ -382,7 +338,7 @@ class Cadence:
         moments = [cooling_until(sorted(ts), scale) for ts in times.values()]
         moments += [r.at + HISTORY for r in reclaims]
         later = [self._hours(m) for m in moments if m > when]
-        return min(later, default=math.inf)
+        return grid_from(min(later), self.step) if later else float("inf")
 
     # --- helpers ------------------------------------------------------------------------
 

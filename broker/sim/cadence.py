@@ -180,13 +180,12 @@ class Cadence:
         wake = min(found) if found else grid_from(deadline, self.step)
         return wake if refused is None else min(wake, refused)
 
-    def _held_wake(self, job: Job, store: _Reads, now: float) -> tuple[float, float] | None:
+    def _held_wake(self, job: Job, store: _Reads, now: float) -> float | None:
         """For a job held after a reclaim (`broker.dispatch.hold`), the first pass at which
         it no longer is: W after the reclaim, or earlier when its spare stops affording
-        the hold (it only shrinks while the job waits), found by bisection; and the last
-        moment it is known held (`_queued_wake_now`). None when it is not held now. The
-        learned rate it asks is the one known at the reclaim, so other jobs' runs change
-        nothing."""
+        the hold (it only shrinks while the job waits), found by bisection. None when it
+        is not held now. The learned rate it asks is the one known at the reclaim, so
+        other jobs' runs change nothing."""
         from broker.controller.steering import holds_at, reclaims_often_in
 
         controller = self.controller
@@ -199,8 +198,7 @@ class Cadence:
         wake = self._first_change(
             ("held", job.id), lambda t: str(held_at(self._at(t)).held), now, until
         )
-        through = self._same_through(wake, now, until)
-        return (wake if wake is not None else grid_after(until, self.step)), through
+        return wake if wake is not None else grid_after(until, self.step)
 
     def _refused(self, job: Job, now: float) -> float | None:
         """The first pass after the planner's provable refusal of `job` ends

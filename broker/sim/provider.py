@@ -19,6 +19,7 @@ to now, in time order. All state is in memory; ids are "sim-<attempt id>".
 from __future__ import annotations
 
 import math
+import os
 from collections.abc import Mapping
 from datetime import datetime, timedelta
 from pathlib import Path
@@ -72,6 +73,7 @@ class SimulatedProvider(Capacity, Billing, CheckpointStores, SpotMarket):
         self._moves = 0  # instances launched or ended so far
         self._sold: tuple[tuple[float, int], OfferTable] | None = None  # offers() last made
         self.lost_gpu_hours = 0.0
+        self._folders: dict[tuple[str, str, str], str] = {}  # `_checkpoint_folder`'s answers
 
     # --- time ------------------------------------------------------------------------
 
@@ -254,10 +256,18 @@ class SimulatedProvider(Capacity, Billing, CheckpointStores, SpotMarket):
         return free
 
     def checkpoint_store(self, job_id: str, cloud: str, region: str) -> str:
-        return str(self._checkpoint_folder(job_id, cloud, region))
+        return self._checkpoint_folder(job_id, cloud, region)
 
-    def _checkpoint_folder(self, job_id: str, cloud: str, region: str) -> Path:
-        return self.workdir / "checkpoints" / cloud / region / job_id
+    def _checkpoint_folder(self, job_id: str, cloud: str, region: str) -> str:
+        """`<workdir>/checkpoints/<cloud>/<region>/<job>`, made once per place and job: the
+        controller asks it at every reclaim and launch."""
+        key = (job_id, cloud, region)
+        folder = self._folders.get(key)
+        if folder is None:
+            folder = self._folders[key] = os.path.join(
+                self.workdir, "checkpoints", cloud, region, job_id
+            )
+        return folder
 
     def last_checkpoint_at(self, job_id: str, cloud: str, region: str) -> datetime | None:
         runs = [
@@ -300,8 +310,14 @@ class SimulatedProvider(Capacity, Billing, CheckpointStores, SpotMarket):
         """A marker file in the place's checkpoint store, so the controller's migration
         (copy and egress charge) sees a checkpoint there."""
         folder = self._checkpoint_folder(run.request.job_id, run.request.cloud, run.request.region)
-        folder.mkdir(parents=True, exist_ok=True)
-        (folder / "checkpoint").write_text(f"{run.saved_at_end:.6f}\n")
+        marker = os.path.join(folder, "checkpoint")
+        try:
+            file = open(marker, "w", encoding="utf-8")  # noqa: SIM115 (closed below)
+        except FileNotFoundError:  # the folder's first checkpoint
+            os.makedirs(folder, exist_ok=True)
+            file = open(marker, "w", encoding="utf-8")  # noqa: SIM115
+        with file:
+            file.write(f"{run.saved_at_end:.6f}\n")
 
     def _require(self, instance_id: str) -> SimRun:
         run = self._runs.get(instance_id.removeprefix(ID_PREFIX))

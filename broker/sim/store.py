@@ -25,7 +25,17 @@ from pathlib import Path
 from typing import Any
 
 from broker.state import StateStore
-from broker.state.model import Attempt, AttemptState, Event, Job, JobState, attempt_of, event_of
+from broker.state.model import (
+    Attempt,
+    AttemptState,
+    Event,
+    Job,
+    JobState,
+    LedgerEntry,
+    attempt_of,
+    event_of,
+    ledger_of,
+)
 
 
 def _settled(value: Any) -> Any:
@@ -166,6 +176,7 @@ class SimStateStore(StateStore):
 
     all_attempts = _remembered(_every_attempt, ("attempts",))  # every one, in order
     ledger = _remembered(StateStore.ledger, ("ledger", "jobs"))
+    instances = _remembered(StateStore.instances, ("instances", "attempts"))
     checkpoints = _remembered(StateStore.checkpoints, ("events",))
     lost_shares = _remembered(StateStore.lost_shares, ("events",))
     migration = _remembered(StateStore.migration, ("events",))
@@ -321,6 +332,10 @@ class SimStateStore(StateStore):
 
     def _event_of(self, row: sqlite3.Row) -> Event:
         return self._decoded(row, event_of)
+
+    def _ledger_of(self, row: sqlite3.Row) -> LedgerEntry:
+        """A ledger row decoded once per content (a pass's budget reads every entry)."""
+        return self._decoded(row, ledger_of)
 
     def _decoded(self, row: sqlite3.Row, decode: Callable[[sqlite3.Row], Any]) -> Any:
         key = (decode, tuple(row))

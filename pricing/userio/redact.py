@@ -142,17 +142,30 @@ def redact_data(value: object, text: Callable[[str], str] = redact) -> object:
     if isinstance(value, str):
         return text(value)
     if isinstance(value, dict):
-        return {
-            redact_data(key, text): MASK
-            if isinstance(key, str) and isinstance(item, str) and _names_secret(key)
-            else redact_data(item, text)
-            for key, item in value.items()
-        }
+        return _redacted_dict(value, text)
     if isinstance(value, list):
         return [redact_data(item, text) for item in value]
     if isinstance(value, tuple):
         return tuple(redact_data(item, text) for item in value)
     return value
+
+
+_AS_IS = frozenset({int, float, bool, type(None)})  # what `redact_data` returns unchanged
+
+
+def _redacted_dict(value: dict, text: Callable[[str], str]) -> dict:
+    """`redact_data` of a dict: its keys and values redacted, a text under a key that
+    names a secret masked whole; numbers and None kept without a call (an event's data is
+    mostly those)."""
+    out: dict = {}
+    for key, item in value.items():
+        named = isinstance(key, str)
+        name = text(key) if named else redact_data(key, text)
+        if isinstance(item, str):
+            out[name] = MASK if named and _names_secret(key) else text(item)
+        else:
+            out[name] = item if type(item) in _AS_IS else redact_data(item, text)
+    return out
 
 
 @functools.lru_cache(maxsize=4096)

@@ -108,15 +108,17 @@ class SimulatedProvider(Capacity, Billing, CheckpointStores, SpotMarket):
         self._synced = now
 
     def _finish_until(self, t: float) -> None:
-        for run in sorted(self._runs.values(), key=lambda r: (r.finish, r.request.attempt_id)):
-            if run.ended is None and run.finish <= t + EPS:
-                run.ended, run.state = run.finish, "succeeded"
-                self._moves += 1
-                run.progress_at_end = run.work.hours
-                run.saved_at_end = run.work.hours
-                run.last_checkpoint = run.finish
-                self.saved[run.request.job_id] = run.work.hours
-                self._write_checkpoint(run)
+        """End the runs whose work is done by `t`, in the order they finished (the runs
+        still going are picked first: a pass syncs many times, most with none to end)."""
+        due = [r for r in self._runs.values() if r.ended is None and r.finish <= t + EPS]
+        for run in sorted(due, key=lambda r: (r.finish, r.request.attempt_id)):
+            run.ended, run.state = run.finish, "succeeded"
+            self._moves += 1
+            run.progress_at_end = run.work.hours
+            run.saved_at_end = run.work.hours
+            run.last_checkpoint = run.finish
+            self.saved[run.request.job_id] = run.work.hours
+            self._write_checkpoint(run)
 
     def _preempt_at(self, t: float) -> None:
         running: dict[TracePlace, list[SimRun]] = {}

@@ -48,6 +48,9 @@ def _settled(value: Any) -> Any:
 
 
 def _copy(value: Any) -> Any:
+    kind = type(value)
+    if kind is list or kind is dict:  # the common answers, without two isinstance calls
+        return value.copy()
     if isinstance(value, list):
         return list(value)
     if isinstance(value, dict):
@@ -72,11 +75,15 @@ def _remembered(read: Callable[..., Any], tables: tuple[str, ...]) -> Callable[.
         if self._conn.in_transaction:  # inside a write: its own reads must see it
             return read(self, *args, **kwargs)
         memo = self._memo[name]
-        if not kwargs and all(type(a) in _PLAIN for a in args):  # most reads: ids only
-            answer = memo.get(args, _NONE)
-            if answer is _NONE:
-                answer = memo[args] = read(self, *args)
-            return _copy(answer)
+        if not kwargs:  # most reads: ids only, their own key
+            for a in args:
+                if type(a) not in _PLAIN:
+                    break
+            else:
+                answer = memo.get(args, _NONE)
+                if answer is _NONE:
+                    answer = memo[args] = read(self, *args)
+                return _copy(answer)
         asked = (args, tuple(kwargs.items()))  # a key as it is, when hashable
         try:
             answer = memo.get(asked, _NONE)

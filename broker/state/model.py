@@ -357,10 +357,8 @@ def version_of(row: Any) -> JobVersion:
 
 
 def attempt_of(row: Any) -> Attempt:
-    from broker.state.placed import PlacedOn
-
     price = Decimal(row["price_per_hour_usd"])
-    placed = replace(PlacedOn.from_row(json.loads(row["placement_json"])), price_per_hour=price)
+    placed = _placed_of(row["placement_json"], row["price_per_hour_usd"])
     return Attempt(
         id=row["id"], job_id=row["job_id"], number=row["number"], version=row["version"],
         placed_on=placed, market=row["market"],
@@ -370,6 +368,15 @@ def attempt_of(row: Any) -> Attempt:
         ended_at=parse_ts(row["ended_at"]), exit_code=row["exit_code"], reason=row["reason"],
         billed_hours=_dec(row["billed_hours"]),
     )  # fmt: skip
+
+
+@functools.lru_cache(maxsize=4096)
+def _placed_of(placement_json: str, price: str) -> PlacedOn:
+    """An attempt's placement as stored, at its price: remembered by its texts (it is
+    frozen, so shared), as every change of an attempt's state reads its row again."""
+    from broker.state.placed import PlacedOn
+
+    return replace(PlacedOn.from_row(json.loads(placement_json)), price_per_hour=Decimal(price))
 
 
 def instance_of(row: Any) -> InstanceRow:

@@ -58,6 +58,7 @@ def _copy(value: Any) -> Any:
     return value
 
 
+_CHANGED_ROWS = (("INSERT", ("NEW",)), ("UPDATE", ("OLD", "NEW")), ("DELETE", ("OLD",)))
 _PLAIN = (str, int, type(None))  # arguments that are their own key
 _NONE = object()  # no answer remembered
 _READS_OF: dict[str, list[str]] = {}  # table -> the remembered reads whose SQL reads it
@@ -184,9 +185,10 @@ class SimStateStore(StateStore):
     all_attempts = _remembered(_every_attempt, ("attempts",))  # every one, in order
     ledger = _remembered(StateStore.ledger, ("ledger", "jobs"))
     instances = _remembered(StateStore.instances, ("instances", "attempts"))
-    checkpoints = _remembered(StateStore.checkpoints, ("events",))
-    lost_shares = _remembered(StateStore.lost_shares, ("events",))
-    migration = _remembered(StateStore.migration, ("events",))
+    # events of one kind (`_watch`: an event forgets only the reads of its kind)
+    checkpoints = _remembered(StateStore.checkpoints, ("events:checkpoint",))
+    lost_shares = _remembered(StateStore.lost_shares, ("events:attempt_finished",))
+    migration = _remembered(StateStore.migration, ("events:checkpoint_migrated",))
 
     @property
     def changes(self) -> int:
@@ -219,15 +221,21 @@ class SimStateStore(StateStore):
     def _watch(self) -> None:
         """Temporary triggers that tell which tables a write changes, so a write forgets
         only the reads of those tables (an interrupted attempt's events and ledger rows
-        leave the jobs' manifests remembered). TEMP: they live in the connection's temp
+        leave the jobs' manifests remembered); of the events, which kinds (a notice leaves
+        the checkpoints remembered). TEMP: they live in the connection's temp
         schema, never in the state file (`serialize` writes the main database only)."""
         self._conn.create_function("sim_touched", 1, self._touched.add, deterministic=False)
         self._conn.create_function("sim_attempt", 1, self._attempt_changed, deterministic=False)
-        for table in sorted(_READS_OF):  # the others' changes forget nothing
-            for op in ("INSERT", "UPDATE", "DELETE"):
+        # a read of `table:<kind>` reads the rows of one kind (events): those rows tell it
+        tables = sorted({name.partition(":")[0] for name in _READS_OF})
+        for table in tables:  # the others' changes forget nothing
+            kinds = any(name.startswith(f"{table}:") for name in _READS_OF)
+            for op, rows in _CHANGED_ROWS:
+                told = [f"'{table}:' || {row}.kind" for row in rows] if kinds else [f"'{table}'"]
+                calls = " ".join(f"SELECT sim_touched({what});" for what in told)
                 self._conn.execute(
                     f"CREATE TEMP TRIGGER sim_{op.lower()}_{table} AFTER {op} ON main.{table}"
-                    f" BEGIN SELECT sim_touched('{table}'); END"
+                    f" BEGIN {calls} END"
                 )
         for op, row in (("INSERT", "NEW"), ("UPDATE", "NEW"), ("DELETE", "OLD")):
             self._conn.execute(
@@ -329,9 +337,8 @@ class SimStateStore(StateStore):
         known += super().events(job_id, known[-1].id if known else 0)
         return [e for e in known if e.id > after] if after else list(known)
 
-    def _redacted(self, text: str) -> str:
-        """`StateStore._redacted`, remembered for the process (`_redacted`)."""
-        return _redacted(text)
+    # `StateStore._redacted`, remembered for the process (called as the function itself)
+    _redacted = staticmethod(_redacted)  # type: ignore[assignment]
 
     def _attempt_of(self, row: sqlite3.Row) -> Attempt:
         """An attempt row decoded once per content (a pass re-reads every attempt)."""

@@ -7,7 +7,8 @@ public read is remembered until the next write transaction, so a question asked 
 before anything changed is answered from memory. Nothing else differs: the writes,
 the schema, the SQL and the decoding are the production store's, and every answer is
 what the production store would give (its values are frozen dataclasses; lists and
-dicts are handed out as copies). Likewise a row is decoded once per content, and a text's
+dicts are handed out as copies). Likewise an attempt or ledger row is decoded once per
+content (a job's events are read once each, as they are appended), and a text's
 redaction is remembered for the process, not only for one store. A simulator's store need
 not survive a crash, so it is held in memory while the run lasts (a copy of a file migrated
 once per process) and written to its file when closed.
@@ -33,7 +34,6 @@ from broker.state.model import (
     JobState,
     LedgerEntry,
     attempt_of,
-    event_of,
     ledger_of,
 )
 
@@ -343,9 +343,6 @@ class SimStateStore(StateStore):
     def _attempt_of(self, row: sqlite3.Row) -> Attempt:
         """An attempt row decoded once per content (a pass re-reads every attempt)."""
         return self._decoded(row, attempt_of)
-
-    def _event_of(self, row: sqlite3.Row) -> Event:
-        return self._decoded(row, event_of)
 
     def _ledger_of(self, row: sqlite3.Row) -> LedgerEntry:
         """A ledger row decoded once per content (a pass's budget reads every entry)."""

@@ -298,9 +298,14 @@ def _json_default(value: object) -> object:
     raise TypeError(f"cannot store {type(value).__name__} as JSON")
 
 
+# `json.dumps` with these arguments, made once (`dumps` builds an encoder per call when
+# given any); an encoder keeps no state between calls
+_CANONICAL = json.JSONEncoder(sort_keys=True, separators=(",", ":"), default=_json_default)
+
+
 def json_text(value: Any) -> str:
     """Canonical JSON (sorted keys); datetimes, timedeltas and Decimals as text/seconds."""
-    return json.dumps(value, sort_keys=True, separators=(",", ":"), default=_json_default)
+    return _CANONICAL.encode(value)
 
 
 # --- rows to values (a row is anything indexable by column name, e.g. sqlite3.Row) ---

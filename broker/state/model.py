@@ -376,12 +376,18 @@ def attempt_of(row: Any) -> Attempt:
 
 
 @functools.lru_cache(maxsize=4096)
-def _placed_of(placement_json: str, price: str) -> PlacedOn:
-    """An attempt's placement as stored, at its price: remembered by its texts (it is
-    frozen, so shared), as every change of an attempt's state reads its row again."""
+def placed_of(placement_json: str) -> PlacedOn:
+    """An attempt's `placement_json` decoded, remembered by its text (it is frozen, so
+    shared): every change of an attempt's state reads its row again."""
     from broker.state.placed import PlacedOn
 
-    return replace(PlacedOn.from_row(json.loads(placement_json)), price_per_hour=Decimal(price))
+    return PlacedOn.from_row(json.loads(placement_json))
+
+
+@functools.lru_cache(maxsize=4096)
+def _placed_of(placement_json: str, price: str) -> PlacedOn:
+    """`placed_of` at the attempt's price, remembered as it is."""
+    return replace(placed_of(placement_json), price_per_hour=Decimal(price))
 
 
 def instance_of(row: Any) -> InstanceRow:

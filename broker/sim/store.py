@@ -197,12 +197,15 @@ class SimStateStore(StateStore):
         return self._changed
 
     @classmethod
-    def open_fast(cls, path, clock, *, new_id: Callable[[], str]) -> SimStateStore:
+    def open_fast(
+        cls, path, clock, *, new_id: Callable[[], str], kept: bool = True
+    ) -> SimStateStore:
         """A new state at `path`, held in memory while the simulation runs and written to
-        the file when closed: a copy of a file `StateStore.open` created and migrated at
-        the same moment (`_migrated`), so migrations run once per process, and no write
-        waits for a file's locks or journal. A simulator's store is thrown away; the
-        schema, the SQL and the rows are the production store's."""
+        the file when closed (`kept`; not for a run whose folder is thrown away): a copy
+        of a file `StateStore.open` created and migrated at the same moment
+        (`_migrated`), so migrations run once per process, and no write waits for a
+        file's locks or journal. A simulator's store is thrown away; the schema, the SQL
+        and the rows are the production store's."""
         from broker.state.model import StateError
         from broker.state.sqlite_backend import SqliteBackend
 
@@ -214,7 +217,7 @@ class SimStateStore(StateStore):
         conn.row_factory = sqlite3.Row
         conn.execute("PRAGMA foreign_keys = ON")  # as StateStore.open sets it
         store = cls(conn, clock, file, new_id, SqliteBackend(file))
-        store._file = file
+        store._file = file if kept else None
         store._watch()
         return store
 
@@ -232,16 +235,13 @@ class SimStateStore(StateStore):
             kinds = any(name.startswith(f"{table}:") for name in _READS_OF)
             for op, rows in _CHANGED_ROWS:
                 told = [f"'{table}:' || {row}.kind" for row in rows] if kinds else [f"'{table}'"]
-                calls = " ".join(f"SELECT sim_touched({what});" for what in told)
+                calls = [f"SELECT sim_touched({what});" for what in told]
+                if table == "attempts":  # and which rows, read again alone (`_every_attempt`)
+                    calls += [f"SELECT sim_attempt({row}.rowid);" for row in rows]
                 self._conn.execute(
                     f"CREATE TEMP TRIGGER sim_{op.lower()}_{table} AFTER {op} ON main.{table}"
-                    f" BEGIN {calls} END"
+                    f" BEGIN {' '.join(calls)} END"
                 )
-        for op, row in (("INSERT", "NEW"), ("UPDATE", "NEW"), ("DELETE", "OLD")):
-            self._conn.execute(
-                f"CREATE TEMP TRIGGER sim_{op.lower()}_attempt AFTER {op} ON main.attempts"
-                f" BEGIN SELECT sim_attempt({row}.rowid); END"
-            )
         self._watching = True
 
     def close(self) -> None:

@@ -7,8 +7,9 @@ public read is remembered until the next write transaction, so a question asked 
 before anything changed is answered from memory. Nothing else differs: the writes,
 the schema, the SQL and the decoding are the production store's, and every answer is
 what the production store would give (its values are frozen dataclasses; lists and
-dicts are handed out as copies). Likewise an attempt or ledger row is decoded once per
-content (a job's events are read once each, as they are appended), and a text's
+dicts are handed out as copies). Likewise a ledger row is decoded once per content (an
+attempt's row is read again only when it changed, a job's events once each, as they are
+appended; an attempt's placement is decoded once per text: `placed_of`), and a text's
 redaction is remembered for the process, not only for one store. A simulator's store need
 not survive a crash, so it is held in memory while the run lasts (a copy of a file migrated
 once per process) and written to its file when closed; its connection serves the next run
@@ -35,7 +36,6 @@ from broker.state.model import (
     Job,
     JobState,
     LedgerEntry,
-    attempt_of,
     ledger_of,
 )
 
@@ -420,10 +420,6 @@ class SimStateStore(StateStore):
 
     # `StateStore._redacted`, remembered for the process (called as the function itself)
     _redacted = staticmethod(_redacted)  # type: ignore[assignment]
-
-    def _attempt_of(self, row: sqlite3.Row) -> Attempt:
-        """An attempt row decoded once per content (a pass re-reads every attempt)."""
-        return self._decoded(row, attempt_of)
 
     def _ledger_of(self, row: sqlite3.Row) -> LedgerEntry:
         """A ledger row decoded once per content (a pass's budget reads every entry)."""

@@ -66,7 +66,7 @@ class SimulatedProvider(Capacity, Billing, CheckpointStores, SpotMarket):
         self.saved: dict[str, float] = {}  # job id -> progress at its last checkpoint
         self._runs: dict[str, SimRun] = {}
         self._notices: list[InterruptionNotice] = []
-        self._synced = 0.0
+        self._synced: tuple[float, int] | None = None  # (now, moves) after the last sync
         self._ticks = sorted({t for a in spot.places.values() for t in a.changes()})
         self._tick_at = 0
         self.preemptions = 0
@@ -99,13 +99,15 @@ class SimulatedProvider(Capacity, Billing, CheckpointStores, SpotMarket):
     def sync(self) -> None:
         """Play every trace step and instance end up to the clock's now, in time order."""
         now = self.hours()
+        if self._synced == (now, self._moves):  # nothing launched or ended since, no time
+            return  # passed: nothing is due that was not played then (a pass syncs often)
         while self._tick_at < len(self._ticks) and self._ticks[self._tick_at] <= now + EPS:
             tick = self._ticks[self._tick_at]
             self._finish_until(tick)
             self._preempt_at(tick)
             self._tick_at += 1
         self._finish_until(now)
-        self._synced = now
+        self._synced = (now, self._moves)
 
     def _finish_until(self, t: float) -> None:
         """End the runs whose work is done by `t`, in the order they finished (the runs

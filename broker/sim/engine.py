@@ -76,8 +76,8 @@ def simulate(
         shm = Path("/dev/shm")
         root = shm if shm.is_dir() and _writable(shm) else None
         with tempfile.TemporaryDirectory(prefix="broker-sim-", dir=root) as tmp:
-            return simulate(scenario, policy, progress=progress, workdir=Path(tmp),
-                            every_step=every_step, reference=reference)  # fmt: skip
+            # the folder goes with the run: its state need not be written out
+            return _run(scenario, policy, progress, Path(tmp), every_step, reference, kept=False)
     return _run(scenario, policy, progress, workdir, every_step, reference)
 
 
@@ -94,6 +94,7 @@ def _run(
     workdir: Path,
     every_step: bool,
     reference: bool = False,
+    kept: bool = True,
 ) -> PolicyResult:
     from broker.clock import FixedClock
     from broker.controller import Controller
@@ -112,7 +113,7 @@ def _run(
     if reference:
         store = StateStore.open(path, clock, new_id=new_id)
     else:
-        store = SimStateStore.open_fast(path, clock, new_id=new_id)
+        store = SimStateStore.open_fast(path, clock, new_id=new_id, kept=kept)
     speed = {m.name: m.relative_throughput for m in GPU_MODELS}
     provider = SimulatedProvider(
         scenario.offers,

@@ -19,6 +19,7 @@ to now, in time order. All state is in memory; ids are "sim-<attempt id>".
 from __future__ import annotations
 
 import math
+import os
 from collections.abc import Mapping
 from datetime import datetime, timedelta
 from pathlib import Path
@@ -65,13 +66,14 @@ class SimulatedProvider(Capacity, Billing, CheckpointStores, SpotMarket):
         self.saved: dict[str, float] = {}  # job id -> progress at its last checkpoint
         self._runs: dict[str, SimRun] = {}
         self._notices: list[InterruptionNotice] = []
-        self._synced = 0.0
+        self._synced: tuple[float, int] | None = None  # (now, moves) after the last sync
         self._ticks = sorted({t for a in spot.places.values() for t in a.changes()})
         self._tick_at = 0
         self.preemptions = 0
         self._moves = 0  # instances launched or ended so far
         self._sold: tuple[tuple[float, int], OfferTable] | None = None  # offers() last made
         self.lost_gpu_hours = 0.0
+        self._folders: dict[tuple[str, str, str], str] = {}  # `_checkpoint_folder`'s answers
 
     # --- time ------------------------------------------------------------------------
 
@@ -97,24 +99,28 @@ class SimulatedProvider(Capacity, Billing, CheckpointStores, SpotMarket):
     def sync(self) -> None:
         """Play every trace step and instance end up to the clock's now, in time order."""
         now = self.hours()
+        if self._synced == (now, self._moves):  # nothing launched or ended since, no time
+            return  # passed: nothing is due that was not played then (a pass syncs often)
         while self._tick_at < len(self._ticks) and self._ticks[self._tick_at] <= now + EPS:
             tick = self._ticks[self._tick_at]
             self._finish_until(tick)
             self._preempt_at(tick)
             self._tick_at += 1
         self._finish_until(now)
-        self._synced = now
+        self._synced = (now, self._moves)
 
     def _finish_until(self, t: float) -> None:
-        for run in sorted(self._runs.values(), key=lambda r: (r.finish, r.request.attempt_id)):
-            if run.ended is None and run.finish <= t + EPS:
-                run.ended, run.state = run.finish, "succeeded"
-                self._moves += 1
-                run.progress_at_end = run.work.hours
-                run.saved_at_end = run.work.hours
-                run.last_checkpoint = run.finish
-                self.saved[run.request.job_id] = run.work.hours
-                self._write_checkpoint(run)
+        """End the runs whose work is done by `t`, in the order they finished (the runs
+        still going are picked first: a pass syncs many times, most with none to end)."""
+        due = [r for r in self._runs.values() if r.ended is None and r.finish <= t + EPS]
+        for run in sorted(due, key=lambda r: (r.finish, r.request.attempt_id)):
+            run.ended, run.state = run.finish, "succeeded"
+            self._moves += 1
+            run.progress_at_end = run.work.hours
+            run.saved_at_end = run.work.hours
+            run.last_checkpoint = run.finish
+            self.saved[run.request.job_id] = run.work.hours
+            self._write_checkpoint(run)
 
     def _preempt_at(self, t: float) -> None:
         running: dict[TracePlace, list[SimRun]] = {}
@@ -254,10 +260,18 @@ class SimulatedProvider(Capacity, Billing, CheckpointStores, SpotMarket):
         return free
 
     def checkpoint_store(self, job_id: str, cloud: str, region: str) -> str:
-        return str(self._checkpoint_folder(job_id, cloud, region))
+        return self._checkpoint_folder(job_id, cloud, region)
 
-    def _checkpoint_folder(self, job_id: str, cloud: str, region: str) -> Path:
-        return self.workdir / "checkpoints" / cloud / region / job_id
+    def _checkpoint_folder(self, job_id: str, cloud: str, region: str) -> str:
+        """`<workdir>/checkpoints/<cloud>/<region>/<job>`, made once per place and job: the
+        controller asks it at every reclaim and launch."""
+        key = (job_id, cloud, region)
+        folder = self._folders.get(key)
+        if folder is None:
+            folder = self._folders[key] = os.path.join(
+                self.workdir, "checkpoints", cloud, region, job_id
+            )
+        return folder
 
     def last_checkpoint_at(self, job_id: str, cloud: str, region: str) -> datetime | None:
         runs = [
@@ -300,8 +314,14 @@ class SimulatedProvider(Capacity, Billing, CheckpointStores, SpotMarket):
         """A marker file in the place's checkpoint store, so the controller's migration
         (copy and egress charge) sees a checkpoint there."""
         folder = self._checkpoint_folder(run.request.job_id, run.request.cloud, run.request.region)
-        folder.mkdir(parents=True, exist_ok=True)
-        (folder / "checkpoint").write_text(f"{run.saved_at_end:.6f}\n")
+        marker = os.path.join(folder, "checkpoint")
+        try:
+            file = open(marker, "w", encoding="utf-8")  # noqa: SIM115 (closed below)
+        except FileNotFoundError:  # the folder's first checkpoint
+            os.makedirs(folder, exist_ok=True)
+            file = open(marker, "w", encoding="utf-8")  # noqa: SIM115
+        with file:
+            file.write(f"{run.saved_at_end:.6f}\n")
 
     def _require(self, instance_id: str) -> SimRun:
         run = self._runs.get(instance_id.removeprefix(ID_PREFIX))

@@ -102,7 +102,10 @@ def same_sale(last: OfferTable, table: OfferTable) -> bool:
     change between two tables of one `Sale`)."""
     import numpy as np
 
-    return all(
-        np.array_equal(last.numbers[n], table.numbers[n], equal_nan=True)
-        for n in ("price_spot", "capacity")
-    )
+    for name in ("price_spot", "capacity"):
+        before, now = last.numbers[name], table.numbers[name]
+        if before.tobytes() == now.tobytes():  # the same bits: the same (the common case)
+            continue
+        if not np.array_equal(before, now, equal_nan=True):
+            return False
+    return True

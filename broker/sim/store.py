@@ -7,16 +7,20 @@ public read is remembered until the next write transaction, so a question asked 
 before anything changed is answered from memory. Nothing else differs: the writes,
 the schema, the SQL and the decoding are the production store's, and every answer is
 what the production store would give (its values are frozen dataclasses; lists and
-dicts are handed out as copies). Likewise a row is decoded once per content, and a text's
+dicts are handed out as copies). Likewise a ledger row is decoded once per content (an
+attempt's row is read again only when it changed, a job's events once each, as they are
+appended; an attempt's placement is decoded once per text: `placed_of`), and a text's
 redaction is remembered for the process, not only for one store. A simulator's store need
 not survive a crash, so it is held in memory while the run lasts (a copy of a file migrated
-once per process) and written to its file when closed.
+once per process) and written to its file when closed; its connection serves the next run
+of the thread, its statements compiled once.
 """
 
 from __future__ import annotations
 
 import functools
 import sqlite3
+import threading
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from datetime import datetime
@@ -25,7 +29,15 @@ from pathlib import Path
 from typing import Any
 
 from broker.state import StateStore
-from broker.state.model import Attempt, AttemptState, Event, Job, JobState, attempt_of, event_of
+from broker.state.model import (
+    Attempt,
+    AttemptState,
+    Event,
+    Job,
+    JobState,
+    LedgerEntry,
+    ledger_of,
+)
 
 
 def _settled(value: Any) -> Any:
@@ -38,6 +50,9 @@ def _settled(value: Any) -> Any:
 
 
 def _copy(value: Any) -> Any:
+    kind = type(value)
+    if kind is list or kind is dict:  # the common answers, without two isinstance calls
+        return value.copy()
     if isinstance(value, list):
         return list(value)
     if isinstance(value, dict):
@@ -45,6 +60,8 @@ def _copy(value: Any) -> Any:
     return value
 
 
+_CHANGED_ROWS = (("INSERT", ("NEW",)), ("UPDATE", ("OLD", "NEW")), ("DELETE", ("OLD",)))
+_TRIGGER = "sim_watch_"  # the watching triggers' names begin so (`_watching_triggers`)
 _PLAIN = (str, int, type(None))  # arguments that are their own key
 _NONE = object()  # no answer remembered
 _READS_OF: dict[str, list[str]] = {}  # table -> the remembered reads whose SQL reads it
@@ -62,11 +79,15 @@ def _remembered(read: Callable[..., Any], tables: tuple[str, ...]) -> Callable[.
         if self._conn.in_transaction:  # inside a write: its own reads must see it
             return read(self, *args, **kwargs)
         memo = self._memo[name]
-        if not kwargs and all(type(a) in _PLAIN for a in args):  # most reads: ids only
-            answer = memo.get(args, _NONE)
-            if answer is _NONE:
-                answer = memo[args] = read(self, *args)
-            return _copy(answer)
+        if not kwargs:  # most reads: ids only, their own key
+            for a in args:
+                if type(a) not in _PLAIN:
+                    break
+            else:
+                answer = memo.get(args, _NONE)
+                if answer is _NONE:
+                    answer = memo[args] = read(self, *args)
+                return _copy(answer)
         asked = (args, tuple(kwargs.items()))  # a key as it is, when hashable
         try:
             answer = memo.get(asked, _NONE)
@@ -97,6 +118,54 @@ def _redacted(text: str) -> str:
     return redact(text)
 
 
+class _Watcher:
+    """What a connection's triggers call (`SimStateStore._watch`): the store that holds
+    it now. Its functions are the connection's for good, as a compiled statement keeps
+    the functions its triggers called when it was compiled."""
+
+    store: SimStateStore
+
+    def touched(self, table: str) -> None:
+        self.store._touched.add(table)
+
+    def attempt(self, rowid: int) -> None:
+        self.store._attempt_changed(rowid)
+
+
+_IDLE = threading.local()  # `conn`: a closed store's (connection, watcher), for open_fast
+
+
+def _connection(template: bytes) -> tuple[sqlite3.Connection, _Watcher]:
+    """An in-memory connection holding the database `template` (`_migrated`, its watching
+    triggers in it), with the watcher its triggers call: a closed store's connection of
+    this thread when there is one (its compiled statements outlive `deserialize`, which
+    replaces the database whole: every run's schema is the template's), else a new one."""
+    idle, _IDLE.conn = getattr(_IDLE, "conn", None), None
+    if idle is not None:
+        conn, watcher = idle
+        try:
+            conn.deserialize(template)
+            return conn, watcher
+        except sqlite3.Error:  # a statement of the last run still open, say: a new one
+            conn.close()
+    conn = sqlite3.connect(":memory:", isolation_level=None)
+    conn.deserialize(template)
+    conn.row_factory = sqlite3.Row
+    conn.execute("PRAGMA foreign_keys = ON")  # as StateStore.open sets it
+    watcher = _Watcher()
+    conn.create_function("sim_touched", 1, watcher.touched, deterministic=False)
+    conn.create_function("sim_attempt", 1, watcher.attempt, deterministic=False)
+    return conn, watcher
+
+
+@functools.cache
+def _closed() -> sqlite3.Connection:
+    """A closed connection: what a closed store holds (any use raises)."""
+    conn = sqlite3.connect(":memory:")
+    conn.close()
+    return conn
+
+
 @functools.lru_cache(maxsize=4)
 def _migrated(at: datetime) -> bytes:
     """The bytes of a new state file that `StateStore.open` created and migrated with its
@@ -112,9 +181,44 @@ def _migrated(at: datetime) -> bytes:
         conn = sqlite3.connect(file, isolation_level=None)
         try:
             conn.execute("PRAGMA journal_mode = DELETE")
+            for sql in _watching_triggers():
+                conn.execute(sql)
             return conn.serialize()
         finally:
             conn.close()
+
+
+def _watching_triggers() -> list[str]:
+    """The triggers that tell a store which tables a write changes (`SimStateStore._watch`),
+    by calling its functions `sim_touched` (a table, or `events:<kind>` for the events of
+    one kind) and `sim_attempt` (an attempt's rowid, read again alone: `_every_attempt`)."""
+    made = []
+    for table in sorted({name.partition(":")[0] for name in _READS_OF}):  # others: no one
+        kinds = any(name.startswith(f"{table}:") for name in _READS_OF)
+        for op, rows in _CHANGED_ROWS:
+            told = [f"'{table}:' || {row}.kind" for row in rows] if kinds else [f"'{table}'"]
+            calls = [f"SELECT sim_touched({what});" for what in told]
+            if table == "attempts":
+                calls += [f"SELECT sim_attempt({row}.rowid);" for row in rows]
+            made.append(
+                f"CREATE TRIGGER {_TRIGGER}{op.lower()}_{table} AFTER {op} ON {table}"
+                f" BEGIN {' '.join(calls)} END"
+            )
+    return made
+
+
+def _without_triggers(data: bytes) -> bytes:
+    """A serialized state without the watching triggers: the state file as the production
+    store writes it (its connections have no `sim_touched`)."""
+    conn = sqlite3.connect(":memory:", isolation_level=None)
+    try:
+        conn.deserialize(data)
+        sql = "SELECT name FROM sqlite_master WHERE type = 'trigger' AND name LIKE ?"
+        for (name,) in conn.execute(sql, (f"{_TRIGGER}%",)).fetchall():
+            conn.execute(f"DROP TRIGGER {name}")
+        return conn.serialize()
+    finally:
+        conn.close()
 
 
 class SimStateStore(StateStore):
@@ -133,6 +237,7 @@ class SimStateStore(StateStore):
         self._leases_only = False  # inside a heartbeat
         self._file: Path | None = None  # written when closed (`open_fast`: held in memory)
         self._events: dict[str, list[Event]] = {}  # job id -> its events read so far
+        self._watcher: _Watcher | None = None  # what the triggers call (`_watch`)
 
     # the reads the controller, recovery, steering and the cadence ask (each only reads)
     # (each only reads), with the tables their SQL reads (broker.state.reads, attempts)
@@ -166,9 +271,11 @@ class SimStateStore(StateStore):
 
     all_attempts = _remembered(_every_attempt, ("attempts",))  # every one, in order
     ledger = _remembered(StateStore.ledger, ("ledger", "jobs"))
-    checkpoints = _remembered(StateStore.checkpoints, ("events",))
-    lost_shares = _remembered(StateStore.lost_shares, ("events",))
-    migration = _remembered(StateStore.migration, ("events",))
+    instances = _remembered(StateStore.instances, ("instances", "attempts"))
+    # events of one kind (`_watch`: an event forgets only the reads of its kind)
+    checkpoints = _remembered(StateStore.checkpoints, ("events:checkpoint",))
+    lost_shares = _remembered(StateStore.lost_shares, ("events:attempt_finished",))
+    migration = _remembered(StateStore.migration, ("events:checkpoint_migrated",))
 
     @property
     def changes(self) -> int:
@@ -177,52 +284,52 @@ class SimStateStore(StateStore):
         return self._changed
 
     @classmethod
-    def open_fast(cls, path, clock, *, new_id: Callable[[], str]) -> SimStateStore:
+    def open_fast(
+        cls, path, clock, *, new_id: Callable[[], str], kept: bool = True
+    ) -> SimStateStore:
         """A new state at `path`, held in memory while the simulation runs and written to
-        the file when closed: a copy of a file `StateStore.open` created and migrated at
-        the same moment (`_migrated`), so migrations run once per process, and no write
-        waits for a file's locks or journal. A simulator's store is thrown away; the
-        schema, the SQL and the rows are the production store's."""
+        the file when closed (`kept`; not for a run whose folder is thrown away): a copy
+        of a file `StateStore.open` created and migrated at the same moment
+        (`_migrated`), so migrations run once per process, and no write waits for a
+        file's locks or journal. A simulator's store is thrown away; the schema, the SQL
+        and the rows are the production store's."""
         from broker.state.model import StateError
         from broker.state.sqlite_backend import SqliteBackend
 
         file = Path(path)
         if file.exists():
             raise StateError(f"{file}: a simulation starts from a new state file")
-        conn = sqlite3.connect(":memory:", isolation_level=None)
-        conn.deserialize(_migrated(clock.now()))
-        conn.row_factory = sqlite3.Row
-        conn.execute("PRAGMA foreign_keys = ON")  # as StateStore.open sets it
+        conn, watcher = _connection(_migrated(clock.now()))
         store = cls(conn, clock, file, new_id, SqliteBackend(file))
-        store._file = file
-        store._watch()
+        store._file = file if kept else None
+        store._watch(watcher)
         return store
 
-    def _watch(self) -> None:
-        """Temporary triggers that tell which tables a write changes, so a write forgets
-        only the reads of those tables (an interrupted attempt's events and ledger rows
-        leave the jobs' manifests remembered). TEMP: they live in the connection's temp
-        schema, never in the state file (`serialize` writes the main database only)."""
-        self._conn.create_function("sim_touched", 1, self._touched.add, deterministic=False)
-        self._conn.create_function("sim_attempt", 1, self._attempt_changed, deterministic=False)
-        for table in sorted(_READS_OF):  # the others' changes forget nothing
-            for op in ("INSERT", "UPDATE", "DELETE"):
-                self._conn.execute(
-                    f"CREATE TEMP TRIGGER sim_{op.lower()}_{table} AFTER {op} ON main.{table}"
-                    f" BEGIN SELECT sim_touched('{table}'); END"
-                )
-        for op, row in (("INSERT", "NEW"), ("UPDATE", "NEW"), ("DELETE", "OLD")):
-            self._conn.execute(
-                f"CREATE TEMP TRIGGER sim_{op.lower()}_attempt AFTER {op} ON main.attempts"
-                f" BEGIN SELECT sim_attempt({row}.rowid); END"
-            )
+    def _watch(self, watcher: _Watcher) -> None:
+        """Be the store the connection's triggers tell which tables a write changes
+        (`_watching_triggers`), so a write forgets only the reads of those tables (an
+        interrupted attempt's events and ledger rows leave the jobs' manifests
+        remembered); of the events, which kinds (a notice leaves the checkpoints
+        remembered). The triggers are in the in-memory database only: the file written
+        when it closes has none (`_without_triggers`)."""
+        watcher.store = self
+        self._watcher = watcher
         self._watching = True
 
     def close(self) -> None:
-        """Close, writing the state to its file first (when opened by `open_fast`)."""
+        """Close, writing the state to its file first (when opened by `open_fast`). The
+        connection is kept for the next `open_fast` of this thread (`_connection`), when
+        it is watched and no write is open; this store cannot use it any more."""
+        conn = self._conn
+        if conn is _closed():
+            return  # closed already
         if self._file is not None:
-            self._file.write_bytes(self._conn.serialize())
-        super().close()
+            self._file.write_bytes(_without_triggers(conn.serialize()))
+        if not self._watching or conn.in_transaction or getattr(_IDLE, "conn", None) is not None:
+            super().close()
+        else:
+            _IDLE.conn = (conn, self._watcher)
+        self._conn = _closed()  # its reads and writes fail, as a closed store's do
 
     @contextmanager
     def _write(self) -> Iterator[str]:
@@ -311,16 +418,12 @@ class SimStateStore(StateStore):
         known += super().events(job_id, known[-1].id if known else 0)
         return [e for e in known if e.id > after] if after else list(known)
 
-    def _redacted(self, text: str) -> str:
-        """`StateStore._redacted`, remembered for the process (`_redacted`)."""
-        return _redacted(text)
+    # `StateStore._redacted`, remembered for the process (called as the function itself)
+    _redacted = staticmethod(_redacted)  # type: ignore[assignment]
 
-    def _attempt_of(self, row: sqlite3.Row) -> Attempt:
-        """An attempt row decoded once per content (a pass re-reads every attempt)."""
-        return self._decoded(row, attempt_of)
-
-    def _event_of(self, row: sqlite3.Row) -> Event:
-        return self._decoded(row, event_of)
+    def _ledger_of(self, row: sqlite3.Row) -> LedgerEntry:
+        """A ledger row decoded once per content (a pass's budget reads every entry)."""
+        return self._decoded(row, ledger_of)
 
     def _decoded(self, row: sqlite3.Row, decode: Callable[[sqlite3.Row], Any]) -> Any:
         key = (decode, tuple(row))

@@ -27,6 +27,7 @@ from broker.state.model import (
     Outcome,
     decimal_text,
     json_text,
+    placed_of,
     total,
     ts_text,
 )
@@ -124,7 +125,7 @@ class AttemptWrites:
             att = self._attempt_row(attempt_id)
             if att["state"] != AttemptState.LAUNCHING:
                 return False
-            placed = PlacedOn.from_row(json.loads(att["placement_json"]))
+            placed = placed_of(att["placement_json"])
             planned = {"cloud": placed.cloud, "region": placed.region, "zone": placed.zone}
             planned["instance_type"] = placed.instance_type
             found = {k: instance.get(k, default) for k, default in planned.items()}

@@ -246,10 +246,12 @@ class LeaseWrites:
         locked it, and kept: `locked`, it already is; else it is locked first, by the
         statement sent just before, in the same round trip: waiting for another write's
         lock (`wait`, as any locking read of a job) or skipping it (the claim's: LeaseHeld
-        at once). UnknownJob when there is no such job. With the row, what `then` sent
-        after (`_claim`), or None."""
+        at once). On SQLite nothing is sent to lock it: `BEGIN IMMEDIATE` already keeps
+        every other writer out (and a second statement of the claim's SQL, sent while the
+        first is unread, would be compiled anew). UnknownJob when there is no such job.
+        With the row, what `then` sent after (`_claim`), or None."""
         locking = None
-        if not locked:
+        if not locked and _LOCK[self.dialect]:  # SQLite: `BEGIN IMMEDIATE` locked it all
             lock = _WAIT_LOCK + self._locked() if wait else claim_sql(self.dialect)
             locking = self._conn.execute(lock, (job_id,))
         full = self._conn.execute(JOB_HELD, (job_id,))  # sent before either is read

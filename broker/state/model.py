@@ -299,9 +299,14 @@ def _json_default(value: object) -> object:
     raise TypeError(f"cannot store {type(value).__name__} as JSON")
 
 
+# `json.dumps` with these arguments, made once (`dumps` builds an encoder per call when
+# given any); an encoder keeps no state between calls
+_CANONICAL = json.JSONEncoder(sort_keys=True, separators=(",", ":"), default=_json_default)
+
+
 def json_text(value: Any) -> str:
     """Canonical JSON (sorted keys); datetimes, timedeltas and Decimals as text/seconds."""
-    return json.dumps(value, sort_keys=True, separators=(",", ":"), default=_json_default)
+    return _CANONICAL.encode(value)
 
 
 # --- rows to values (a row is anything indexable by column name, e.g. sqlite3.Row) ---
@@ -358,10 +363,8 @@ def version_of(row: Any) -> JobVersion:
 
 
 def attempt_of(row: Any) -> Attempt:
-    from broker.state.placed import PlacedOn
-
     price = Decimal(row["price_per_hour_usd"])
-    placed = replace(PlacedOn.from_row(json.loads(row["placement_json"])), price_per_hour=price)
+    placed = _placed_of(row["placement_json"], row["price_per_hour_usd"])
     return Attempt(
         id=row["id"], job_id=row["job_id"], number=row["number"], version=row["version"],
         placed_on=placed, market=row["market"],
@@ -371,6 +374,21 @@ def attempt_of(row: Any) -> Attempt:
         ended_at=parse_ts(row["ended_at"]), exit_code=row["exit_code"], reason=row["reason"],
         billed_hours=_dec(row["billed_hours"]),
     )  # fmt: skip
+
+
+@functools.lru_cache(maxsize=4096)
+def placed_of(placement_json: str) -> PlacedOn:
+    """An attempt's `placement_json` decoded, remembered by its text (it is frozen, so
+    shared): every change of an attempt's state reads its row again."""
+    from broker.state.placed import PlacedOn
+
+    return PlacedOn.from_row(json.loads(placement_json))
+
+
+@functools.lru_cache(maxsize=4096)
+def _placed_of(placement_json: str, price: str) -> PlacedOn:
+    """`placed_of` at the attempt's price, remembered as it is."""
+    return replace(placed_of(placement_json), price_per_hour=Decimal(price))
 
 
 def instance_of(row: Any) -> InstanceRow:

@@ -86,6 +86,7 @@ class StateReads(StateTallies):
     # rows to values (the simulator's store remembers them: broker.sim.store)
     _attempt_of = staticmethod(attempt_of)
     _event_of = staticmethod(event_of)
+    _ledger_of = staticmethod(ledger_of)
 
     # --- reads ----------------------------------------------------------------------
 
@@ -312,7 +313,7 @@ class StateReads(StateTallies):
         where, params = _filters(("j.team", team), ("l.job_id", job_id))
         where = _period_ended(where, params, since, until)
         sql = f"{LEDGER_SELECT}{where} ORDER BY l.period_end, l.id"
-        return [ledger_of(r) for r in self._conn.execute(sql, params)]
+        return [self._ledger_of(r) for r in self._conn.execute(sql, params)]
 
     def listing(
         self,

@@ -47,10 +47,21 @@ def _named_word() -> re.Pattern[str]:
 def _clue() -> re.Pattern[str]:
     """What some pattern of `_patterns` other than the named one needs in a text to
     match: `://` (URIs), a header word, the start of a JWT, an OAuth token or a PEM
-    block, or a run of 13 or more token characters (every shape's match is one such run,
-    the shortest an AWS session token's prefix and one more). A text with none of these
-    (nor a word of `_NAMES`) is left as it is, without trying the patterns."""
-    return re.compile(r"://|(?i:authoriz|cookie|bearer)|ya29\.|eyJ|-----BEGIN|[\w~.+/=-]{13,}")
+    block, the prefix of a shape that needs no mix of cases (an AWS key id, a Google
+    refresh token, a GitHub, GitLab or Slack token, an Azure AD secret's `Q~`), or a run
+    of 13 or more token characters holding both an upper and a lower case letter: every
+    other shape's match lies in one such run (the shortest an AWS session token's prefix
+    and one more; each mixes cases; the shapes are case-sensitive). A text with none of
+    these (nor a word of `_NAMES`) is left as it is, without trying the patterns: a
+    place (`aws/us-east-1/p3.2xlarge`), a time (`2026-12-02T03:10:00Z`) or an id is
+    no clue."""
+    run = r"[\w~.+/=-]"
+    return re.compile(
+        r"://|(?i:authoriz|cookie|bearer)|ya29\.|eyJ|-----BEGIN|1//|\dQ~"
+        r"|\b(?:AKIA|ASIA|AGPA|AIDA|AROA|ANPA|ANVA|AIPA|ABIA|ACCA)"
+        r"|\b(?:ghp|gho|ghs|ghu|ghr|github_pat|glpat|xox[abpr])[_-]"
+        rf"|(?<!{run})(?={run}{{13}})(?={run}*?[A-Z])(?={run}*?[a-z])"
+    )
 
 
 @functools.cache
@@ -142,17 +153,30 @@ def redact_data(value: object, text: Callable[[str], str] = redact) -> object:
     if isinstance(value, str):
         return text(value)
     if isinstance(value, dict):
-        return {
-            redact_data(key, text): MASK
-            if isinstance(key, str) and isinstance(item, str) and _names_secret(key)
-            else redact_data(item, text)
-            for key, item in value.items()
-        }
+        return _redacted_dict(value, text)
     if isinstance(value, list):
         return [redact_data(item, text) for item in value]
     if isinstance(value, tuple):
         return tuple(redact_data(item, text) for item in value)
     return value
+
+
+_AS_IS = frozenset({int, float, bool, type(None)})  # what `redact_data` returns unchanged
+
+
+def _redacted_dict(value: dict, text: Callable[[str], str]) -> dict:
+    """`redact_data` of a dict: its keys and values redacted, a text under a key that
+    names a secret masked whole; numbers and None kept without a call (an event's data is
+    mostly those)."""
+    out: dict = {}
+    for key, item in value.items():
+        named = isinstance(key, str)
+        name = text(key) if named else redact_data(key, text)
+        if isinstance(item, str):
+            out[name] = MASK if named and _names_secret(key) else text(item)
+        else:
+            out[name] = item if type(item) in _AS_IS else redact_data(item, text)
+    return out
 
 
 @functools.lru_cache(maxsize=4096)

@@ -249,6 +249,42 @@ def test_the_in_memory_store_is_a_state_file_once_closed(tmp_path):
         SimStateStore.open_fast(file, FixedClock(ORIGIN), new_id=lambda: "c")
 
 
+def test_a_closed_stores_connection_serves_the_next_store_afresh(tmp_path):
+    """The next `open_fast` reuses a closed store's connection (its statements compiled
+    once): it starts from a new state, its remembered reads are forgotten by its own
+    writes, a statement it is the first to send too (the triggers call the store of the
+    moment), and the closed store cannot read any more."""
+    from broker.manifest.load import parse_manifest_text
+    from broker.sim.manifests import manifest_text
+
+    text = manifest_text(SimJob("one", "nlp", 0.0, "V100", 1, 1.0, None), "prefer")
+    (manifest,) = parse_manifest_text(text)
+    first = SimStateStore.open_fast(tmp_path / "a.db", FixedClock(ORIGIN), new_id=lambda: "a")
+    first.submit(manifest.spec, text, manifest.digest)
+    conn = first._conn
+    first.close()
+    with pytest.raises(sqlite3.ProgrammingError):
+        first.jobs(states=(JobState.QUEUED,))
+    first.close()  # twice: nothing more
+    second = SimStateStore.open_fast(tmp_path / "b.db", FixedClock(ORIGIN), new_id=lambda: "b")
+    try:
+        assert second._conn is conn
+        assert second.jobs() == []
+        job_id = second.submit(manifest.spec, text, manifest.digest).job_id
+        assert [j.id for j in second.jobs()] == [job_id]
+        second.transition(job_id, JobState.CANCELLED, "test")
+        assert [j.state for j in second.jobs()] == [JobState.CANCELLED]
+    finally:
+        second.close()
+    for name in ("a.db", "b.db"):  # written without the simulator's watching triggers
+        written = sqlite3.connect(tmp_path / name)
+        try:
+            kinds = {kind for (kind,) in written.execute("SELECT type FROM sqlite_master")}
+        finally:
+            written.close()
+        assert "table" in kinds and "trigger" not in kinds
+
+
 # --- the planner's answers remembered (broker.sim.plans) -------------------------------
 
 

@@ -27,6 +27,7 @@ any job is unfinished: the reference the skipping is tested against.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
@@ -59,14 +60,16 @@ class Cadence:
     _woken: dict[tuple, tuple[int, str, float | None]] = field(default_factory=dict)
     # a queued job's wake: job id -> ((version, moment, store changes), offers, wake)
     _asked: dict[str, tuple[tuple, object, object]] = field(default_factory=dict)
+    # the cool-downs' wake: ((moment, store changes), wake)
+    _cooled: tuple[tuple[float, int], float] | None = None
 
     def next_pass(self, now: float) -> float | None:
         """The next pass that may act after the one at `now` (hours from the origin);
         None when only a provider event or a submission can start anything."""
-        from broker.state import TERMINAL, JobState
+        from broker.state import JobState
 
         store = self.controller.store
-        unfinished = store.jobs(states=[s for s in JobState if s not in TERMINAL])
+        unfinished = store.jobs(states=_unfinished_states())
         if not unfinished:
             return None
         grid = grid_after(now, self.step)
@@ -93,12 +96,12 @@ class Cadence:
         """Whether a pass at `now` (store and provider as they are at `now`) provably
         does nothing: every unfinished job is queued and idle by the rules above. The
         engine then skips a trace step's pass (the step moved no instance)."""
-        from broker.state import TERMINAL, JobState
+        from broker.state import JobState
 
         if self.every_step:
             return False
         store = self.controller.store
-        unfinished = store.jobs(states=[s for s in JobState if s not in TERMINAL])
+        unfinished = store.jobs(states=_unfinished_states())
         if any(job.state is not JobState.QUEUED for job in unfinished):
             return False
         return all(self._queued_wake(job, now) is not _ANY for job in unfinished)
@@ -189,7 +192,11 @@ class Cadence:
         from broker.controller.steering import holds_at, reclaims_often_in
 
         controller = self.controller
-        often = reclaims_often_in(controller.store, controller.index_of(self.provider).offers)
+
+        def often(attempt) -> bool:  # asked only of a steered job's reclaim (most are not)
+            offers = controller.index_of(self.provider).offers
+            return reclaims_often_in(controller.store, offers)(attempt)
+
         held_at = holds_at(self._spec(job), job, store, controller.settings, often)
         now_held = held_at(self._at(now))
         if not now_held.held:
@@ -262,10 +269,10 @@ class Cadence:
         from broker.controller.steering import choices
         from broker.state import OPEN_ATTEMPT
 
-        store = _Reads(self.controller.store)
         attempts = self.controller.store.attempts(job.id, states=OPEN_ATTEMPT)
         if not any(a.market == "on-demand" and a.placed_on.steered for a in attempts):
             return None
+        store = _Reads(self.controller.store)
         spec = self._spec(job)
         settings = self.controller.settings
         is_open = self._spot_open(spec)
@@ -324,7 +331,17 @@ class Cadence:
 
     def _cooling_wake(self, now: float) -> float:
         """The first pass at which a cool-down may end: a closed place reopens, or a
-        reclaim leaves the HISTORY window (the next cool-down there is shorter)."""
+        reclaim leaves the HISTORY window (the next cool-down there is shorter). Kept for
+        the moment while nothing is written (a refusal proof, then `next_pass`, ask it)."""
+        store = self.controller.store
+        if not self.shortcuts or not isinstance(store, SimStateStore):
+            return self._cooling_wake_now(now)
+        state = (now, store.changes)
+        if self._cooled is None or self._cooled[0] != state:
+            self._cooled = (state, self._cooling_wake_now(now))
+        return self._cooled[1]
+
+    def _cooling_wake_now(self, now: float) -> float:
         from broker.recovery import HISTORY, cooling_until, recent_reclaims
 
         when = self._at(now)
@@ -365,6 +382,15 @@ class Cadence:
 
 
 _ANY = object()  # the job may act at any pass: take the next one
+
+
+@functools.cache
+def _unfinished_states() -> tuple:
+    """The job states that are not terminal, in the enum's order (one tuple: the store
+    keys a read by its hashable arguments)."""
+    from broker.state import TERMINAL, JobState
+
+    return tuple(s for s in JobState if s not in TERMINAL)
 
 
 class _Reads:

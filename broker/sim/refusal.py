@@ -62,17 +62,20 @@ def refused_through(
         return None
     from broker.learned_rates import store_runs
 
-    runs = len(store_runs(controller.store, at(now)))
     start = grid_index_after(now, step) - 1  # `now` counts as this index
     first = controller.adjusted_offers(at(now))
+    runs: list[int] = []  # the runs in the window now, counted at the first later look
 
     def refused(k: int) -> bool:
         """Refused at every pass from now through the grid's index `start + k`."""
         later = now if k == 0 else grid_at(start + k, step)
         if later >= before:
             return False
-        if k and len(store_runs(controller.store, at(later))) != runs:
-            return False  # a run left the window in between: the rates jumped
+        if k:
+            if not runs:
+                runs.append(len(store_runs(controller.store, at(now))))
+            if len(store_runs(controller.store, at(later))) != runs[0]:
+                return False  # a run left the window in between: the rates jumped
         index = first if k == 0 else _lowest_rates(first, controller.adjusted_offers(at(later)))
         if index is None:
             return False

@@ -60,6 +60,8 @@ class Cadence:
     _woken: dict[tuple, tuple[int, str, float | None]] = field(default_factory=dict)
     # a queued job's wake: job id -> ((version, moment, store changes), offers, wake)
     _asked: dict[str, tuple[tuple, object, object]] = field(default_factory=dict)
+    # a job's reads: job id -> ((version, store changes), reads)
+    _reads: dict[str, tuple[tuple[int, int], _JobReads]] = field(default_factory=dict)
     # the cool-downs' wake: ((moment, store changes), wake)
     _cooled: tuple[tuple[float, int], float] | None = None
 
@@ -130,19 +132,23 @@ class Cadence:
         from broker.recovery import checkpoint_place, with_checkpoint_at
 
         settings = self.controller.settings
-        store = _Reads(self.controller.store)  # read once for every question below
+        reads = self._reads_of(job)
+        store = reads.store
         held = self._held_wake(job, store, now)
         if held is not None:
             return held
-        home = checkpoint_place(store, job)
-        spec = with_checkpoint_at(self._spec(job), home, True)  # a store per place
+        if reads.spec is None:
+            reads.home = checkpoint_place(store, job)
+            reads.spec = with_checkpoint_at(self._spec(job), reads.home, True)  # a store per place
+        home, spec = reads.home, reads.spec
         requirements = spec.requirements
         is_open = self._spot_open(spec)
-        asked: dict[bool, Callable[[float], str]] = {}
+        asked = reads.said
 
         def said(available: bool) -> Callable[[float], str]:
             """The policy's choice at a moment (`steer`'s, as a pass asks it then), asked
-            once per moment: the bisections below ask `now` again."""
+            once per moment and store: the bisections below ask `now` again, and a later
+            moment with nothing written asks the same function."""
             if available not in asked:
                 choice_at = choices(spec, job, store, settings, spot_available=available)
                 answers: dict[float, str] = {}
@@ -182,6 +188,19 @@ class Cadence:
         found = [w for w in wakes if w is not None]
         wake = min(found) if found else grid_from(deadline, self.step)
         return wake if refused is None else min(wake, refused)
+
+    def _reads_of(self, job: Job) -> _JobReads:
+        """The job's reads and the questions made of them, kept while nothing is
+        written (`store.changes`): each is a function of the store alone (the moment is
+        asked of them), so a later moment asks the same; made afresh otherwise."""
+        store = self.controller.store
+        if not self.shortcuts or not isinstance(store, SimStateStore):
+            return _JobReads(_Reads(store))
+        state = (job.version, store.changes)
+        known = self._reads.get(job.id)
+        if known is None or known[0] != state:
+            known = self._reads[job.id] = (state, _JobReads(_Reads(store)))
+        return known[1]
 
     def _held_wake(self, job: Job, store: _Reads, now: float) -> float | None:
         """For a job held after a reclaim (`broker.dispatch.hold`), the first pass at which
@@ -272,16 +291,19 @@ class Cadence:
         attempts = self.controller.store.attempts(job.id, states=OPEN_ATTEMPT)
         if not any(a.market == "on-demand" and a.placed_on.steered for a in attempts):
             return None
-        store = _Reads(self.controller.store)
+        reads = self._reads_of(job)
         spec = self._spec(job)
         settings = self.controller.settings
         is_open = self._spot_open(spec)
-
-        choice_at = choices(spec, job, store, settings, current="on-demand", spot_available=is_open)
+        asked = ("on-demand", is_open)
+        if asked not in reads.said:
+            choice_at = choices(
+                spec, job, reads.store, settings, current="on-demand", spot_available=is_open
+            )
+            reads.said[asked] = lambda t: choice_at(self._at(t))
         return self._first_change(
-            ("running", job.id, is_open), lambda t: choice_at(self._at(t)), now,
-            self._deadline(job, spec),
-        )  # fmt: skip
+            ("running", job.id, is_open), reads.said[asked], now, self._deadline(job, spec)
+        )
 
     def _first_change(
         self, key: tuple, said: Callable[[float], str], now: float, until: float
@@ -391,6 +413,18 @@ def _unfinished_states() -> tuple:
     from broker.state import TERMINAL, JobState
 
     return tuple(s for s in JobState if s not in TERMINAL)
+
+
+@dataclass
+class _JobReads:
+    """A job's reads (`Cadence._reads_of`): the store's, where a queued job's checkpoint
+    lies and the spec priced there, and the policy's choice per `spot_available` (a
+    steered on-demand run's per ("on-demand", `spot_available`))."""
+
+    store: _Reads
+    home: object = None
+    spec: JobSpec | None = None
+    said: dict[object, Callable[[float], str]] = field(default_factory=dict)
 
 
 class _Reads:

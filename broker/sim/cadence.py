@@ -62,6 +62,8 @@ class Cadence:
     _asked: dict[str, tuple[tuple, object, object]] = field(default_factory=dict)
     # a job's reads: job id -> ((version, store changes), reads)
     _reads: dict[str, tuple[tuple[int, int], _JobReads]] = field(default_factory=dict)
+    # the rows selling spot in the provider's last table: (table, rows)
+    _sold: tuple[object, list] | None = None
     # the cool-downs' wake: ((moment, store changes), wake)
     _cooled: tuple[tuple[float, int], float] | None = None
 
@@ -254,31 +256,40 @@ class Cadence:
         """Whether some place the job may use sells spot for its GPUs now and is not
         cooling down. Looser than the planner (only exact clouds and regions narrow it),
         so a False is sure."""
-        import math
-
         gpus = {a.gpu for a in spec.requirements.accelerators}
         exact = tuple(r for r in regions if not any(c in r for c in "*?["))
         if len(exact) < len(regions):
             exact = ()  # a glob: do not narrow
-        table = self.provider.offers()
-        prices = table.numbers["price_spot"].tolist()
-        sold = [i for i, price in enumerate(prices) if not math.isnan(price)]
+        sold = self._spot_rows()
         if not sold:  # the common case on a trace's empty steps: nothing more to read
             return False
-        text = {n: table.text(n) for n in ("cloud", "region", "zone", "instance_type")}
-        accelerator = table.text("accelerator")
         closed = self._closed()
-        for i in sold:
-            if gpus and accelerator[i] not in gpus:
+        for accelerator, key in sold:
+            if gpus and accelerator not in gpus:
                 continue
-            if clouds and text["cloud"][i] not in clouds:
+            if clouds and key[0] not in clouds:
                 continue
-            if exact and text["region"][i] not in exact:
+            if exact and key[1] not in exact:
                 continue
-            key = tuple(text[n][i] for n in ("cloud", "region", "zone", "instance_type"))
             if key not in closed:
                 return True
         return False
+
+    def _spot_rows(self) -> list[tuple[str, tuple[str, str, str, str]]]:
+        """The provider's rows that sell spot now, in the table's order, as (accelerator,
+        (cloud, region, zone, instance type)); read once per table it hands out."""
+        import math
+
+        table = self.provider.offers()
+        if self._sold is not None and self._sold[0] is table:
+            return self._sold[1]
+        prices = table.numbers["price_spot"].tolist()
+        rows = [i for i, price in enumerate(prices) if not math.isnan(price)]
+        text = [table.text(n) for n in ("cloud", "region", "zone", "instance_type")]
+        accelerator = table.text("accelerator")
+        sold = [(accelerator[i], tuple(t[i] for t in text)) for i in rows]
+        self._sold = (table, sold)
+        return sold
 
     # --- a running job ----------------------------------------------------------------
 

@@ -38,6 +38,7 @@ from broker.sim.store import SimStateStore
 
 if TYPE_CHECKING:
     from broker.controller import Controller
+    from broker.dispatch.hold import Hold
     from broker.sim.provider import SimulatedProvider
     from broker.spec import JobSpec
     from broker.state import Job
@@ -136,7 +137,7 @@ class Cadence:
         settings = self.controller.settings
         reads = self._reads_of(job)
         store = reads.store
-        held = self._held_wake(job, store, now)
+        held = self._held_wake(job, reads, now)
         if held is not None:
             return held
         if reads.spec is None:
@@ -204,21 +205,26 @@ class Cadence:
             known = self._reads[job.id] = (state, _JobReads(_Reads(store)))
         return known[1]
 
-    def _held_wake(self, job: Job, store: _Reads, now: float) -> float | None:
+    def _held_wake(self, job: Job, reads: _JobReads, now: float) -> float | None:
         """For a job held after a reclaim (`broker.dispatch.hold`), the first pass at which
         it no longer is: W after the reclaim, or earlier when its spare stops affording
         the hold (it only shrinks while the job waits), found by bisection. None when it
         is not held now. The learned rate it asks is the one known at the reclaim, so
-        other jobs' runs change nothing."""
+        other jobs' runs change nothing. The hold's function is kept with the job's reads
+        for the provider's table (its catalog rate is the reclaim's prior)."""
         from broker.controller.steering import holds_at, reclaims_often_in
 
         controller = self.controller
+        table = self.provider.offers()
 
         def often(attempt) -> bool:  # asked only of a steered job's reclaim (most are not)
             offers = controller.index_of(self.provider).offers
             return reclaims_often_in(controller.store, offers)(attempt)
 
-        held_at = holds_at(self._spec(job), job, store, controller.settings, often)
+        if reads.held is None or reads.held[0] is not table:
+            made = holds_at(self._spec(job), job, reads.store, controller.settings, often)
+            reads.held = (table, made)
+        held_at = reads.held[1]
         now_held = held_at(self._at(now))
         if not now_held.held:
             return None
@@ -429,13 +435,14 @@ def _unfinished_states() -> tuple:
 @dataclass
 class _JobReads:
     """A job's reads (`Cadence._reads_of`): the store's, where a queued job's checkpoint
-    lies and the spec priced there, and the policy's choice per `spot_available` (a
-    steered on-demand run's per ("on-demand", `spot_available`))."""
+    lies and the spec priced there, the policy's choice per `spot_available` (a
+    steered on-demand run's per ("on-demand", `spot_available`)), and its hold."""
 
     store: _Reads
     home: object = None
     spec: JobSpec | None = None
     said: dict[object, Callable[[float], str]] = field(default_factory=dict)
+    held: tuple[object, Callable[[datetime], Hold]] | None = None  # (offers table, hold)
 
 
 class _Reads:

@@ -65,8 +65,6 @@ class Cadence:
     _reads: dict[str, tuple[tuple[int, int], _JobReads]] = field(default_factory=dict)
     # the rows selling spot in the provider's last table: (table, rows)
     _sold: tuple[object, list] | None = None
-    # the cool-downs' wake: ((moment, store changes), wake)
-    _cooled: tuple[tuple[float, int], float] | None = None
 
     def next_pass(self, now: float) -> float | None:
         """The next pass that may act after the one at `now` (hours from the origin);
@@ -370,17 +368,7 @@ class Cadence:
 
     def _cooling_wake(self, now: float) -> float:
         """The first pass at which a cool-down may end: a closed place reopens, or a
-        reclaim leaves the HISTORY window (the next cool-down there is shorter). Kept for
-        the moment while nothing is written (a refusal proof, then `next_pass`, ask it)."""
-        store = self.controller.store
-        if not self.shortcuts or not isinstance(store, SimStateStore):
-            return self._cooling_wake_now(now)
-        state = (now, store.changes)
-        if self._cooled is None or self._cooled[0] != state:
-            self._cooled = (state, self._cooling_wake_now(now))
-        return self._cooled[1]
-
-    def _cooling_wake_now(self, now: float) -> float:
+        reclaim leaves the HISTORY window (the next cool-down there is shorter)."""
         from broker.recovery import HISTORY, cooling_until, recent_reclaims
 
         when = self._at(now)

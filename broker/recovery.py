@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import math
 from collections import defaultdict
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING
@@ -183,6 +183,12 @@ def cooling_wait(placements, cooling: list[Cooling]):
 def cooling_reason(wait: Cooling) -> str:
     """`cooling down until 2026-11-01T03:10:00Z (aws/us-east-1/p5.48xlarge)`."""
     return f"cooling down until {wait.until.astimezone(UTC):%Y-%m-%dT%H:%M:%SZ} ({wait.where})"
+
+
+# `adjust_index`'s signature: the controller plans through one (the simulator's remembers)
+Adjuster = Callable[
+    ["OfferIndex", "StateStore", datetime, float, "list[Reclaim] | None"], "OfferIndex"
+]
 
 
 def adjust_index(

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING
 
 from broker.controller.isolation import ERROR, not_one_jobs
 from broker.controller.room import Room
-from broker.controller.steering import holds_at, reclaims_often_in, steer
+from broker.controller.steering import holds_at, market_asks, reclaims_often_in, steer
 from broker.dispatch.home import stays_home
 from broker.dispatch.market import spot_only
 from broker.dispatch.steered import steered
@@ -32,10 +32,11 @@ if TYPE_CHECKING:
     from broker.controller.checkpoints import Checkpoints
     from broker.controller.specs import Specs
     from broker.dispatch.hold import Hold
+    from broker.dispatch.market import MarketAsk
     from broker.dispatch.settings import DispatchSettings
     from broker.planner.decision import Decision, Placement
     from broker.queue import Policy, Verdict
-    from broker.recovery import Cooling
+    from broker.recovery import Adjuster, Cooling
     from broker.spec import JobSpec
     from broker.state import Job, StateStore
     from pricing.query import OfferIndex
@@ -94,6 +95,7 @@ class Planning:
     clock: Clock
     index_of: Callable[[Provider], OfferIndex]
     planner: Callable[[list[JobSpec], OfferIndex, datetime], list[Decision]] | None
+    adjuster: Adjuster | None
     policy: Policy | None
     pool_gpus: dict[tuple[str, str], float]
     settings: DispatchSettings
@@ -193,11 +195,16 @@ class Planning:
             for job in jobs:
                 if job.id in specs or job.id in holds:
                     continue
-                held = holds_at(self._spec(job), job, self.store, self.settings, often)(now)
+                spec = self._spec(job)
+                asks = None  # its question to the spot policy and the hold, made once
+                if steered(spec.requirements.spot, spec.runtime.deadline is not None):
+                    holding = often if self.settings.hold_hours > 0 else None
+                    asks = market_asks(self.store, job, spec, self.settings, holding)
+                held = holds_at(spec, job, self.store, self.settings, often, asks)(now)
                 if held.held:
                     holds[job.id] = held
                 else:
-                    specs[job.id] = self._steered_spec(job, now)
+                    specs[job.id] = self._steered_spec(job, now, asks)
             batch = [specs[job.id] for job in jobs if job.id in specs]
             planned = iter(self._plan_many(batch, self._gangs(index, batch), now))
             return [next(planned) if job.id in specs else _nothing(job) for job in jobs]
@@ -219,11 +226,11 @@ class Planning:
         them (`offered`, asked when not given), spot closed where it cools down after
         `reclaims` (read when not given), learned interruption rates. The simulator's
         refusal proof (broker.sim.refusal) asks the same."""
-        from broker.recovery import adjust_index, recent_reclaims
+        from broker.recovery import adjust_index
 
         offered = self.index_of(self.provider) if offered is None else offered
-        reclaims = recent_reclaims(self.store, now) if reclaims is None else reclaims
-        return adjust_index(offered, self.store, now, self.settings.cooldown_scale, reclaims)
+        adjust = adjust_index if self.adjuster is None else self.adjuster
+        return adjust(offered, self.store, now, self.settings.cooldown_scale, reclaims)
 
     def places(self, spec: JobSpec, adjusted: OfferIndex, now: datetime) -> bool:
         """Whether a pass would place `spec` alone on `adjusted` (`adjusted_offers`), with
@@ -306,10 +313,13 @@ class Planning:
                 waits[job.id] = wait
         return waits
 
-    def _steered_spec(self, job: Job, now) -> JobSpec:
+    def _steered_spec(
+        self, job: Job, now, asks: Callable[[datetime], MarketAsk] | None = None
+    ) -> JobSpec:
         """The spec to plan now: its checkpoint where it lives, its market as its spot
         policy says (broker.dispatch.market), its spot kept home while it would wait
-        there (broker.dispatch.home)."""
+        there (broker.dispatch.home). `asks`: the job's `market_asks` now, when made
+        already (where its checkpoint lies does not enter the question)."""
         spec = self._spec(job)
         if spec.checkpoint is None and not steered(
             spec.requirements.spot, spec.runtime.deadline is not None
@@ -322,8 +332,9 @@ class Planning:
         home = checkpoint_place(self.store, job) if spec.checkpoint is not None else None
         spec = with_checkpoint_at(spec, home, self.checkpoints.stores is not None)
         spec, choice = steer(
-            spec, job, self.store, now, self.settings, spot_available=self._spot_open(spec)
-        )
+            spec, job, self.store, now, self.settings, spot_available=self._spot_open(spec),
+            asks=asks,
+        )  # fmt: skip
         self._steered[job.id] = choice
         if not spot_only(choice, self.settings):
             return spec
@@ -333,7 +344,7 @@ class Planning:
             has_home=spec.checkpoint is not None and not moved_by_choice(self.store, job),
             choice=choice,
             choice_without_spot=lambda: steer(
-                spec, job, self.store, now, self.settings, spot_available=False
+                spec, job, self.store, now, self.settings, spot_available=False, asks=asks
             )[1],
         ):
             requirements = replace(requirements, clouds=(home.cloud,), regions=(home.region,))

@@ -42,6 +42,7 @@ if TYPE_CHECKING:
     from broker.learned_runtime import History
     from broker.planner.decision import Decision
     from broker.queue import Policy
+    from broker.recovery import Adjuster
     from broker.spec import JobSpec
     from broker.state import Job, StateStore
     from pricing.query import OfferIndex
@@ -91,6 +92,9 @@ class Controller(Observing, Launching, Closing, Budgets):
     holder: Holder = field(default_factory=Holder.new)  # whose leases this controller takes
     # the planner's plan_many (None: broker.planner.plan's); the simulator remembers answers
     planner: Callable[[list[JobSpec], OfferIndex, datetime], list[Decision]] | None = None
+    # the offers adjusted for cool-downs and learned rates (None: broker.recovery's
+    # adjust_index); the simulator remembers its answers while nothing is written
+    adjuster: Adjuster | None = None
     _specs: Specs = field(default_factory=Specs, init=False)  # decoded once, kept
     _learned: dict[tuple[str, int], JobSpec] = field(default_factory=dict, init=False)
     _steered: dict[str, str] = field(default_factory=dict, init=False)  # job id -> say

@@ -53,17 +53,23 @@ def _work_parts(
     from broker.state import AttemptState
 
     attempts = store.attempts(job.id)
-    checkpoint = spec.checkpoint
-    reclaimed = any(a.state == AttemptState.INTERRUPTED for a in attempts)
-    checkpoints = store.checkpoints() if reclaimed and checkpoint is not None else {}
-    recorded = store.lost_shares(job.id) if reclaimed and checkpoint is not None else {}
+    interrupted, running = AttemptState.INTERRUPTED, AttemptState.RUNNING
+    counted = spec.checkpoint is not None  # without one, a reclaim kept nothing
+    reclaimed = counted and any(a.state == interrupted for a in attempts)
+    recorded = store.lost_shares(job.id) if reclaimed else {}
+    # the checkpoints count only where no share was recorded (attempts closed before)
+    unrecorded = reclaimed and any(
+        a.state == interrupted and a.id not in recorded for a in attempts
+    )
+    checkpoints = store.checkpoints() if unrecorded else {}
     parts: list[float | datetime] = []  # kept hours, or running since
     for attempt in attempts:
-        if attempt.state == AttemptState.INTERRUPTED and checkpoint is not None:
+        state = attempt.state
+        if state == interrupted and counted:
             share = lost_share(attempt, checkpoints.get(attempt.id), recorded.get(attempt.id))
             kept = 1 - float(share)
             parts.append(max(0.0, float(attempt.billed_hours or 0) * kept - overhead))
-        elif attempt.state == AttemptState.RUNNING and attempt.running_at is not None:
+        elif state == running and attempt.running_at is not None:
             parts.append(attempt.running_at)
 
     def done_at(now: datetime) -> float:
@@ -156,11 +162,13 @@ def holds_at(
     store: StateStore,
     settings: DispatchSettings,
     often: Callable[[Attempt], bool],
+    asks: Callable[[datetime], MarketAsk] | None = None,
 ) -> Callable[[datetime], Hold]:
     """The hold (`broker.dispatch.hold`) of the queued job at any moment while the store
     is as it is now, its reads done once. A job that is not steered, or was not
     reclaimed within the hold's hours, is not held (asked without building its
-    question: most of a queue)."""
+    question: most of a queue). `asks`: its `market_asks` with `often`, when made
+    already."""
     from broker.dispatch.hold import Hold, hold
 
     if settings.hold_hours <= 0 or not steered(
@@ -172,7 +180,7 @@ def holds_at(
     if last is None:
         free = Hold(False, "not held: never reclaimed")
         return lambda now: free
-    ask_at = market_asks(store, job, spec, settings, often)
+    ask_at = market_asks(store, job, spec, settings, often) if asks is None else asks
     return lambda now: hold(ask_at(now), settings)
 
 
@@ -184,12 +192,15 @@ def choices(
     *,
     current: str | None = None,
     spot_available: bool = True,
+    asks: Callable[[datetime], MarketAsk] | None = None,
 ) -> Callable[[datetime], str]:
     """`steer(...)`'s choice at any moment while the store is as it is now, its reads
-    done once: the simulator's cadence asks it at many moments (broker.dispatch.cadence)."""
+    done once: the simulator's cadence asks it at many moments (broker.dispatch.cadence).
+    `asks`: the job's `market_asks`, when made already (with or without `often`: the
+    spot policy reads neither of the hold's fields)."""
     if not steered(spec.requirements.spot, spec.runtime.deadline is not None):
         return lambda now: ""
-    ask_at = market_asks(store, job, spec, settings)
+    ask_at = market_asks(store, job, spec, settings) if asks is None else asks
     return lambda now: choose_market(
         ask_at(now), settings, current=current, spot_available=spot_available
     )
@@ -204,12 +215,16 @@ def steer(
     *,
     current: str | None = None,
     spot_available: bool = True,
+    asks: Callable[[datetime], MarketAsk] | None = None,
 ) -> tuple[JobSpec, str]:
     """For a deadline job with `spot: prefer`, the spot policy's choice ("spot",
     "on-demand" or "wait"; "" when it is not asked) and the spec to plan: spot
-    "never" when the policy says on-demand. `current`: the market running now."""
+    "never" when the policy says on-demand. `current`: the market running now;
+    `asks`: as `choices` takes it."""
     requirements = spec.requirements
-    choice_at = choices(spec, job, store, settings, current=current, spot_available=spot_available)
+    choice_at = choices(
+        spec, job, store, settings, current=current, spot_available=spot_available, asks=asks
+    )
     choice = choice_at(now)
     if choice == "on-demand":
         return replace(spec, requirements=replace(requirements, spot="never")), choice

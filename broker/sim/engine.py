@@ -98,6 +98,7 @@ def _run(
 ) -> PolicyResult:
     from broker.clock import FixedClock
     from broker.controller import Controller
+    from broker.sim.adjusted import remembered_adjustments
     from broker.sim.cadence import Cadence
     from broker.sim.metrics import collect
     from broker.sim.plans import remembered_plan_many
@@ -133,6 +134,7 @@ def _run(
         pool_gpus=dict(scenario.pool_gpus),
         settings=policy.settings(scenario.restart_hours, scenario.reconcile_hours),
         planner=None if reference else remembered_plan_many,
+        adjuster=None if reference else remembered_adjustments(store),
     )
     cadence = Cadence(controller, provider, ORIGIN, scenario.reconcile_hours, every_step,
                       shortcuts=not reference)  # fmt: skip

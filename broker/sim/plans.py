@@ -39,7 +39,7 @@ def remembered_plan_many(
     jobs: Sequence[JobSpec], index: OfferIndex, now: datetime
 ) -> list[Decision]:
     """`plan_many(jobs, index, now)`, answered from memory when asked before."""
-    rest, rates = table_key(index)
+    rest, rates = _key_of(index)
     key = (tuple(jobs), rest, rates, tuple(_left(job, now) for job in jobs))
     return list(_answer(_Question(key, tuple(jobs), index, now, rest)))
 
@@ -48,6 +48,20 @@ def _left(job: JobSpec, now: datetime) -> timedelta | None:
     """What the planner reads of `now` for `job`: the time left to its deadline."""
     deadline = job.runtime.deadline_at(now)
     return None if deadline is None else deadline - now
+
+
+_last_key: list[tuple[OfferIndex, tuple[tuple, bytes]]] = []  # the last index asked, its key
+
+
+def _key_of(index: OfferIndex) -> tuple[tuple, bytes]:
+    """`table_key(index)`, kept for the last index asked: a refusal proof's question and
+    the pass after it plan on the same index (broker.sim.adjusted), and an index is not
+    changed once made."""
+    if _last_key and _last_key[0][0] is index:
+        return _last_key[0][1]
+    key = table_key(index)
+    _last_key[:] = [(index, key)]
+    return key
 
 
 def table_key(index: OfferIndex) -> tuple[tuple, bytes]:

@@ -116,7 +116,7 @@ def failed(rt, stage: str) -> None:
 
 def test_planning(rt, monkeypatch):
     real = Launching._steered_spec
-    pick = lambda self, job, now: job.id  # noqa: E731
+    pick = lambda self, job, *rest: job.id  # noqa: E731
     monkeypatch.setattr(Launching, "_steered_spec", raising_for(rt, real, pick))
     drain(rt)
     assert_nine_ran(rt)

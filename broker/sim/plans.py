@@ -7,8 +7,9 @@ at catalog rates while nothing changed, the cool-down's second look on the same 
 place, and the runs of a benchmark, which replay one job on the same few tables (over
 half of the questions of bench/engine_speed.py's 128 runs were asked before). So the
 simulator's controller plans through `remembered_plan_many`, keyed by exactly what the
-planner reads; a Decision is frozen, so an answer is shared as it is. A question not
-asked before is mostly a table whose learned rates moved: it is planned over the
+planner reads; a Decision is frozen, so an answer is shared as it is. A table that sells
+no spot anywhere is keyed without its rates (the planner reads none: `table_key`). A
+question not asked before is mostly a table whose learned rates moved: it is planned over the
 planner's `Search` kept for the same jobs on a table equal but for its rates, rerated
 (`Search.rerated`), so only the cost model runs again.
 """
@@ -67,7 +68,10 @@ def _key_of(index: OfferIndex) -> tuple[tuple, bytes]:
 def table_key(index: OfferIndex) -> tuple[tuple, bytes]:
     """What the planner reads of `index` (an OfferIndex holds nothing else): every
     column's type and bytes, the category names and the extra countries, but the learned
-    rates' values (where a rate is known is kept); and those values."""
+    rates' values (where a rate is known is kept); and those values, which it reads only
+    where spot is on sale: a table selling no spot anywhere (a zone reclaimed or cooling
+    down) loses every spot candidate to the price filter before a cost group takes a rate
+    (`broker.planner.offer_filters`), so its rates are left out of the key."""
     import numpy as np
 
     table = index.offers
@@ -78,7 +82,8 @@ def table_key(index: OfferIndex) -> tuple[tuple, bytes]:
     codes = tuple((n, a.dtype.str, a.tobytes()) for n, a in sorted(table.codes.items()))
     names = tuple((n, tuple(a.tolist())) for n, a in sorted(table.categories.items()))
     rest = (numbers, codes, names, tuple(sorted(index.extra_countries.items())))
-    return rest, table.numbers[RATES].tobytes()
+    sold = not np.isnan(table.numbers["price_spot"]).all()
+    return rest, table.numbers[RATES].tobytes() if sold else b""
 
 
 @dataclass(frozen=True)

@@ -341,6 +341,47 @@ def test_a_remembered_plan_is_asked_again_when_the_table_changes():
 
 @settings(max_examples=40, deadline=None)
 @given(
+    rates=st.lists(st.sampled_from([float("nan"), 0.0, 0.05, 0.2, 1.5, 3.0]), min_size=2),
+    spot=st.sampled_from(["prefer", "only"]),
+    deadline=st.none() | st.floats(2.0, 80.0),
+    hours=st.floats(1.0, 40.0),
+)
+def test_a_table_selling_no_spot_is_planned_whatever_its_rates(rates, spot, deadline, hours):
+    """Where no row sells spot, the planner's answer does not depend on the rates (so
+    `table_key` leaves them out): the remembered answer, first asked at other rates
+    (NaN where known the same), is what a fresh plan answers."""
+    import numpy as np
+
+    from broker.manifest.load import parse_manifest_text
+    from broker.planner.plan import plan_many
+    from broker.sim.manifests import manifest_text
+    from broker.sim.plans import remembered_plan_many
+    from pricing.query import OfferIndex
+    from pricing.table import OfferTable
+
+    job = SimJob("u", "nlp", 0.0, "V100", 1, hours, deadline, checkpoint_minutes=10.0)
+    (manifest,) = parse_manifest_text(manifest_text(job, spot))
+    table = synthetic_offers()
+
+    def unsold(values: list[float]) -> OfferIndex:
+        numbers = dict(table.numbers)
+        numbers["price_spot"] = np.full(len(table), np.nan)
+        numbers["spot_interruption_rate"] = np.resize(np.array(values), len(table))
+        return OfferIndex(OfferTable(numbers, table.codes, table.categories))
+
+    first = unsold(rates)
+    known = ~np.isnan(first.offers.numbers["spot_interruption_rate"])
+    moved = np.nan_to_num(np.array(rates[::-1]), nan=0.4) + 0.7  # other rates, all known
+    other = np.where(known, np.resize(moved, len(table)), np.nan)
+    second = unsold(other.tolist())
+    remembered_plan_many([manifest.spec], first, ORIGIN)
+    fresh = plan_many([manifest.spec], second, ORIGIN)
+    assert remembered_plan_many([manifest.spec], second, ORIGIN) == fresh
+    assert fresh == plan_many([manifest.spec], first, ORIGIN)
+
+
+@settings(max_examples=40, deadline=None)
+@given(
     rates=st.lists(st.sampled_from([float("nan"), 0.0, 0.05, 0.2, 0.2, 1.5]), min_size=1),
     later=st.lists(st.sampled_from([float("nan"), 0.0, 0.05, 0.2, 3.0]), min_size=1),
     spot=st.sampled_from(["prefer", "only"]),

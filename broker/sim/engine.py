@@ -208,14 +208,20 @@ def _terminal_states():
 
 def _index_of(policy: SimPolicy):
     """The controller's offers-to-index step (see `ranked_index`)."""
+    from broker.sim.provider import TABLES_KEPT
 
-    made: list = []  # (table, index) last made: the provider hands out one table per moment
+    # table id -> (table, index): the provider hands out one table per sale, again when
+    # what is sold comes back (`SimulatedProvider.offers`)
+    made: dict[int, tuple[OfferTable, object]] = {}
 
     def index_of(provider):
         table = provider.offers()
-        if not made or made[0][0] is not table:
-            made[:] = [(table, ranked_index(table, policy.price_only))]
-        return made[0][1]
+        known = made.get(id(table))
+        if known is None or known[0] is not table:
+            if len(made) >= TABLES_KEPT:
+                made.clear()
+            known = made[id(table)] = (table, ranked_index(table, policy.price_only))
+        return known[1]
 
     return index_of
 

@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING
 
 from broker.sim.instances import EPS, ID_PREFIX, NAME, SimRun, Work, instance_of
 from broker.sim.model import SpotTrace, TracePlace
-from broker.sim.sale import Sale, same_sale
+from broker.sim.sale import Sale, sale_key
 from providers.base import Instance, InterruptionNotice, LaunchRequest
 from providers.capabilities import Billing, Capacity, CheckpointStores, SpotMarket
 from providers.errors import InsufficientCapacity, InvalidRequest, NotFound
@@ -35,6 +35,8 @@ from providers.errors import InsufficientCapacity, InvalidRequest, NotFound
 if TYPE_CHECKING:
     from broker.clock import FixedClock
     from pricing.table import OfferTable
+
+TABLES_KEPT = 64  # the distinct sales remembered (spot on or off, a few capacities)
 
 
 class SimulatedProvider(Capacity, Billing, CheckpointStores, SpotMarket):
@@ -72,6 +74,7 @@ class SimulatedProvider(Capacity, Billing, CheckpointStores, SpotMarket):
         self.preemptions = 0
         self._moves = 0  # instances launched or ended so far
         self._sold: tuple[tuple[float, int], OfferTable] | None = None  # offers() last made
+        self._tables: dict[tuple[bytes, bytes], OfferTable] = {}  # by what each sells
         self.lost_gpu_hours = 0.0
         self._folders: dict[tuple[str, str, str], str] = {}  # `_checkpoint_folder`'s answers
 
@@ -168,9 +171,11 @@ class SimulatedProvider(Capacity, Billing, CheckpointStores, SpotMarket):
         if self._sold is not None and self._sold[0] == key:
             return self._sold[1]
         table = self._sale.table_at(now, self._alive())
-        if self._sold is not None and same_sale(self._sold[1], table):
-            table = self._sold[1]  # what is sold did not change: the same table, so the
-            # indexes made of it are reused (`engine._index_of`, `Cadence`)
+        # what is sold was sold before (spot comes and goes): that table, so the indexes
+        # made of it are reused (`engine._index_of`, `Cadence`)
+        if len(self._tables) >= TABLES_KEPT:
+            self._tables.clear()
+        table = self._tables.setdefault(sale_key(table), table)
         self._sold = (key, table)
         return table
 

@@ -97,15 +97,7 @@ def spot_used(alive: Iterable[SimRun]) -> dict[TracePlace, int]:
     return used
 
 
-def same_sale(last: OfferTable, table: OfferTable) -> bool:
-    """Whether `table` sells what `last` does (only spot prices and free capacity
-    change between two tables of one `Sale`)."""
-    import numpy as np
-
-    for name in ("price_spot", "capacity"):
-        before, now = last.numbers[name], table.numbers[name]
-        if before.tobytes() == now.tobytes():  # the same bits: the same (the common case)
-            continue
-        if not np.array_equal(before, now, equal_nan=True):
-            return False
-    return True
+def sale_key(table: OfferTable) -> tuple[bytes, bytes]:
+    """What a table of one `Sale` sells, as a key: only spot prices and free capacity
+    change between two of its tables, so two with the same bits sell the same."""
+    return table.numbers["price_spot"].tobytes(), table.numbers["capacity"].tobytes()

@@ -39,6 +39,21 @@ def at(sim, clock, hours: float) -> None:
     sim.sync()
 
 
+def test_a_sale_that_comes_back_is_the_same_table(tmp_path):
+    """Spot on, off, on again: the third moment's offers are the first's table (so the
+    indexes made of it are reused), the second's another, selling no spot."""
+    import math
+
+    sim, clock = provider(tmp_path, [1, 0, 1], step=1.0)
+    first = sim.offers()
+    at(sim, clock, 1.5)
+    closed = sim.offers()
+    at(sim, clock, 2.5)
+    assert sim.offers() is first and closed is not first
+    assert all(math.isnan(p) for p in closed.numbers["price_spot"].tolist())
+    assert not math.isnan(first.numbers["price_spot"][0])
+
+
 def test_a_spot_instance_is_preempted_exactly_when_availability_drops(tmp_path):
     sim, clock = provider(tmp_path, [1, 1, 1, 0, 1], step=1.0)
     sim.work["job1"] = Work(10.0, "V100", checkpoint_hours=0.4)

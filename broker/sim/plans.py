@@ -28,6 +28,7 @@ if TYPE_CHECKING:
     from broker.planner.plan import Search
     from broker.spec import JobSpec
     from pricing.query import OfferIndex
+    from pricing.table import OfferTable
 
 KEPT = 1 << 13  # answers remembered (each small: a few placements)
 SEARCHES = 1 << 8  # candidate searches remembered (each its table's layout)
@@ -75,15 +76,44 @@ def table_key(index: OfferIndex) -> tuple[tuple, bytes]:
     import numpy as np
 
     table = index.offers
+    rates = table.numbers[RATES]
+    rest = (
+        _columns_key(table),
+        (rates.dtype.str, np.isnan(rates).tobytes()),  # where a rate is known
+        tuple(sorted(index.extra_countries.items())),
+    )
+    sold = not np.isnan(table.numbers["price_spot"]).all()
+    return rest, rates.tobytes() if sold else b""
+
+
+# the columns' keys of the tables last keyed, by the identity of their arrays (held, so
+# no other array takes an id while kept): the tables a simulation plans on differ from
+# the provider's in their learned rates alone, the other arrays shared
+_columns: dict[tuple[int, ...], tuple[tuple, tuple]] = {}
+
+
+def _columns_key(table: OfferTable) -> tuple:
+    """Every column's name, type and bytes but the learned rates', and the category
+    names: `table_key`'s part that a table shares with the one it was made from."""
+    arrays = (
+        *(a for n, a in table.numbers.items() if n != RATES),
+        *table.codes.values(),
+        *table.categories.values(),
+    )
+    ids = tuple(map(id, arrays))
+    known = _columns.get(ids)
+    if known is not None and all(a is b for a, b in zip(known[0], arrays, strict=True)):
+        return known[1]
     numbers = tuple(
-        (n, a.dtype.str, np.isnan(a).tobytes() if n == RATES else a.tobytes())
-        for n, a in sorted(table.numbers.items())
+        (n, a.dtype.str, a.tobytes()) for n, a in sorted(table.numbers.items()) if n != RATES
     )
     codes = tuple((n, a.dtype.str, a.tobytes()) for n, a in sorted(table.codes.items()))
     names = tuple((n, tuple(a.tolist())) for n, a in sorted(table.categories.items()))
-    rest = (numbers, codes, names, tuple(sorted(index.extra_countries.items())))
-    sold = not np.isnan(table.numbers["price_spot"]).all()
-    return rest, table.numbers[RATES].tobytes() if sold else b""
+    key = (numbers, codes, names)
+    if len(_columns) >= SEARCHES:
+        _columns.clear()
+    _columns[ids] = (arrays, key)
+    return key
 
 
 @dataclass(frozen=True)

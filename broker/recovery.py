@@ -34,6 +34,7 @@ if TYPE_CHECKING:
     from broker.state import Job, StateStore
     from pricing.query import OfferIndex
     from pricing.regions import Place
+    from pricing.table import OfferTable
     from providers.cloud import Unavailable
 
 COOLDOWN_BASE = timedelta(minutes=10)
@@ -209,14 +210,33 @@ def adjust_index(
     if not seen and not reclaims:
         return index
     from pricing.query import OfferIndex
-    from providers.cloud import restrict_offers
 
-    table = index.offers
-    closed = closed_places(reclaims, now, cooldown_scale)
-    for cloud in sorted({u.cloud for u in closed}):
-        table, _ = restrict_offers(table, cloud, [u for u in closed if u.cloud == cloud])
-    table = with_learned_rates(table, seen)
+    cooling = cooling_places(reclaims, now, cooldown_scale)
+    places = tuple((c.cloud, c.region, c.zone, c.instance_type) for c in cooling)
+    table = with_learned_rates(_spot_closed(index.offers, places), seen)
     return OfferIndex(table, extra_countries=index.extra_countries)
+
+
+_closed_last: list[tuple[OfferTable, tuple, OfferTable]] = []  # `_spot_closed`'s last answer
+
+
+def _spot_closed(table: OfferTable, places: tuple[tuple[str, str, str, str], ...]) -> OfferTable:
+    """`table` with spot not sold at `places` (cloud, region, zone, instance type), as
+    `restrict_offers` closes them; the last answer kept (a table is not changed once
+    made): the passes and questions of one moment, and the moments until a cool-down
+    starts or ends, close the same places on the same table."""
+    if not places:
+        return table
+    if _closed_last and _closed_last[0][0] is table and _closed_last[0][1] == places:
+        return _closed_last[0][2]
+    from providers.cloud import Unavailable, restrict_offers
+
+    closed = table
+    for cloud in sorted({p[0] for p in places}):
+        shut = [Unavailable(*p, "spot", REASON) for p in places if p[0] == cloud]
+        closed, _ = restrict_offers(closed, cloud, shut)
+    _closed_last[:] = [(table, places, closed)]
+    return closed
 
 
 def checkpoint_place(store: StateStore, job: Job) -> Place | None:

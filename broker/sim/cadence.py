@@ -359,12 +359,12 @@ class Cadence:
     # --- cool-downs ---------------------------------------------------------------------
 
     def _closed(self) -> set[tuple[str, str, str, str]]:
-        from broker.recovery import closed_places, recent_reclaims
+        from broker.recovery import cooling_places, recent_reclaims
 
         now = self.controller.clock.now()
         reclaims = recent_reclaims(self.controller.store, now)
-        closed = closed_places(reclaims, now, self.controller.settings.cooldown_scale)
-        return {(u.cloud, u.region, u.zone, u.instance_type) for u in closed}
+        cooling = cooling_places(reclaims, now, self.controller.settings.cooldown_scale)
+        return {(c.cloud, c.region, c.zone, c.instance_type) for c in cooling}
 
     def _cooling_wake(self, now: float) -> float:
         """The first pass at which a cool-down may end: a closed place reopens, or a

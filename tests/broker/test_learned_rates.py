@@ -109,3 +109,30 @@ def test_a_place_stays_closed_past_its_last_reclaim_and_counts_no_more_than_happ
     assert until - hours[0] >= COOLDOWN_BASE.total_seconds() / 3600 * scale - 1e-9
     # never longer than counting every reclaim, as before
     assert until <= hours[-1] + cooldown(len(hours), scale).total_seconds() / 3600 + 1e-9
+
+
+@given(
+    shuts=st.lists(
+        st.lists(st.integers(0, 2), max_size=3, unique=True).map(sorted), min_size=1, max_size=6
+    )
+)
+def test_the_closed_places_of_a_table_are_what_restrict_offers_closes(shuts):
+    """`adjust_index`'s restriction (kept for the last table and places) gives, asked in
+    any order and again, the table `restrict_offers` makes of the cool-downs."""
+    import numpy as np
+
+    from broker.recovery import REASON, _spot_closed
+    from broker.sim.synthetic import ZONES, synthetic_offers
+    from providers.cloud import Unavailable, restrict_offers
+
+    table = synthetic_offers(ZONES)
+    rows = [(r[0], r[1], r[2], r[3]) for r in ZONES]
+    for shut in shuts:
+        places = tuple(rows[i] for i in shut)
+        expected = table
+        for cloud in sorted({p[0] for p in places}):
+            closing = [Unavailable(*p, "spot", REASON) for p in places if p[0] == cloud]
+            expected, _ = restrict_offers(expected, cloud, closing)
+        got = _spot_closed(table, places)
+        for name, column in expected.numbers.items():
+            assert np.array_equal(got.numbers[name], column, equal_nan=True), name

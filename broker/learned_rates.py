@@ -153,15 +153,33 @@ def with_learned_rates(table: OfferTable, seen: Mapping[Key, Evidence]) -> Offer
     evidence."""
     if not seen:
         return table
-    import numpy as np
 
     from pricing.table import OfferTable
 
     numbers = dict(table.numbers)
     column = numbers["spot_interruption_rate"].copy()
-    cloud, region, itype = (table.text(n) for n in ("cloud", "region", "instance_type"))
+    rows = _rows_of_places(table)
     for (c, r, t), found in seen.items():
-        for i in np.flatnonzero((cloud == c) & (region == r) & (itype == t)).tolist():
+        for i in rows.get((c, r, t), ()):
             column[i] = posterior_rate(_prior(float(column[i]), c), found)
     numbers["spot_interruption_rate"] = column
     return OfferTable(numbers, table.codes, table.categories)
+
+
+_PLACE_COLUMNS = ("cloud", "region", "instance_type")
+_rows_last: list[tuple[tuple, dict[Key, list[int]]]] = []  # `_rows_of_places`' last answer
+
+
+def _rows_of_places(table: OfferTable) -> dict[Key, list[int]]:
+    """Each place's rows in `table`, in order; kept for the last table's place columns
+    (held, so compared by identity: the tables of one moment, cooled or rated, share
+    them with the provider's)."""
+    arrays = tuple(a for n in _PLACE_COLUMNS for a in (table.codes[n], table.categories[n]))
+    if _rows_last and all(a is b for a, b in zip(_rows_last[0][0], arrays, strict=True)):
+        return _rows_last[0][1]
+    rows: dict[Key, list[int]] = {}
+    texts = [table.text(n).tolist() for n in _PLACE_COLUMNS]
+    for i, place in enumerate(zip(*texts, strict=True)):
+        rows.setdefault(place, []).append(i)
+    _rows_last[:] = [(arrays, rows)]
+    return rows

@@ -56,11 +56,27 @@ class SpotState:
     overhead_left: float = 0.0
 
     def __post_init__(self) -> None:
-        names = ("elapsed", "deadline", "work_left", "restart_overhead", "step", "overhead_left")
-        for name in names:
-            value = getattr(self, name)
-            if math.isnan(value) or value < 0:
-                raise ValueError(f"SpotState.{name} must be a number >= 0, got {value!r}")
+        # `x >= 0` is False for NaN as for a negative: one test of all (a policy is asked
+        # many thousand times a simulation), the culprit named only when one fails
+        if not (
+            self.elapsed >= 0
+            and self.deadline >= 0
+            and self.work_left >= 0
+            and self.restart_overhead >= 0
+            and self.step >= 0
+            and self.overhead_left >= 0
+        ):
+            named = {
+                "elapsed": self.elapsed,
+                "deadline": self.deadline,
+                "work_left": self.work_left,
+                "restart_overhead": self.restart_overhead,
+                "step": self.step,
+                "overhead_left": self.overhead_left,
+            }
+            for name, value in named.items():
+                if math.isnan(value) or value < 0:
+                    raise ValueError(f"SpotState.{name} must be a number >= 0, got {value!r}")
         if math.isnan(self.preemption_loss) or self.preemption_loss < 0:
             raise ValueError(f"SpotState.preemption_loss must be >= 0, got {self.preemption_loss}")
         if self.work_total is not None and not self.work_total >= 0:

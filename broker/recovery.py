@@ -257,8 +257,22 @@ def with_checkpoint_at(spec: JobSpec, place: Place | None, moves_with_job: bool 
     job ran (docs/planner.md, "Checkpoint egress")."""
     if place is None or spec.checkpoint is None:
         return spec
+    key = (id(spec), place, moves_with_job)
+    known = _priced.get(key)
+    if known is not None and known[0] is spec:
+        return known[1]
     if moves_with_job:
         ckpt = replace(spec.checkpoint, location=place, moves_with_job=True, saved=True)
     else:
         ckpt = replace(spec.checkpoint, saved=True)
-    return replace(spec, checkpoint=ckpt)
+    priced = replace(spec, checkpoint=ckpt)
+    if len(_priced) >= PRICED_KEPT:
+        _priced.clear()
+    _priced[key] = (spec, priced)
+    return priced
+
+
+# `with_checkpoint_at`'s answers by the spec's identity (held, so no other spec takes its
+# id while kept): every pass asks it of each queued job's manifest, decoded once
+PRICED_KEPT = 256
+_priced: dict[tuple[int, Place, bool], tuple[JobSpec, JobSpec]] = {}

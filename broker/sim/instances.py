@@ -10,7 +10,7 @@ All times are hours from the scenario's origin.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from datetime import datetime, timedelta
 
 from broker.sim.model import TracePlace
@@ -86,7 +86,7 @@ def _make_instance(run: SimRun, origin: datetime) -> Instance:
         market=r.market,
         state=run.state,  # type: ignore[arg-type]
         exit_code=0 if run.state == "succeeded" else None,
-        tags=instance_tags(replace(r, broker_id=r.broker_id)),
+        tags=instance_tags(r),
         launched_at=origin + timedelta(hours=run.launched),
         ended_at=origin + timedelta(hours=run.ended) if run.ended is not None else None,
         nodes=r.nodes,

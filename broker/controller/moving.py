@@ -10,12 +10,14 @@ its zone by choice, not by a reclaim: `moved_by_choice`).
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import replace
 from datetime import datetime
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from broker.dispatch.settings import DispatchSettings
+    from broker.planner.decision import Decision
     from broker.spec import JobSpec
     from broker.state import Attempt, Job, StateStore
     from pricing.query import OfferIndex
@@ -47,11 +49,12 @@ def moves_to_cheaper_spot(
     now: datetime,
     settings: DispatchSettings,
     moves_with_job: bool,
+    plan_many: Callable[[list[JobSpec], OfferIndex, datetime], list[Decision]],
 ) -> bool:
-    """True when the running spot `attempt` of steered `job` should stop to move."""
+    """True when the running spot `attempt` of steered `job` should stop to move;
+    `plan_many`: the controller's planner (`Planning._plan_many`)."""
     from broker.controller.steering import market_ask
     from broker.dispatch.move import SpotMove, moves_spot
-    from broker.planner.plan import plan_many
     from broker.recovery import with_checkpoint_at
     from pricing.regions import Place
 

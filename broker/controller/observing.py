@@ -26,10 +26,13 @@ from broker.state import JobState
 from broker.state.leases import LeaseHeld
 
 if TYPE_CHECKING:
+    from datetime import datetime
+
     from broker.clock import Clock
     from broker.controller.checkpoints import Checkpoints
     from broker.controller.reconcile import PassReport
     from broker.dispatch.settings import DispatchSettings
+    from broker.planner.decision import Decision
     from broker.spec import JobSpec
     from broker.state import Attempt, InstanceRow, Job, StateStore
     from pricing.query import OfferIndex
@@ -63,6 +66,8 @@ class Observing:
     _close: Callable[..., None]
     _fail_attempt: Callable[[Job, Attempt, str, Exception], None]
     _gangs: Callable[[OfferIndex, list[JobSpec]], OfferIndex]
+    _plan_many: Callable[[list[JobSpec], OfferIndex, datetime], list[Decision]]
+    adjusted_offers: Callable[..., OfferIndex]
     _spot_open: Callable[[JobSpec], bool]
     preempt: Callable[[str, str], None]
 
@@ -260,7 +265,6 @@ class Observing:
         """True when a steered job's spot run should stop to move to cheaper spot on sale
         elsewhere (broker.dispatch.move), the offers as the next plan sees them."""
         from broker.controller.moving import moves_to_cheaper_spot, wants_a_look
-        from broker.recovery import adjust_index
 
         spec = self._spec(job)
         if not wants_a_look(spec, attempt, self.settings):
@@ -268,10 +272,10 @@ class Observing:
         now = self.clock.now()
         if self._offered is None or self._offered[0] != now:  # the offers, once per pass
             self._offered = (now, self.index_of(self.provider))
-        index = adjust_index(self._offered[1], self.store, now, self.settings.cooldown_scale)
+        index = self.adjusted_offers(now, self._offered[1])
         return moves_to_cheaper_spot(
             self.store, job, spec, attempt, self._gangs(index, [spec]), now, self.settings,
-            self.checkpoints.stores is not None,
+            self.checkpoints.stores is not None, self._plan_many,
         )  # fmt: skip
 
     def _release(self, instance: Instance, report: PassReport) -> None:

@@ -22,7 +22,6 @@ import functools
 import sqlite3
 import threading
 from collections.abc import Callable, Iterable, Iterator
-from contextlib import contextmanager
 from datetime import datetime
 from enum import Enum
 from pathlib import Path
@@ -331,15 +330,13 @@ class SimStateStore(StateStore):
             _IDLE.conn = (conn, self._watcher)
         self._conn = _closed()  # its reads and writes fail, as a closed store's do
 
-    @contextmanager
-    def _write(self) -> Iterator[str]:
-        """A write transaction; the remembered reads are forgotten only when it changed
-        a row (a pass's lease heartbeat mostly changes none). Reads inside it are never
-        remembered (`_remembered`), so they see its own writes."""
+    def _writing(self) -> Iterator[str]:
+        """A write transaction (`StateStore._write`); the remembered reads are forgotten
+        only when it changed a row (a pass's lease heartbeat mostly changes none). Reads
+        inside it are never remembered (`_remembered`), so they see its own writes."""
         before = self._conn.total_changes
         try:
-            with super()._write() as now:
-                yield now
+            yield from super()._writing()
         finally:
             if self._conn.total_changes != before and not self._leases_only:
                 self._changed += 1

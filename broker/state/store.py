@@ -256,7 +256,8 @@ class StateStore(Transactions, RunWrites, AttemptWrites, LeaseWrites, StateReads
     ) -> None:
         """Record an event, its message and data redacted (`pricing.userio.redact`, each
         text's answer remembered): no secret is ever stored."""
-        text, payload = self._redacted(message), redact_data(dict(data), self._redacted)
+        fields = data if type(data) is dict else dict(data)  # a copy is made below
+        text, payload = self._redacted(message), redact_data(fields, self._redacted)
         _insert_event(self._conn, job_id, attempt_id, now, kind, text, payload)
 
     def _jobs_of(self, rows: Iterable[Any]) -> list[Job]:

@@ -482,4 +482,3 @@ def test_a_new_event_forgets_the_reads_of_its_kind_alone(tmp_path):
     finally:
         fast.close()
         plain.close()
-

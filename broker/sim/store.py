@@ -180,8 +180,10 @@ def _migrated(at: datetime) -> bytes:
         conn = sqlite3.connect(file, isolation_level=None)
         try:
             conn.execute("PRAGMA journal_mode = DELETE")
+            conn.execute("BEGIN")  # the triggers in one transaction: one sync of the file
             for sql in _watching_triggers():
                 conn.execute(sql)
+            conn.execute("COMMIT")
             return conn.serialize()
         finally:
             conn.close()

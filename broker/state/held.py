@@ -62,7 +62,8 @@ class HeldRows:
         """This write updated `columns` of a row it holds: what `_held` gives, updated too."""
         held = self._held(table, key) if isinstance(key, str) else None
         if held is not None and self._held_rows is not None:
-            self._held_rows[(table, key)] = {**dict(held), **columns}
+            row = held if type(held) is dict else dict(held)  # a dict: made by a change before
+            self._held_rows[(table, key)] = {**row, **columns}
 
     def _held_count(self, job_id: str, name: str) -> int | None:
         """`attempts_made` or `latest_attempt` of a job this write holds, when it was read

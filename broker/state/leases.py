@@ -21,6 +21,7 @@ serialised the writers.
 
 from __future__ import annotations
 
+import functools
 import os
 import secrets
 import socket
@@ -281,7 +282,14 @@ class LeaseWrites:
 
     def _lease_end(self, now: str) -> str:
         assert self._holder is not None
-        return ts_text(_at(now) + timedelta(seconds=self._holder.seconds))
+        return _later(now, self._holder.seconds)
+
+
+@functools.lru_cache(maxsize=1024)
+def _later(now: str, seconds: float) -> str:
+    """The time text `seconds` after the time text `now`; remembered, as a pass claims
+    many jobs at one moment."""
+    return ts_text(_at(now) + timedelta(seconds=seconds))
 
 
 def _at(text: str) -> datetime:

@@ -21,13 +21,19 @@ decimal strings with all 6 places, and only tables round further, for display.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping
 from datetime import datetime
 from decimal import ROUND_CEILING, ROUND_HALF_EVEN, Decimal, localcontext
 from typing import Any
 
-from broker.state.model import LEDGER_KINDS, decimal_text, multiply, to_decimal, ts_text
+from broker.state.model import (
+    LEDGER_KINDS,
+    decimal_text,
+    multiply,
+    placed_of,
+    to_decimal,
+    ts_text,
+)
 from pricing.userio.redact import redact
 
 PLACES = 6
@@ -105,8 +111,6 @@ def ledger_columns(
     by_hour = kind != "egress"
     if not by_hour and ("quantity" not in entry or "unit_price_usd" not in entry):
         raise ValueError(f"a {kind} ledger entry needs quantity and unit_price_usd")
-    from broker.state.placed import PlacedOn
-
     quantity = to_decimal(entry.get("quantity", hours))
     if by_hour:
         quantity = billed_hours(quantity)  # whole seconds
@@ -114,7 +118,7 @@ def ledger_columns(
     given = entry.get("amount_usd")
     amount = to_decimal(given) if given is not None else multiply(quantity, unit_price)
 
-    placed = PlacedOn.from_row(json.loads(attempt["placement_json"]))
+    placed = placed_of(attempt["placement_json"])  # decoded once per text
     return {
         "kind": kind,
         "amount_usd": money_text(amount),  # rounded once, here

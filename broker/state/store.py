@@ -17,6 +17,7 @@ One StateStore per thread: it holds one connection, which is not shared.
 
 from __future__ import annotations
 
+import functools
 import os
 import secrets
 from collections.abc import Callable, Iterable, Mapping
@@ -90,6 +91,20 @@ def _insert_event(
         " VALUES (?, ?, ?, ?, ?, ?)",
         row,
     )
+
+
+@functools.lru_cache(maxsize=256)
+def _insert_sql(table: str, names: tuple[str, ...]) -> str:
+    """`StateStore._insert`'s statement, made once per table and columns."""
+    return f"INSERT INTO {table} ({', '.join(names)}) VALUES ({', '.join('?' * len(names))})"
+
+
+@functools.lru_cache(maxsize=256)
+def _update_sql(table: str, where: tuple[str, ...], names: tuple[str, ...]) -> str:
+    """`StateStore._update`'s statement, made once per table, keys and columns."""
+    assigns = ", ".join(f"{name} = ?" for name in names)
+    match = " AND ".join(f"{name} = ?" for name in where)
+    return f"UPDATE {table} SET {assigns} WHERE {match}"
 
 
 class StateStore(Transactions, RunWrites, AttemptWrites, LeaseWrites, StateReads, HeldRows):
@@ -229,15 +244,11 @@ class StateStore(Transactions, RunWrites, AttemptWrites, LeaseWrites, StateReads
     # --- helpers (inside a write transaction) -------------------------------------------
 
     def _insert(self, table: str, columns: Mapping[str, Any]) -> None:
-        names, marks = ", ".join(columns), ", ".join("?" * len(columns))
-        sql = f"INSERT INTO {table} ({names}) VALUES ({marks})"
-        self._conn.execute(sql, tuple(columns.values()))
+        self._conn.execute(_insert_sql(table, tuple(columns)), tuple(columns.values()))
 
     def _update(self, table: str, where: Mapping[str, Any], columns: Mapping[str, Any]) -> None:
         self._keep_held(table, where.get("id"), columns)
-        assigns = ", ".join(f"{name} = ?" for name in columns)
-        match = " AND ".join(f"{name} = ?" for name in where)
-        sql = f"UPDATE {table} SET {assigns} WHERE {match}"
+        sql = _update_sql(table, tuple(where), tuple(columns))
         self._conn.execute(sql, (*columns.values(), *where.values()))
 
     def _event(
@@ -245,7 +256,8 @@ class StateStore(Transactions, RunWrites, AttemptWrites, LeaseWrites, StateReads
     ) -> None:
         """Record an event, its message and data redacted (`pricing.userio.redact`, each
         text's answer remembered): no secret is ever stored."""
-        text, payload = self._redacted(message), redact_data(dict(data), self._redacted)
+        fields = data if type(data) is dict else dict(data)  # a copy is made below
+        text, payload = self._redacted(message), redact_data(fields, self._redacted)
         _insert_event(self._conn, job_id, attempt_id, now, kind, text, payload)
 
     def _jobs_of(self, rows: Iterable[Any]) -> list[Job]:

@@ -65,30 +65,24 @@ class Transactions:
     @contextmanager
     def _write(self) -> Iterator[str]:
         """One write transaction; yields "now" read under the lock, so times follow commits.
-        Inside `together`, a savepoint of its transaction."""
+        Inside `together`, a savepoint of its transaction (`_writing`)."""
+        yield from self._writing()
+
+    def _writing(self) -> Iterator[str]:
+        """`_write`'s steps, a generator a store may extend (the simulator's does): one
+        context manager per write, its parts delegated to by `yield from`."""
         self._held_rows = {}  # rows this write locked and read, as it left them (`_held`)
         self._ending = []
         try:
-            with self._transaction() as now:
-                yield now
+            yield from self._transaction()
             self._ended.note(self._ending)  # kept only once the write went through
         finally:
             self._held_rows = None
 
-    @contextmanager
     def _transaction(self) -> Iterator[str]:
-        """`_write`'s transaction, or its savepoint inside `together`."""
+        """`_writing`'s transaction, or its savepoint inside `together`."""
         if self._together:
-            if not self._conn.in_transaction:
-                self._backend.begin(self._conn)
-            self._conn.execute("SAVEPOINT write")
-            try:
-                yield ts_text(self._clock.now())
-            except BaseException:
-                self._conn.execute("ROLLBACK TO SAVEPOINT write")
-                self._conn.execute("RELEASE SAVEPOINT write")
-                raise
-            self._conn.execute("RELEASE SAVEPOINT write")
+            yield from self._savepoint()
             return
         self._backend.begin(self._conn)
         try:
@@ -106,3 +100,16 @@ class Transactions:
             if self._conn.in_transaction:
                 self._conn.execute("ROLLBACK")
             raise
+
+    def _savepoint(self) -> Iterator[str]:
+        """A write inside `together`: a savepoint of its transaction (begun if need be)."""
+        if not self._conn.in_transaction:
+            self._backend.begin(self._conn)
+        self._conn.execute("SAVEPOINT write")
+        try:
+            yield ts_text(self._clock.now())
+        except BaseException:
+            self._conn.execute("ROLLBACK TO SAVEPOINT write")
+            self._conn.execute("RELEASE SAVEPOINT write")
+            raise
+        self._conn.execute("RELEASE SAVEPOINT write")

@@ -116,11 +116,67 @@ def _patterns() -> tuple[tuple[re.Pattern[str], str], ...]:
     )
 
 
+# Pieces of which an ASCII text lowered holds one when `_clue` or `_named_word` finds
+# anything in it, but for a run of mixed cases (`_mixed_run`) or a word `sig`
+# (`_sig_word`): each of their literals lowered, or a part of one (`auth` of `authoriz`,
+# `key` of every `..._key`, `q~` of `\dQ~`). `_maybe_clue` tries these first: a few
+# substring tests, where those two expressions are tried at every position of the text.
+_TOKEN_PREFIXES = ("ghp", "gho", "ghs", "ghu", "ghr", "github_pat", "glpat")  # then _ or -
+_CLUE_PIECES = (
+    "://", "auth", "cookie", "bearer", "ya29.", "eyj", "-----begin", "1//", "q~",
+    "akia", "asia", "agpa", "aida", "aroa", "anpa", "anva", "aipa", "abia", "acca", "xox",
+    *(prefix + sep for prefix in _TOKEN_PREFIXES for sep in "_-"),
+    "secret", "token", "passw", "pwd", "credential", "signature", "key",
+)  # fmt: skip
+
+
+@functools.cache
+def _runs() -> re.Pattern[str]:
+    """A whole run of 13 or more of `_clue`'s token characters, as they are in ASCII."""
+    run = "[A-Za-z0-9_~.+/=-]"
+    return re.compile(rf"(?<!{run}){run}{{13,}}")
+
+
+@functools.cache
+def _sig_word() -> re.Pattern[str]:
+    """`_NAMES`' word `sig` in a text lowered (not the `sig` of `SIGTERM`)."""
+    return re.compile(r"\bsig\b")
+
+
+def _has_piece(lowered: str) -> bool:
+    """Whether an ASCII text lowered holds a piece of `_CLUE_PIECES` or a word `sig`."""
+    for piece in _CLUE_PIECES:  # a loop: `any` of a generator takes twice as long
+        if piece in lowered:
+            return True
+    return "sig" in lowered and _sig_word().search(lowered) is not None
+
+
+def _mixed_run(text: str) -> bool:
+    """Whether an ASCII text holds a run of `_runs` with both an upper and a lower case
+    letter (`_clue`'s last alternative)."""
+    if text.lower() == text or text.upper() == text:
+        return False  # no upper case letter, or no lower case one
+    for found in _runs().finditer(text):
+        run = found.group()
+        if run.lower() != run and run.upper() != run:
+            return True
+    return False
+
+
+def _maybe_clue(text: str) -> bool:
+    """What `_clue` or `_named_word` finds in `text`, without trying them on an ASCII
+    text (its case folds as `(?i)` folds it) with no piece of `_CLUE_PIECES` and no run
+    of mixed cases: they cannot find anything there."""
+    if text.isascii() and not _has_piece(text.lower()) and not _mixed_run(text):
+        return False
+    return _clue().search(text) is not None or _named_word().search(text) is not None
+
+
 def redact(text: str) -> str:
     """`text` with anything that looks like a key, token, password or signature masked."""
     if not text:
         return text
-    if not _clue().search(text) and not _named_word().search(text):
+    if not _maybe_clue(text):
         return text  # no pattern can match (`_clue`)
     for pattern, replacement in _patterns():
         if replacement:

@@ -455,3 +455,30 @@ def test_a_jobs_events_read_again_are_the_production_stores(tmp_path):
     finally:
         fast.close()
         plain.close()
+
+
+def test_a_new_event_forgets_the_reads_of_its_kind_alone(tmp_path):
+    """A new event has no watching trigger: the store tells its kind itself
+    (`SimStateStore._event`): a remembered read of events of that kind is asked again,
+    and every answer is the production store's."""
+    from broker.state import StateStore
+    from tests.broker.test_state import launched
+
+    clock = FixedClock(ORIGIN)
+    ids, ids2 = (iter(f"{i:012x}" for i in range(1, 99)) for _ in range(2))
+    fast = SimStateStore.open_fast(tmp_path / "fast.db", clock, new_id=lambda: next(ids))
+    plain = StateStore.open(tmp_path / "plain.db", clock, new_id=lambda: next(ids2))
+    try:
+        (_, attempt), _ = (launched(store) for store in (fast, plain))
+        assert fast.checkpoints() == plain.checkpoints() == {}
+        assert fast.migration(attempt) is None
+        for store in (fast, plain):
+            store.record_checkpoint(attempt, uri="s3://b/c")
+        assert fast.checkpoints() == plain.checkpoints() != {}
+        for store in (fast, plain):
+            store.record_migration(attempt, "s3://a/", "s3://b/", 7)
+        assert fast.migration(attempt) == plain.migration(attempt) is not None
+        assert fast.checkpoints() == plain.checkpoints()
+    finally:
+        fast.close()
+        plain.close()

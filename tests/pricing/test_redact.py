@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from pricing.userio.redact import MASK, redact, redact_data, without_userinfo
+from pricing.userio.redact import _CLUE_PIECES, MASK, redact, redact_data, without_userinfo
 
 SECRETS = {
     "access key id": "AKIAIOSFODNN7EXAMPLE",
@@ -169,3 +169,52 @@ def test_a_text_without_a_clue_is_left_as_every_pattern_leaves_it(text):
         elif module._named_word().search(full):
             full = pattern.sub(module._mask_named, full)
     assert redact(text) == full
+
+
+def _found_by_the_clue_patterns(text: str) -> bool:
+    from pricing.userio import redact as module
+
+    return bool(module._clue().search(text) or module._named_word().search(text))
+
+
+def _any_case(piece: str) -> st.SearchStrategy[str]:
+    return st.sampled_from([piece, piece.upper(), piece.title(), piece.swapcase()])
+
+
+# the quick test's pieces and near misses, in any case; words and runs of one or two cases
+QUICK_PIECES = [*PIECES, "SIGTERM", " sig ", "sig=", "-sig-", "throughput", "through-put"]
+QUICK_PIECES += ["ghp", "gh_", "xoxa", "9Q~", "eyj", "EYJ", "KEY", "ke y", "pas sw", "auth"]
+QUICK_PIECES += ["aBcDeFgHiJkLm", "abcdefABCDEF", "abcdefghijkl", "ABCDEFGHIJKL", "ı", "ſ", "K"]
+
+
+@given(
+    st.lists(
+        st.sampled_from(QUICK_PIECES)
+        | st.sampled_from(_CLUE_PIECES).flatmap(_any_case)
+        | st.text(max_size=4),
+        max_size=30,
+    ).map("".join)
+)
+def test_the_quick_clue_test_answers_as_the_clue_patterns(text):
+    """`redact`'s substring tests (`_maybe_clue`) say "no clue" only where the clue and
+    named-word patterns find nothing, and otherwise what they find."""
+    from pricing.userio.redact import _maybe_clue
+
+    assert _maybe_clue(text) == _found_by_the_clue_patterns(text)
+
+
+def test_a_pass_s_messages_take_the_quick_way():
+    """The texts a simulated pass writes (times, ids, places, SIGTERM) are told apart by
+    the substring tests alone; a word `sig`, a mixed run and a piece are not."""
+    from pricing.userio import redact as module
+
+    quiet = (
+        "attempt 9: spot-reclaim notice, stops at 2026-01-07T11:44:45.000000Z: the job gets"
+        " SIGTERM to checkpoint",
+        "runtime estimate 48 h on V100, scaled by relative GPU throughput",
+        "launching -> running: attempt 18 running on sim-a-000000000013",
+    )
+    for text in quiet:
+        assert not module._has_piece(text.lower()) and not module._mixed_run(text)
+        assert not _found_by_the_clue_patterns(text)
+    assert module._has_piece("a sig=x".lower()) and module._mixed_run("id aBcDeFgHiJkLmN")
